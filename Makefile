@@ -1,0 +1,35 @@
+# Two commands from a bare Python 3.11: `make demo` and `make test`. Both bootstrap .venv and are safe to re-run.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test lint bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+# Stamps re-run the install whenever pyproject.toml changes.
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	touch $@ $(VENV)/.installed
+
+demo: $(VENV)/.installed
+	$(BIN)/dlrmsim demo
+
+test: $(VENV)/.installed-test
+	$(BIN)/ruff check dlrmsim tests benchmarks
+	$(BIN)/python -m pytest
+
+lint: $(VENV)/.installed-test
+	$(BIN)/ruff check dlrmsim tests benchmarks
+
+bench: $(VENV)/.installed
+	$(BIN)/python -m benchmarks.run_all
+
+clean:
+	rm -rf $(VENV) out .pytest_cache .hypothesis

@@ -1,0 +1,48 @@
+"""Terminal output shared by every command: rich tables for people, plain JSON for programs."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def print_json(obj: Any) -> None:
+    """Write one JSON document to stdout (no rich markup, so it pipes into jq)."""
+    sys.stdout.write(json.dumps(obj, indent=2, default=_default) + "\n")
+
+
+def _default(obj: Any) -> Any:
+    import numpy as np
+
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if hasattr(obj, "model_dump"):
+        return obj.model_dump()
+    raise TypeError(f"not JSON serializable: {type(obj).__name__}")
+
+
+def print_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    table = Table(title=title, title_justify="left")
+    for col in columns:
+        table.add_column(col, justify="left" if col == columns[0] else "right")
+    for row in rows:
+        table.add_row(*(fmt(v) for v in row))
+    console.print(table)
+
+
+def fmt(value: Any) -> str:
+    if isinstance(value, float):
+        if value == 0:
+            return "0"
+        if abs(value) >= 1e5 or abs(value) < 1e-3:
+            return f"{value:.3e}"
+        return f"{value:.4g}" if abs(value) < 100 else f"{value:,.1f}"
+    return str(value)

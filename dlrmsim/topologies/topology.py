@@ -1,0 +1,156 @@
+"""The Topology object the simulator asks questions of: ranks, their compute specs, links and routes.
+
+A topology is an undirected networkx graph whose edges are full-duplex links (each direction has the
+full ``bandwidth_Bps``) and whose nodes are compute endpoints (sockets, cards, hosts) or switches.
+Builders in this package produce it from YAML; tests may build one from a hand-made graph.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import networkx as nx
+
+from dlrmsim.errors import DlrmsimError
+
+
+@dataclass(frozen=True)
+class EfficiencyTable:
+    """Piecewise-linear efficiency (0..1] against a size (flops or bytes), interpolated in log(size).
+
+    Points are (size, efficiency) with sizes increasing; below the first and above the last point the
+    end values hold.
+    """
+
+    points: tuple[tuple[float, float], ...]
+
+    def __call__(self, size: float) -> float:
+        import math
+
+        pts = self.points
+        if not pts:
+            return 1.0
+        if size <= pts[0][0]:
+            return pts[0][1]
+        if size >= pts[-1][0]:
+            return pts[-1][1]
+        for (s0, e0), (s1, e1) in zip(pts, pts[1:], strict=False):
+            if s0 <= size <= s1:
+                t = (math.log(size) - math.log(s0)) / (math.log(s1) - math.log(s0))
+                return e0 + t * (e1 - e0)
+        return pts[-1][1]
+
+    @staticmethod
+    def constant(value: float) -> EfficiencyTable:
+        return EfficiencyTable(((1.0, value),))
+
+
+@dataclass(frozen=True)
+class ComputeSpec:
+    """What a rank (socket or accelerator card) can do, in SI units.
+
+    ``peak_flops`` maps a precision ("fp32", "bf16", "fp16", "int8") to the whole endpoint's peak
+    operations per second with all ``cores`` busy. ``gemm_efficiency`` gives the achieved fraction of
+    that peak against a GEMM's flops; ``memory_efficiency`` the achieved fraction of
+    ``memory_bandwidth_Bps`` against a stream's bytes. ``saturation_cores`` is how many cores it takes
+    to reach the achieved memory bandwidth (fewer cores get a proportional share).
+    """
+
+    name: str
+    cores: int
+    clock_hz: float
+    peak_flops: dict[str, float]
+    memory_bandwidth_Bps: float
+    memory_capacity_B: float
+    numa_nodes: int = 1
+    gemm_efficiency: EfficiencyTable = field(default_factory=lambda: EfficiencyTable.constant(1.0))
+    memory_efficiency: EfficiencyTable = field(default_factory=lambda: EfficiencyTable.constant(1.0))
+    saturation_cores: float | None = None
+    kind: str = "socket"  # "socket" | "card" | "host"
+    # Ranks sharing a memory domain share one memory-bandwidth resource in the engine (e.g. the ranks a
+    # host is split into). None means the rank's own graph node name.
+    memory_domain: str | None = None
+
+    def flops_rate(self, precision: str) -> float:
+        """Peak op/s for ``precision``; falls back to fp32 when the unit has no faster path."""
+        if precision in self.peak_flops:
+            return self.peak_flops[precision]
+        return self.peak_flops["fp32"]
+
+
+@dataclass(frozen=True)
+class Link:
+    """One full-duplex physical link (or a trunk of ``lanes`` parallel links) between graph nodes u and v."""
+
+    u: str
+    v: str
+    kind: str  # "upi" | "opa" | "pcie" | "ethernet" | "nic" | "trunk" | ...
+    bandwidth_Bps: float  # per direction, whole trunk
+    latency_s: float
+    overhead_s: float = 0.0  # per-message software overhead paid by a flow that crosses this link type
+    one_sided: bool = True  # False: data is copied through a NIC stack (extra memory traffic at both ends)
+    lanes: int = 1
+
+
+class Topology:
+    """A built fabric: graph, ranks in order, compute specs, links and (ECMP) routes between ranks."""
+
+    def __init__(self, name: str, graph: nx.Graph, ranks: list[str], source: str | None = None) -> None:
+        self.name = name
+        self.graph = graph
+        self.ranks = list(ranks)
+        self.source = source or name
+        for node in self.ranks:
+            if node not in graph:
+                raise DlrmsimError(f"rank node '{node}' is not in the graph", source=self.source, field="ranks")
+            if not isinstance(graph.nodes[node].get("compute"), ComputeSpec):
+                raise DlrmsimError(f"rank node '{node}' has no compute spec", source=self.source, field="ranks")
+        self._route_cache: dict[tuple[str, str], list[list[str]]] = {}
+
+    @property
+    def num_ranks(self) -> int:
+        return len(self.ranks)
+
+    def node(self, rank: int) -> str:
+        return self.ranks[rank]
+
+    def compute(self, rank: int) -> ComputeSpec:
+        """Compute spec of a rank."""
+        return self.graph.nodes[self.ranks[rank]]["compute"]
+
+    def link(self, u: str, v: str) -> Link:
+        return self.graph.edges[u, v]["link"]
+
+    @cached_property
+    def links(self) -> list[Link]:
+        return [data["link"] for _, _, data in self.graph.edges(data=True)]
+
+    def node_routes(self, src: str, dst: str) -> list[list[str]]:
+        """All shortest (fewest-hop) node paths from src to dst, in a stable order: the ECMP set."""
+        key = (src, dst)
+        if key not in self._route_cache:
+            if src == dst:
+                paths = [[src]]
+            else:
+                paths = sorted(nx.all_shortest_paths(self.graph, src, dst))
+            self._route_cache[key] = paths
+        return self._route_cache[key]
+
+    def routes(self, src_rank: int, dst_rank: int) -> list[list[str]]:
+        """All equal-cost shortest paths between two ranks, as node lists."""
+        return self.node_routes(self.ranks[src_rank], self.ranks[dst_rank])
+
+    def route(self, src_rank: int, dst_rank: int) -> list[str]:
+        """One deterministic shortest path, spread over the ECMP set by the (src, dst) pair."""
+        paths = self.routes(src_rank, dst_rank)
+        return paths[(src_rank * 7919 + dst_rank) % len(paths)]
+
+    def hops(self, src_rank: int, dst_rank: int) -> int:
+        return len(self.routes(src_rank, dst_rank)[0]) - 1
+
+    def path_links(self, path: list[str]) -> list[Link]:
+        return [self.link(a, b) for a, b in zip(path, path[1:], strict=False)]
+
+    def __repr__(self) -> str:
+        return f"Topology({self.name!r}, ranks={self.num_ranks}, links={self.graph.number_of_edges()})"

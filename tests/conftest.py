@@ -1,0 +1,42 @@
+"""Shared test fixtures: run the CLI in-process and capture its exit code and output."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+
+@dataclass
+class CliResult:
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]):
+    """Call `dlrmsim ARGS...` in-process; returns CliResult(code, stdout, stderr)."""
+    from dlrmsim.cli import main
+
+    def run(*args: str) -> CliResult:
+        capsys.readouterr()
+        try:
+            main(list(args))
+            code = 0
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    return run
+
+
+def assert_one_line_error(result: CliResult, *needles: str) -> None:
+    """A user error: exit 2, exactly one line on stderr, no traceback, mentioning each needle."""
+    assert result.code == 2, (result.code, result.out, result.err)
+    lines = [ln for ln in result.err.splitlines() if ln.strip()]
+    assert len(lines) == 1, result.err
+    assert "Traceback" not in result.err
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
