@@ -6,14 +6,14 @@ Units are SI throughout: bytes, flops (floating-point operations, a multiply-add
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 import numpy as np
 
 from dlrmsim.workloads.schema import IndexDistribution, Workload, ZipfIndices
 
 
-class Pass(str, Enum):
+class Pass(StrEnum):
     """The three GEMMs of a fully connected layer in training."""
 
     FORWARD = "fwd"
