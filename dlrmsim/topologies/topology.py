@@ -91,16 +91,29 @@ class Link:
     overhead_s: float = 0.0  # per-message software overhead paid by a flow that crosses this link type
     one_sided: bool = True  # False: data is copied through a NIC stack (extra memory traffic at both ends)
     lanes: int = 1
+    width: int = 1  # electrical lanes per physical link (PCIe x4 -> 4); informational, already in bandwidth_Bps
+    type_name: str = ""  # the link type's name in the topology file (e.g. "opa", "pcie-x4")
 
 
 class Topology:
     """A built fabric: graph, ranks in order, compute specs, links and (ECMP) routes between ranks."""
 
-    def __init__(self, name: str, graph: nx.Graph, ranks: list[str], source: str | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        graph: nx.Graph,
+        ranks: list[str],
+        source: str | None = None,
+        hosts: list[str] | None = None,
+        description: str = "",
+    ) -> None:
         self.name = name
         self.graph = graph
         self.ranks = list(ranks)
         self.source = source or name
+        # Host CPUs next to accelerator ranks (kind "host"): they run CPU work and host-staged transfers.
+        self.hosts = list(hosts or [])
+        self.description = description
         for node in self.ranks:
             if node not in graph:
                 raise DlrmsimError(f"rank node '{node}' is not in the graph", source=self.source, field="ranks")
@@ -151,6 +164,24 @@ class Topology:
 
     def path_links(self, path: list[str]) -> list[Link]:
         return [self.link(a, b) for a, b in zip(path, path[1:], strict=False)]
+
+    def host_compute(self, host: int) -> ComputeSpec:
+        """Compute spec of host CPU number ``host`` (index into ``hosts``)."""
+        return self.graph.nodes[self.hosts[host]]["compute"]
+
+    def rank_of(self, node: str) -> int:
+        """Rank index of a graph node (ValueError if it is not a rank)."""
+        if not hasattr(self, "_rank_index"):
+            self._rank_index = {n: i for i, n in enumerate(self.ranks)}
+        return self._rank_index[node] if node in self._rank_index else self.ranks.index(node)
+
+    def path_latency_s(self, path: list[str]) -> float:
+        """Zero-load latency of a node path (s): the sum of its links' latencies.
+
+        Built topologies fold half of each switch's latency into every link attached to it, so this
+        includes the switches an endpoint-to-endpoint path passes through.
+        """
+        return sum(link.latency_s for link in self.path_links(path))
 
     def __repr__(self) -> str:
         return f"Topology({self.name!r}, ranks={self.num_ranks}, links={self.graph.number_of_edges()})"

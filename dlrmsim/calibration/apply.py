@@ -1,0 +1,71 @@
+"""Apply a calibration to a topology: rank compute specs and "shm" links take the fitted rates.
+
+Consistency rule: achieved GEMM rate = peak_flops["fp32"] x gemm_efficiency(flops), with the peak the
+*physical* one of the rank's cores (cores x clock x flops/cycle) and the efficiency table fitted against it
+at the core count nearest the rank's. Memory: memory_bandwidth_Bps is the fitted saturated (all-core) triad
+bandwidth of the socket, memory_efficiency is 1 (the bandwidth already is an achieved one), and
+saturation_cores the fitted knee. Links of kind "shm" carry the alltoall fit: bandwidth = bytes each rank
+moves across ranks per second (bus bandwidth), latency 0 (no wire) and the fitted alpha as per-message
+software overhead.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+from dlrmsim.calibration.fit import gemm_table
+from dlrmsim.calibration.schema import Calibration
+from dlrmsim.topologies.topology import ComputeSpec, EfficiencyTable, Link, Topology
+
+SHM_LINK_KIND = "shm"
+
+
+def calibrated_compute(spec: ComputeSpec, cal: Calibration) -> ComputeSpec:
+    """``spec`` with the host's fitted fp32 GEMM, memory bandwidth and saturation."""
+    host = cal.host
+    cores = max(1, min(spec.cores, host.cores))
+    table = gemm_table(cal.gemm, cores)
+    peak = cores * host.clock_GHz * 1e9 * host.flops_per_cycle_fp32
+    return dataclasses.replace(
+        spec,
+        cores=cores,
+        clock_hz=host.clock_GHz * 1e9,
+        peak_flops={**spec.peak_flops, "fp32": peak},
+        gemm_efficiency=EfficiencyTable(tuple((float(f), float(e)) for f, e in table.points)),
+        memory_bandwidth_Bps=cal.memory.bandwidth_GBps * 1e9,
+        memory_efficiency=EfficiencyTable.constant(1.0),
+        saturation_cores=float(cal.memory.saturation_cores),
+    )
+
+
+def calibrated_link(link: Link, cal: Calibration) -> Link:
+    """An "shm" link with the alltoall alpha-beta fit (pure data movement, no reduction arithmetic)."""
+    try:
+        fit = cal.collective("alltoall")
+    except KeyError:
+        fit = cal.collectives[0]
+    return dataclasses.replace(link, bandwidth_Bps=fit.bus_bandwidth_GBps * 1e9, latency_s=0.0, overhead_s=fit.alpha_us * 1e-6)
+
+
+def apply_calibration(topology: Topology, cal: Calibration) -> Topology:
+    """A new Topology (same class, ranks and routes) whose compute specs and shm links use ``cal``'s rates.
+
+    Every node carrying a ComputeSpec is calibrated (ranks and any other endpoint); other links are kept.
+    The input topology is not modified.
+    """
+    graph = topology.graph.copy()
+    for node, data in graph.nodes(data=True):
+        spec = data.get("compute")
+        if isinstance(spec, ComputeSpec):
+            graph.nodes[node]["compute"] = calibrated_compute(spec, cal)
+    for u, v, data in graph.edges(data=True):
+        link = data.get("link")
+        if isinstance(link, Link) and link.kind == SHM_LINK_KIND:
+            graph.edges[u, v]["link"] = calibrated_link(link, cal)
+    new = copy.copy(topology)
+    new.graph = graph
+    new._route_cache = {}
+    new.__dict__.pop("links", None)  # cached_property of the old graph's links
+    new.source = f"{topology.source} + calibration {cal.host.name} ({cal.host.date})"
+    return new

@@ -1,0 +1,307 @@
+"""Micro-benchmarks: each op warmed up, then timed over repeats; the median is kept.
+
+A calibration is a *plan* of small tasks (one GEMM shape at one core count, one stream at one core count,
+one embedding configuration, one collective sweep). Each task returns Measurement rows, so a partial-results
+cache can keep finished tasks across an interrupted run.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from dlrmsim.calibration.kernels import Kernels, Op, embedding_bytes, make_indices
+from dlrmsim.calibration.schema import Measurement
+
+ZIPF_EXPONENT = 1.05  # the mlperf preset's assumed Criteo skew (workloads/presets/mlperf.yaml)
+
+
+@dataclass(frozen=True)
+class TimingPolicy:
+    """Warm-up calls, timed repeats, and the shortest timed sample (short ops loop until it is reached)."""
+
+    warmup: int
+    repeats: int
+    min_sample_s: float
+
+
+QUICK_POLICY = TimingPolicy(warmup=2, repeats=7, min_sample_s=0.01)
+FULL_POLICY = TimingPolicy(warmup=2, repeats=9, min_sample_s=0.02)
+
+
+def policy_for(quick: bool) -> TimingPolicy:
+    return QUICK_POLICY if quick else FULL_POLICY
+
+
+def time_op(op: Op, policy: TimingPolicy) -> tuple[float, float, int]:
+    """(median seconds per call, (max-min)/median in %, repeats) of ``op`` after warm-up."""
+    t0 = time.perf_counter()
+    op()
+    first = time.perf_counter() - t0
+    for _ in range(max(0, policy.warmup - 1)):
+        op()
+    inner = max(1, math.ceil(policy.min_sample_s / max(first, 1e-9))) if first < policy.min_sample_s else 1
+    samples = []
+    for _ in range(policy.repeats):
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            op()
+        samples.append((time.perf_counter() - t0) / inner)
+    med = statistics.median(samples)
+    return med, 100.0 * (max(samples) - min(samples)) / med, policy.repeats
+
+
+@dataclass(frozen=True)
+class BenchTask:
+    """One cacheable unit of work: ``run()`` returns its measurements. ``id`` is unique within a plan."""
+
+    stage: str
+    id: str
+    run: Callable[[], list[Measurement]]
+
+
+def core_counts(cores: int) -> list[int]:
+    """1..all cores: every count up to 4, then powers of two and all (enough to see saturation)."""
+    counts = {c for c in range(1, min(cores, 4) + 1)}
+    c = 8
+    while c < cores:
+        counts.add(c)
+        c *= 2
+    counts.add(cores)
+    return sorted(counts)
+
+
+# --- GEMM ----------------------------------------------------------------------------------------------------
+
+
+def gemm_sizes(quick: bool) -> list[int]:
+    if quick:
+        return [32, 64, 128, 192, 256, 384, 512, 768, 1024, 1536]
+    return [16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072]
+
+
+def gemm_task(k: Kernels, n: int, cores: int, policy: TimingPolicy) -> BenchTask:
+    name = f"gemm {n}x{n}x{n} c{cores}"
+
+    def run() -> list[Measurement]:
+        with k.threads(cores):
+            t, spread, reps = time_op(k.make_gemm(n, n, n), policy)
+        return [Measurement(benchmark="gemm", name=name, cores=cores, params={"m": n, "n": n, "k": n},
+                            flops=2.0 * n**3, bytes=4.0 * 4 * n * n, time_s=t, spread_pct=spread, repeats=reps)]
+
+    return BenchTask("gemm size sweep", name, run)
+
+
+def preset_linear_shapes(batch_of: Callable[[str], int]) -> list[tuple[str, int, int, int, str]]:
+    """Unique (workloads, batch, fan_in, fan_out, pass) of the preset MLPs; no input gradient for the first layer."""
+    from dlrmsim.workloads import load_workload, workload_names
+    from dlrmsim.workloads.model import Pass, mlp_layers
+
+    shapes: dict[tuple[int, int, int, str], list[str]] = {}
+    for wname in workload_names():
+        w = load_workload(wname)
+        batch = batch_of(wname)
+        for layer in mlp_layers(w):
+            for p in Pass:
+                if p is Pass.BACKWARD_DATA and layer.is_first:
+                    continue
+                shapes.setdefault((batch, layer.fan_in, layer.fan_out, p.value), []).append(wname)
+    return [(",".join(sorted(set(ws))), b, fi, fo, p) for (b, fi, fo, p), ws in sorted(shapes.items())]
+
+
+def linear_task(k: Kernels, workloads: str, batch: int, fi: int, fo: int, which: str, cores: int, policy: TimingPolicy) -> BenchTask:
+    name = f"linear {fi}->{fo} {which} b{batch} c{cores}"
+
+    def run() -> list[Measurement]:
+        with k.threads(cores):
+            t, spread, reps = time_op(k.make_linear(batch, fi, fo, which), policy)
+        return [Measurement(benchmark="linear", name=name, cores=cores,
+                            params={"workloads": workloads, "batch": batch, "fan_in": fi, "fan_out": fo, "pass": which},
+                            flops=2.0 * batch * fi * fo, bytes=4.0 * (batch * fi + fi * fo + batch * fo),
+                            time_s=t, spread_pct=spread, repeats=reps)]
+
+    return BenchTask("gemm preset MLP shapes", name, run)
+
+
+# --- memory streams ------------------------------------------------------------------------------------------
+
+
+def stream_elements(quick: bool) -> int:
+    # Each array far larger than any last-level cache here (32 MiB): 64 MiB quick, 256 MiB full.
+    return (16 if quick else 64) * 2**20
+
+
+def stream_task(k: Kernels, kind: str, cores: int, elements: int, policy: TimingPolicy) -> BenchTask:
+    name = f"stream {kind} c{cores}"
+    arrays = 2 if kind == "copy" else 3  # STREAM counting: bytes read + written, no write-allocate
+
+    def run() -> list[Measurement]:
+        with k.threads(cores):
+            t, spread, reps = time_op(k.make_stream(kind, elements, cores), policy)
+        return [Measurement(benchmark="stream", name=name, cores=cores, params={"kind": kind, "elements": elements},
+                            bytes=4.0 * arrays * elements, time_s=t, spread_pct=spread, repeats=reps)]
+
+    return BenchTask("memory streams", name, run)
+
+
+# --- embedding bags ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EmbeddingConfig:
+    rows: int
+    dim: int
+    pooling: int
+    distribution: str
+    batch: int
+
+
+def embedding_configs(quick: bool) -> list[EmbeddingConfig]:
+    if quick:
+        return [EmbeddingConfig(r, 64, p, d, 2048) for r in (2**16, 2**20) for p in (1, 32) for d in ("uniform", "zipf")]
+    return [
+        EmbeddingConfig(r, dim, p, d, 2048)
+        for r in (2**16, 2**20, 2**22)
+        for dim in (32, 128)
+        for p in (1, 8, 64)
+        for d in ("uniform", "zipf")
+    ]
+
+
+def embedding_task(k: Kernels, cfg: EmbeddingConfig, cores: int, policy: TimingPolicy) -> BenchTask:
+    base = f"r{cfg.rows} d{cfg.dim} p{cfg.pooling} {cfg.distribution} b{cfg.batch} c{cores}"
+
+    def run() -> list[Measurement]:
+        rng = np.random.default_rng(cfg.rows + cfg.dim + cfg.pooling)
+        idx = make_indices(cfg.rows, cfg.batch * cfg.pooling, cfg.distribution, ZIPF_EXPONENT, rng)
+        out = []
+        with k.threads(cores):
+            ops = k.make_embedding(cfg.rows, cfg.dim, cfg.batch, cfg.pooling, idx)
+            nbytes = embedding_bytes(cfg.batch, cfg.pooling, cfg.dim, ops.unique_rows)
+            for op_name in ("forward", "backward", "update"):
+                t, spread, reps = time_op(getattr(ops, op_name), policy)
+                out.append(Measurement(
+                    benchmark="embedding", name=f"embedding {op_name} {base}", cores=cores,
+                    params={"op": op_name, "rows": cfg.rows, "dim": cfg.dim, "pooling": cfg.pooling,
+                            "distribution": cfg.distribution, "batch": cfg.batch, "unique_rows": ops.unique_rows},
+                    bytes=nbytes[op_name], time_s=t, spread_pct=spread, repeats=reps))
+        return out
+
+    return BenchTask("embedding bags", f"embedding {base}", run)
+
+
+# --- collectives ---------------------------------------------------------------------------------------------
+
+
+def collective_sizes(quick: bool) -> list[int]:
+    """Bytes per rank: 4 KiB..64 MiB quick (spans the Small/MLPerf Eq. 1 sizes and Small's Eq. 2 at 2 ranks,
+    8 MiB per rank); 1 KiB..1 GiB full (spans every preset's Eq. 1 and Eq. 2 size at 2 ranks, Large's 1 GiB
+    allreduce and 512 MiB alltoall per rank included)."""
+    if quick:
+        return [4 * 4**i * 1024 for i in range(8)]
+    return [4**i * 1024 for i in range(11)]
+
+
+def _inner_calls(nbytes: int) -> int:
+    # Loop short collectives so one timed sample covers ~4 MiB of traffic (at least one call).
+    return max(1, min(64, (4 * 2**20) // max(nbytes, 1)))
+
+
+def time_collective(comm, op: str, send: np.ndarray, recv: np.ndarray | None, policy: TimingPolicy) -> list[float]:  # noqa: ANN001
+    """Per-repeat seconds of one collective on this rank (all ranks start together after a barrier)."""
+    inner = _inner_calls(send.nbytes)
+
+    def call() -> None:
+        if op == "allreduce":
+            comm.allreduce(send)
+        else:
+            comm.alltoall(send, recv)
+
+    for _ in range(policy.warmup):
+        call()
+    samples = []
+    for _ in range(policy.repeats):
+        comm.barrier()
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            call()
+        samples.append((time.perf_counter() - t0) / inner)
+    return samples
+
+
+def collective_sweep_rank(comm, op: str, sizes: list[int], policy: TimingPolicy) -> list[list[float]]:  # noqa: ANN001
+    """Rank body of a collective sweep: per size, the per-repeat times on this rank."""
+    out = []
+    for nbytes in sizes:
+        elems = max(comm.size, nbytes // 4 // comm.size * comm.size)
+        # Zeros so repeated in-place sums never overflow, written (np.full) so the pages are real: np.zeros
+        # maps untouched pages to the kernel's one zero page, which reads from cache and inflates bandwidth.
+        send = np.full(elems, 0.0, dtype=np.float32)
+        recv = np.full_like(send, 0.0) if op == "alltoall" else None
+        out.append(time_collective(comm, op, send, recv, policy))
+    return out
+
+
+def combine_ranks(per_rank: list[list[float]]) -> tuple[float, float]:
+    """A collective ends when its slowest rank does: per repeat the max over ranks, then the median."""
+    worst = [max(vals) for vals in zip(*per_rank, strict=True)]
+    med = statistics.median(worst)
+    return med, 100.0 * (max(worst) - min(worst)) / med
+
+
+def collective_task(op: str, sizes: list[int], ranks: int, implementation: str, threads: int, policy: TimingPolicy) -> BenchTask:
+    name = f"{op} sweep {implementation} R{ranks}"
+
+    def run() -> list[Measurement]:
+        from dlrmsim.calibration.collectives_host import run_ranks
+
+        results = run_ranks(collective_sweep_rank, ranks, implementation, args=(op, sizes, policy), threads_per_rank=threads)
+        out = []
+        for i, nbytes in enumerate(sizes):
+            elems = max(ranks, nbytes // 4 // ranks * ranks)
+            med, spread = combine_ranks([r[i] for r in results])
+            out.append(Measurement(benchmark=op, name=f"{op} {elems * 4}B R{ranks}", cores=threads * ranks,
+                                   params={"ranks": ranks, "implementation": implementation, "bytes_per_rank": elems * 4},
+                                   bytes=elems * 4.0, time_s=med, spread_pct=spread, repeats=policy.repeats))
+        return out
+
+    return BenchTask("collectives", name, run)
+
+
+# --- the plan ------------------------------------------------------------------------------------------------
+
+
+def build_plan(k: Kernels, quick: bool, cores: int, implementation: str, ranks: int = 2) -> list[BenchTask]:
+    """Every micro-benchmark of a calibration, in the order they run."""
+    from dlrmsim.calibration.compare import eq_check_task
+    from dlrmsim.workloads import load_workload
+
+    policy = policy_for(quick)
+    counts = core_counts(cores)
+    tasks: list[BenchTask] = []
+    for c in counts:
+        tasks += [gemm_task(k, n, c, policy) for n in gemm_sizes(quick)]
+    linear_cores = [cores] if quick else counts
+
+    def batch_of(name: str) -> int:
+        return 256 if quick else load_workload(name).minibatch.weak_local
+
+    for workloads, b, fi, fo, which in preset_linear_shapes(batch_of):
+        tasks += [linear_task(k, workloads, b, fi, fo, which, c, policy) for c in linear_cores]
+    elements = stream_elements(quick)
+    for kind in ("copy", "triad"):
+        tasks += [stream_task(k, kind, c, elements, policy) for c in counts]
+    emb_cores = [cores] if quick else sorted({1, cores})
+    for cfg in embedding_configs(quick):
+        tasks += [embedding_task(k, cfg, c, policy) for c in emb_cores]
+    if cores >= 1:
+        threads = max(1, cores // ranks)
+        for op in ("allreduce", "alltoall"):
+            tasks.append(collective_task(op, collective_sizes(quick), ranks, implementation, threads, policy))
+        tasks.append(eq_check_task(quick, ranks, implementation, threads, policy))
+    return tasks

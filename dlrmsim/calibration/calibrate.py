@@ -1,0 +1,114 @@
+"""Run a calibration: detect the host, run the micro-benchmark plan (resuming from a partial-results cache),
+fit, check, and write the calibration YAML."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+from dlrmsim.calibration.bench import BenchTask, build_plan
+from dlrmsim.calibration.collectives_host import implementation_for
+from dlrmsim.calibration.compare import eq_check, fit_quality
+from dlrmsim.calibration.fit import fit_collectives, fit_embedding, fit_gemm, fit_memory
+from dlrmsim.calibration.host import detect_host, host_key
+from dlrmsim.calibration.kernels import default_backend, get_kernels
+from dlrmsim.calibration.schema import Calibration, HostInfo, Measurement, save_calibration
+from dlrmsim.output import err_console
+
+
+def default_out(host: HostInfo | None = None) -> Path:
+    import socket
+
+    name = host.name if host else socket.gethostname()
+    return Path("calibration") / f"host-{name}.yaml"
+
+
+def partial_path(out: Path) -> Path:
+    """The partial-results cache next to ``out``: finished benchmark tasks of an interrupted run."""
+    return out.with_name(out.name + ".partial.jsonl")
+
+
+class PartialCache:
+    """JSON lines of {"key", "task", "measurements"}; only lines whose key matches this host+backend+mode are reused."""
+
+    def __init__(self, path: Path, key: str) -> None:
+        self.path, self.key = path, key
+        self.done: dict[str, list[Measurement]] = {}
+        if path.is_file():
+            for line in path.read_text().splitlines():
+                try:
+                    rec = json.loads(line)
+                    if rec.get("key") == key:
+                        self.done[rec["task"]] = [Measurement.model_validate(m) for m in rec["measurements"]]
+                except (ValueError, KeyError, TypeError):
+                    continue  # a line cut by the interruption, or from an older format: measure again
+
+    def add(self, task: BenchTask, rows: list[Measurement]) -> None:
+        self.done[task.id] = rows
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a") as fh:
+            fh.write(json.dumps({"key": self.key, "task": task.id, "measurements": [m.model_dump(mode="json") for m in rows]}) + "\n")
+            fh.flush()
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def run_plan(tasks: list[BenchTask], cache: PartialCache, progress: bool) -> list[Measurement]:
+    """Run every task not already in the cache, with one rich progress bar per benchmark stage."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    stages: dict[str, list[BenchTask]] = {}
+    for t in tasks:
+        stages.setdefault(t.stage, []).append(t)
+    out: list[Measurement] = []
+    bar = Progress(TextColumn("{task.description:<24}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   TextColumn("{task.fields[note]}"), console=err_console, disable=not progress, transient=False)
+    with bar:
+        ids = {stage: bar.add_task(stage, total=len(ts), note="") for stage, ts in stages.items()}
+        for t in tasks:
+            pid = ids[t.stage]
+            if t.id in cache.done:
+                rows = cache.done[t.id]
+                bar.update(pid, advance=1, note="(cached)")
+            else:
+                bar.update(pid, note=t.id)
+                rows = t.run()
+                cache.add(t, rows)
+                bar.update(pid, advance=1, note="")
+            out += rows
+    return out
+
+
+def run_calibration(quick: bool, backend: str | None, out: Path | None, progress: bool = True) -> Calibration:
+    """Measure this host, fit the cost model, and write the calibration YAML to ``out``.
+
+    Interrupted runs resume: finished benchmark tasks are kept in ``<out>.partial.jsonl`` (keyed by host,
+    libraries, backend and mode) and reused; the cache is removed once the YAML is written.
+    """
+    backend = backend or default_backend()
+    kernels = get_kernels(backend)
+    host = detect_host(backend, quick, kernels.versions(), date="")
+    out = Path(out) if out is not None else default_out(host)
+    cache = PartialCache(partial_path(out), host_key(host))
+    tasks = build_plan(kernels, quick, host.cores, implementation_for(backend))
+    measurements = run_plan(tasks, cache, progress)
+    host = host.model_copy(update={"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")})
+    gemm = fit_gemm(measurements, host)
+    memory = fit_memory(measurements, host)
+    embedding = fit_embedding(measurements, memory)
+    collectives = fit_collectives(measurements)
+    cal = Calibration(
+        host=host,
+        gemm=gemm,
+        memory=memory,
+        embedding=embedding,
+        collectives=collectives,
+        measurements=measurements,
+        fit_quality=fit_quality(measurements, gemm, memory, embedding, collectives),
+        eq_check=eq_check(measurements, collectives),
+    )
+    save_calibration(cal, out)
+    cache.remove()
+    return cal

@@ -1,0 +1,70 @@
+"""`dlrmsim calibrate`: measure this host and write its calibration YAML."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from dlrmsim.errors import DlrmsimError
+
+
+def calibrate(
+    quick: Annotated[bool, typer.Option("--quick", help="short run (under 90 s on 2 cores): fewer sizes and repeats")] = False,
+    backend: Annotated[str | None, typer.Option("--backend", help="numpy or torch (default: torch when installed)")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="calibration YAML to write (default calibration/host-<name>.yaml)")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="print a JSON summary instead of tables")] = False,
+    no_progress: Annotated[bool, typer.Option("--no-progress", help="no progress bars")] = False,
+) -> None:
+    """Run the micro-benchmarks (GEMM, embedding bags, memory streams, collectives), fit the cost model and
+    write the calibration YAML. An interrupted run resumes from <out>.partial.jsonl."""
+    from dlrmsim.calibration.calibrate import default_out, run_calibration
+    from dlrmsim.calibration.compare import error_summary
+    from dlrmsim.calibration.kernels import BACKENDS
+    from dlrmsim.output import console, print_json, print_table
+
+    if backend is not None and backend not in BACKENDS:
+        from dlrmsim.errors import unknown_name_error
+
+        raise unknown_name_error("backend", backend, BACKENDS)
+    if out is not None and out.exists() and out.is_dir():
+        raise DlrmsimError("--out is a directory", source=out, fix="give a file path such as calibration/host.yaml")
+    out = out or default_out()
+    t0 = time.perf_counter()
+    cal = run_calibration(quick=quick, backend=backend, out=out, progress=not (no_progress or json_out))
+    elapsed = time.perf_counter() - t0
+    summary = error_summary(cal.fit_quality)
+    if json_out:
+        print_json({
+            "out": str(out), "elapsed_s": round(elapsed, 1), "host": cal.host.model_dump(),
+            "gemm_peak_efficiency": cal.gemm.peak_efficiency, "memory": cal.memory.model_dump(),
+            "embedding": [e.model_dump() for e in cal.embedding], "collectives": [c.model_dump() for c in cal.collectives],
+            "fit_error_pct": {k: {"count": v[0], "median_abs": v[1], "max_abs": v[2]} for k, v in summary.items()},
+            "eq_check": [r.model_dump() for r in cal.eq_check],
+        })
+        return
+    h = cal.host
+    console.print(f"[bold]{h.cpu_model}[/], {h.cores} cores, {h.clock_GHz:g} GHz, {h.isa} "
+                  f"(fp32 peak {h.peak_fp32_GFLOPs:g} GFLOP/s), {h.memory_GB:g} GB, backend {h.backend}")
+    print_table("Fitted parameters", ["parameter", "value"], [
+        ("GEMM peak efficiency (all cores)", cal.gemm.peak_efficiency),
+        *[(f"GEMM best GFLOP/s at {c} cores", v) for c, v in cal.gemm.achieved_GFLOPs_by_cores],
+        ("memory bandwidth GB/s (triad, saturated)", cal.memory.bandwidth_GBps),
+        ("memory GB/s per core", cal.memory.per_core_GBps),
+        ("memory saturation cores", cal.memory.saturation_cores),
+        *[(f"embedding {e.op} {e.distribution} GB/s ({e.cores} cores)", e.bandwidth_GBps) for e in cal.embedding],
+        *[(f"{c.op} alpha us / beta GB/s ({c.implementation})", f"{c.alpha_us:g} / {c.beta_GBps:g}") for c in cal.collectives],
+    ])
+    print_table("Fit quality: |predicted - measured| / measured", ["benchmark", "runs", "median %", "max %"],
+                [(k, v[0], v[1], v[2]) for k, v in summary.items()])
+    print_table("Eq. 1 / Eq. 2 check at 2 ranks", ["workload", "op", "Eq. MiB", "moved MiB", "meas. ms", "model ms", "err %", "scaled"],
+                [(r.workload, r.collective, r.equation_bytes / 2**20, r.moved_bytes / 2**20, r.measured_s * 1e3, r.model_s * 1e3,
+                  r.error_pct, r.scale)
+                 for r in cal.eq_check])
+    console.print(f"wrote {out} in {elapsed:.0f} s")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("calibrate")(calibrate)

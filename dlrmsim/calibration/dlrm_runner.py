@@ -1,0 +1,474 @@
+"""A real DLRM training iteration on this host: NumPy or PyTorch CPU, 1 or more processes, timed per phase.
+
+Hybrid parallelism as in REFERENCE.md section 1: MLPs data parallel (each rank takes N/R samples, weight
+gradients allreduced), embedding tables model parallel (table t lives on rank t mod R and is looked up for
+the global minibatch; an alltoall turns "my tables, all samples" into "all tables, my samples" and back for
+the gradients). Blocking mode: every phase waits for the previous one, so the phase times add up to the
+iteration. Inputs are random (dense features, labels, indices drawn from the workload's distribution).
+
+Phases: bottom_mlp_fwd, embedding_fwd, alltoall_fwd, interaction_fwd, top_mlp_fwd (with the loss),
+top_mlp_bwd, interaction_bwd, alltoall_bwd, embedding_bwd, bottom_mlp_bwd, allreduce (packing the
+gradients into one flat buffer, the collective, averaging), embedding_update (sparse SGD on the touched
+rows), mlp_update (dense SGD).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from dlrmsim.calibration.kernels import make_indices
+from dlrmsim.errors import DlrmsimError
+from dlrmsim.workloads.model import interaction_width
+from dlrmsim.workloads.schema import Workload, ZipfIndices
+
+PHASES = (
+    "bottom_mlp_fwd",
+    "embedding_fwd",
+    "alltoall_fwd",
+    "interaction_fwd",
+    "top_mlp_fwd",
+    "top_mlp_bwd",
+    "interaction_bwd",
+    "alltoall_bwd",
+    "embedding_bwd",
+    "bottom_mlp_bwd",
+    "allreduce",
+    "embedding_update",
+    "mlp_update",
+)
+LEARNING_RATE = 0.01
+INPUT_BATCHES = 3  # distinct random minibatches, cycled (generated before timing)
+
+
+@dataclass(frozen=True)
+class IterationMeasurement:
+    """Median times (seconds) of one training iteration and its phases, after warm-up.
+
+    Per iteration a phase's time is the slowest rank's; ``iteration_s`` is the median of the per-iteration
+    wall clock of the slowest rank. Byte counts are what the collectives were handed: ``allreduce_bytes``
+    per rank (Eq. 1 convention), ``alltoall_bytes`` all ranks, one direction (Eq. 2 convention).
+    """
+
+    workload: str
+    backend: str
+    ranks: int
+    threads: int
+    global_batch: int
+    iterations: int
+    warmup: int
+    iteration_s: float
+    phases_s: dict[str, float]
+    iteration_samples_s: list[float] = field(default_factory=list)
+    allreduce_bytes: float = 0.0
+    alltoall_bytes: float = 0.0
+    implementation: str = "none"
+    final_loss: float = float("nan")
+
+    @property
+    def phase_sum_s(self) -> float:
+        return sum(self.phases_s.values())
+
+
+# --- backend adapters ----------------------------------------------------------------------------------------
+
+
+class _NumpyOps:
+    name = "numpy"
+
+    def threads(self, n: int) -> AbstractContextManager[Any]:
+        from threadpoolctl import threadpool_limits
+
+        return threadpool_limits(limits=n, user_api="blas")
+
+    def tensor(self, a: np.ndarray) -> Any:
+        return a
+
+    def numpy(self, x: Any) -> np.ndarray:
+        return x
+
+    def cat(self, xs: list[Any], axis: int) -> Any:
+        return np.concatenate(xs, axis=axis)
+
+    def stack(self, xs: list[Any], axis: int) -> Any:
+        return np.stack(xs, axis=axis)
+
+    def exp(self, x: Any) -> Any:
+        return np.exp(x)
+
+    def log(self, x: Any) -> Any:
+        return np.log(x)
+
+    def zeros(self, shape: tuple[int, ...]) -> Any:
+        return np.zeros(shape, dtype=np.float32)
+
+    def swap(self, x: Any) -> Any:
+        return np.swapaxes(x, 1, 2)
+
+    def addmm(self, b: Any, x: Any, w: Any) -> Any:
+        y = x @ w.T
+        y += b
+        return y
+
+    def mask(self, y: Any) -> Any:
+        return y > 0
+
+    def new_table(self, rows: int, dim: int, rng: np.random.Generator) -> Any:
+        return rng.uniform(-0.01, 0.01, size=(rows, dim)).astype(np.float32)
+
+    def emb_forward(self, table: Any, idx: np.ndarray) -> Any:
+        b, p = idx.shape
+        return table[idx.reshape(-1)].reshape(b, p, -1).sum(axis=1)
+
+    def emb_backward(self, table: Any, idx: np.ndarray, dpooled: Any) -> Any:
+        return np.repeat(dpooled, idx.shape[1], axis=0)  # one gradient row per lookup
+
+    def emb_update(self, table: Any, idx: np.ndarray, grad: Any, lr: float) -> None:
+        np.subtract.at(table, idx.reshape(-1), np.float32(lr) * grad)
+
+
+class _TorchOps(_NumpyOps):
+    name = "torch"
+
+    def __init__(self) -> None:
+        import torch
+
+        self.torch = torch
+        torch.set_grad_enabled(False)
+        self._outputs: dict[int, Any] = {}
+
+    def threads(self, n: int) -> AbstractContextManager[Any]:
+        from contextlib import contextmanager
+
+        torch = self.torch
+
+        @contextmanager
+        def ctx():  # noqa: ANN202
+            prev = torch.get_num_threads()
+            torch.set_num_threads(n)
+            try:
+                yield
+            finally:
+                torch.set_num_threads(prev)
+
+        return ctx()
+
+    def tensor(self, a: np.ndarray) -> Any:
+        return self.torch.from_numpy(np.ascontiguousarray(a))
+
+    def numpy(self, x: Any) -> np.ndarray:
+        return x.contiguous().numpy()
+
+    def cat(self, xs: list[Any], axis: int) -> Any:
+        return self.torch.cat(xs, dim=axis)
+
+    def stack(self, xs: list[Any], axis: int) -> Any:
+        return self.torch.stack(xs, dim=axis)
+
+    def exp(self, x: Any) -> Any:
+        return self.torch.exp(x)
+
+    def log(self, x: Any) -> Any:
+        return self.torch.log(x)
+
+    def zeros(self, shape: tuple[int, ...]) -> Any:
+        return self.torch.zeros(shape)
+
+    def swap(self, x: Any) -> Any:
+        return x.transpose(1, 2)
+
+    def addmm(self, b: Any, x: Any, w: Any) -> Any:
+        return self.torch.addmm(b, x, w.t())
+
+    def mask(self, y: Any) -> Any:
+        return y > 0
+
+    def new_table(self, rows: int, dim: int, rng: np.random.Generator) -> Any:
+        torch = self.torch
+        bag = torch.nn.EmbeddingBag(rows, dim, mode="sum", sparse=True)
+        with torch.no_grad():
+            bag.weight.uniform_(-0.01, 0.01)
+        return bag
+
+    def emb_forward(self, table: Any, idx: np.ndarray) -> Any:
+        torch = self.torch
+        b, p = idx.shape
+        flat = torch.from_numpy(idx.reshape(-1))
+        offsets = torch.arange(0, b * p, p, dtype=torch.int64)
+        with torch.enable_grad():
+            out = table(flat, offsets)
+        self._outputs[id(table)] = out
+        return out.detach()
+
+    def emb_backward(self, table: Any, idx: np.ndarray, dpooled: Any) -> Any:
+        torch = self.torch
+        table.weight.grad = None
+        with torch.enable_grad():
+            self._outputs.pop(id(table)).backward(dpooled)
+        return table.weight.grad  # sparse COO, one row per lookup
+
+    def emb_update(self, table: Any, idx: np.ndarray, grad: Any, lr: float) -> None:
+        table.weight.add_(grad, alpha=-lr)
+
+
+def _ops(backend: str) -> _NumpyOps:
+    if backend == "numpy":
+        return _NumpyOps()
+    if backend == "torch":
+        from dlrmsim.calibration.kernels import torch_available
+
+        if not torch_available():
+            raise DlrmsimError("backend 'torch' needs PyTorch, which is not installed", field="backend",
+                               fix="pip install 'dlrmsim[torch]' or use backend numpy")
+        return _TorchOps()
+    raise DlrmsimError(f"unknown backend '{backend}'", field="backend", fix="use numpy or torch")
+
+
+# --- the model -----------------------------------------------------------------------------------------------
+
+
+class _Rank:
+    """One rank's share of the model and its inputs; ``iteration()`` runs one timed training step."""
+
+    def __init__(self, w: Workload, global_batch: int, ops: _NumpyOps, comm: Any, seed: int) -> None:
+        self.w, self.ops, self.comm = w, ops, comm
+        self.size = comm.size if comm is not None else 1
+        self.rank = comm.rank if comm is not None else 0
+        self.n_global = global_batch
+        self.n = global_batch // self.size
+        rng = np.random.default_rng(seed + 1000 * self.rank)
+        # Every rank holds the same MLP weights (data parallel): seed them identically.
+        wrng = np.random.default_rng(seed)
+        s = w.num_tables
+        self.owned = [t for t in range(s) if t % self.size == self.rank]
+        self.per_rank = -(-s // self.size)  # alltoall blocks padded to the largest share
+        self.bottom = self._mlp(w.bottom_mlp, wrng)
+        self.top = self._mlp([interaction_width(w), *w.top_mlp], wrng)
+        self.tables = [ops.new_table(w.table_rows[t], w.embedding_dim, np.random.default_rng(seed + t)) for t in self.owned]
+        f = s + 1
+        self.li, self.lj = np.tril_indices(f, k=-1)  # (S+1)S/2 distinct pairs
+        exponent = w.index_distribution.exponent if isinstance(w.index_distribution, ZipfIndices) else 1.0
+        self.inputs = []
+        for _ in range(INPUT_BATCHES):
+            dense = ops.tensor(rng.standard_normal((self.n, w.bottom_mlp[0])).astype(np.float32))
+            labels = ops.tensor((rng.random(self.n) < 0.5).astype(np.float32).reshape(-1, 1))
+            idx = [make_indices(w.table_rows[t], self.n_global * w.lookups_per_sample, w.index_distribution.kind,
+                                exponent, np.random.default_rng(rng.integers(1 << 62))).reshape(self.n_global, -1)
+                   for t in self.owned]
+            self.inputs.append((dense, labels, idx))
+
+    def _mlp(self, widths: list[int], rng: np.random.Generator) -> list[list[Any]]:
+        layers = []
+        for fi, fo in zip(widths, widths[1:], strict=False):
+            bound = np.sqrt(6.0 / (fi + fo))
+            layers.append([self.ops.tensor(rng.uniform(-bound, bound, (fo, fi)).astype(np.float32)),
+                           self.ops.tensor(np.zeros(fo, dtype=np.float32))])
+        return layers
+
+    def _mlp_fwd(self, layers: list[list[Any]], x: Any, sigmoid_last: bool) -> tuple[Any, list[Any]]:
+        acts = [x]
+        for i, (wt, b) in enumerate(layers):
+            y = self.ops.addmm(b, acts[-1], wt)
+            if sigmoid_last and i == len(layers) - 1:
+                y = 1.0 / (1.0 + self.ops.exp(-y))
+            else:
+                y = y * self.ops.mask(y)
+            acts.append(y)
+        return acts[-1], acts
+
+    def _mlp_bwd(self, layers: list[list[Any]], acts: list[Any], dz_last: Any, need_dx: bool) -> tuple[Any, list[Any]]:
+        grads: list[Any] = [None] * (2 * len(layers))
+        dz = dz_last  # gradient before the last activation
+        dx = None
+        for i in range(len(layers) - 1, -1, -1):
+            wt, _ = layers[i]
+            grads[2 * i] = dz.T @ acts[i]
+            grads[2 * i + 1] = dz.sum(0)
+            if i > 0 or need_dx:
+                dx = dz @ wt
+                if i > 0:
+                    dz = dx * self.ops.mask(acts[i])
+        return dx, grads
+
+    def _alltoall(self, send: Any) -> Any:
+        recv = self.ops.zeros(tuple(send.shape))
+        self.comm.alltoall(self.ops.numpy(send) if self.ops.name == "numpy" else send.numpy(), recv if self.ops.name == "numpy" else recv.numpy())
+        return recv
+
+    def iteration(self, it: int) -> tuple[dict[str, float], float]:
+        ops, w, n, e, size = self.ops, self.w, self.n, self.w.embedding_dim, self.size
+        dense, labels, idx = self.inputs[it % len(self.inputs)]
+        t: dict[str, float] = {}
+        clock = time.perf_counter
+        start = last = clock()
+
+        def mark(phase: str) -> None:
+            nonlocal last
+            now = clock()
+            t[phase] = now - last
+            last = now
+
+        bot_out, bot_acts = self._mlp_fwd(self.bottom, dense, sigmoid_last=False)
+        mark("bottom_mlp_fwd")
+        pooled = [ops.emb_forward(tab, ix) for tab, ix in zip(self.tables, idx, strict=True)]  # each (N, E)
+        mark("embedding_fwd")
+        if size > 1:
+            blocks = pooled + [ops.zeros((self.n_global, e))] * (self.per_rank - len(pooled))
+            send = ops.stack(blocks, 1).reshape(size, n, self.per_rank, e)  # by destination rank
+            recv = self._alltoall(send)  # [src rank, my sample, src's k-th table, E]
+            emb = [recv[tt % size, :, tt // size, :] for tt in range(w.num_tables)]
+        else:
+            emb = pooled
+        mark("alltoall_fwd")
+        if w.interaction == "dot":
+            feats = ops.stack([bot_out, *emb], 1)  # (n, S+1, E)
+            z = feats @ ops.swap(feats)
+            inter = ops.cat([bot_out, z[:, self.li, self.lj]], 1)
+        else:
+            inter = ops.cat([bot_out, *emb], 1)
+        mark("interaction_fwd")
+        p, top_acts = self._mlp_fwd(self.top, inter, sigmoid_last=True)
+        eps = 1e-7
+        loss = -(labels * ops.log(p + eps) + (1 - labels) * ops.log(1 - p + eps)).mean()
+        mark("top_mlp_fwd")
+        d_inter, top_grads = self._mlp_bwd(self.top, top_acts, (p - labels) / n, need_dx=True)
+        mark("top_mlp_bwd")
+        width = w.bottom_mlp[-1]
+        d_bot = d_inter[:, :width]
+        if w.interaction == "dot":
+            dz = ops.zeros((n, w.num_tables + 1, w.num_tables + 1))
+            dz[:, self.li, self.lj] = d_inter[:, width:]
+            dfeats = (dz + ops.swap(dz)) @ feats
+            d_bot = d_bot + dfeats[:, 0]
+            d_emb = [dfeats[:, 1 + tt] for tt in range(w.num_tables)]
+        else:
+            d_emb = [d_inter[:, width + tt * e : width + (tt + 1) * e] for tt in range(w.num_tables)]
+        mark("interaction_bwd")
+        if size > 1:
+            blocks = [d_emb[tt] if tt < w.num_tables else ops.zeros((n, e)) for tt in range(self.per_rank * size)]
+            # to the table's owner: [owner, my sample, owner's k-th table, E]
+            send = ops.stack([ops.stack([blocks[k * size + r] for k in range(self.per_rank)], 1) for r in range(size)], 0)
+            recv = self._alltoall(send)  # [src rank (sample block), sample, my k-th table, E]
+            d_pooled = [ops.cat([recv[src, :, k, :] for src in range(size)], 0) for k in range(len(self.owned))]
+        else:
+            d_pooled = d_emb
+        mark("alltoall_bwd")
+        emb_grads = [ops.emb_backward(tab, ix, dp) for tab, ix, dp in zip(self.tables, idx, d_pooled, strict=True)]
+        mark("embedding_bwd")
+        _, bot_grads = self._mlp_bwd(self.bottom, bot_acts, d_bot * ops.mask(bot_out), need_dx=False)
+        mark("bottom_mlp_bwd")
+        grads = bot_grads + top_grads
+        if size > 1:
+            flat = np.concatenate([ops.numpy(g).reshape(-1) for g in grads])
+            self.comm.allreduce(flat)
+            flat /= size
+            off = 0
+            for i, g in enumerate(grads):
+                k = int(np.prod(g.shape))
+                grads[i] = ops.tensor(flat[off : off + k].reshape(tuple(g.shape)))
+                off += k
+            self.allreduce_bytes = flat.nbytes
+        mark("allreduce")
+        for tab, ix, g in zip(self.tables, idx, emb_grads, strict=True):
+            ops.emb_update(tab, ix, g, LEARNING_RATE)
+        mark("embedding_update")
+        params = [p_ for layer in self.bottom + self.top for p_ in layer]
+        for prm, g in zip(params, grads, strict=True):
+            prm -= LEARNING_RATE * g
+        mark("mlp_update")
+        self.last_loss = float(loss)
+        return t, last - start
+
+
+def _run_rank(comm: Any, w: Workload, global_batch: int, backend: str, threads: int, iterations: int, warmup: int,
+              seed: int) -> dict[str, Any]:
+    ops = _ops(backend)
+    with ops.threads(threads):
+        model = _Rank(w, global_batch, ops, comm, seed)
+        model.allreduce_bytes = 0
+        phases: list[dict[str, float]] = []
+        totals: list[float] = []
+        for it in range(warmup + iterations):
+            if comm is not None:
+                comm.barrier()
+            t, total = model.iteration(it)
+            if it >= warmup:
+                phases.append(t)
+                totals.append(total)
+    return {"phases": phases, "totals": totals, "allreduce_bytes": model.allreduce_bytes, "loss": model.last_loss}
+
+
+def _validate(w: Workload, global_batch: int, ranks: int, iterations: int) -> None:
+    from dlrmsim.calibration.host import read_cpu_facts
+    from dlrmsim.workloads.model import tables_bytes
+
+    if ranks < 1 or global_batch < ranks or global_batch % ranks:
+        raise DlrmsimError(f"global batch {global_batch} must be a positive multiple of ranks {ranks}", field="batch",
+                           fix="choose a batch divisible by the rank count")
+    if ranks > w.num_tables:
+        raise DlrmsimError(f"{ranks} ranks exceed the {w.num_tables} tables (whole-table placement)", field="ranks",
+                           fix="use at most as many ranks as tables")
+    if iterations < 1:
+        raise DlrmsimError("iterations must be at least 1", field="iterations", fix="give a positive count")
+    need = tables_bytes(w) * (2.2 if w.index_distribution.kind == "zipf" else 1.1)
+    have = read_cpu_facts().memory_GB * 1e9
+    if need > 0.8 * have:
+        raise DlrmsimError(f"workload '{w.name}' needs {need / 1e9:.1f} GB of tables, this host has {have / 1e9:.1f} GB",
+                           field="tables", fix="scale the workload down (fewer rows) for a host run")
+
+
+def run_dlrm_iteration(
+    workload: Workload,
+    batch: int,
+    ranks: int = 1,
+    threads: int | None = None,
+    backend: str = "numpy",
+    iterations: int = 5,
+    warmup: int = 2,
+    seed: int = 0,
+) -> IterationMeasurement:
+    """Train ``workload`` on random inputs for warmup + iterations steps and return the median timings.
+
+    ``batch`` is the global minibatch (split evenly over ``ranks`` processes); ``threads`` per rank
+    (default: this process's cores / ranks). ``backend`` "torch" uses PyTorch CPU kernels and gloo
+    collectives, "numpy" NumPy/BLAS and shared-memory collectives.
+    """
+    from dlrmsim.calibration.collectives_host import implementation_for, run_ranks
+    from dlrmsim.calibration.host import usable_cores
+    from dlrmsim.workloads.model import alltoall_bytes
+
+    _validate(workload, batch, ranks, iterations)
+    ops_check = _ops(backend)  # one-line error for a missing torch before any process starts
+    del ops_check
+    threads = threads or max(1, usable_cores() // ranks)
+    if ranks == 1:
+        results = [_run_rank(None, workload, batch, backend, threads, iterations, warmup, seed)]
+        impl = "none"
+    else:
+        impl = implementation_for(backend)
+        results = run_ranks(_run_rank, ranks, impl, args=(workload, batch, backend, threads, iterations, warmup, seed),
+                            threads_per_rank=threads, timeout_s=3600)
+    per_iter = [{ph: max(r["phases"][i].get(ph, 0.0) for r in results) for ph in PHASES} for i in range(iterations)]
+    totals = [max(r["totals"][i] for r in results) for i in range(iterations)]
+    per_rank_tables = -(-workload.num_tables // ranks)
+    moved_a2a = alltoall_bytes(workload, batch, tables=per_rank_tables * ranks) if ranks > 1 else 0.0
+    return IterationMeasurement(
+        workload=workload.name, backend=backend, ranks=ranks, threads=threads, global_batch=batch,
+        iterations=iterations, warmup=warmup,
+        iteration_s=statistics.median(totals),
+        phases_s={ph: statistics.median(it[ph] for it in per_iter) for ph in PHASES},
+        iteration_samples_s=totals,
+        allreduce_bytes=float(results[0]["allreduce_bytes"]),
+        alltoall_bytes=float(moved_a2a),
+        implementation=impl,
+        final_loss=float(results[0]["loss"]),
+    )
+
+
+Runner = Callable[..., IterationMeasurement]

@@ -1,0 +1,222 @@
+"""Fit the cost-model parameters the simulator reads from micro-benchmark measurements.
+
+- GEMM: efficiency = achieved / physical peak(cores), against flops, per core count; the table is the
+  median efficiency in each quarter-decade of flops (EfficiencyTable interpolates in log(flops) between).
+- Memory: bw(c) = min(c x per_core, bandwidth) from STREAM triad at 1..all cores.
+- Embedding: one achieved bandwidth per (op, distribution, cores), least squares on relative time error.
+- Collectives: t(n) = alpha + n / beta per op: beta from the MiB-sized messages, alpha from the smallest.
+Every ``predict_s`` evaluates the fitted model for one measurement, for the fit-quality table.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+
+import numpy as np
+
+from dlrmsim.calibration.host import peak_gflops
+from dlrmsim.calibration.schema import (
+    CollectiveFit,
+    EmbeddingFit,
+    GemmFit,
+    GemmTable,
+    HostInfo,
+    Measurement,
+    MemoryFit,
+)
+from dlrmsim.topologies.topology import EfficiencyTable
+
+BIN_DECADES = 0.25
+
+
+def _sig(x: float, digits: int = 5) -> float:
+    return float(f"{x:.{digits}g}")
+
+
+# --- GEMM ----------------------------------------------------------------------------------------------------
+
+
+# GEMMs with a dimension below this (a 1-wide output layer, a 13-feature input) are matrix-vector products
+# bound by memory, not flops; a flops-keyed efficiency table cannot describe them, so they are left out of
+# the table (their fit quality is still reported).
+MIN_TABLE_DIM = 16
+
+
+def _min_dim(m: Measurement) -> int:
+    p = m.params
+    if m.benchmark == "gemm":
+        return int(min(int(p["m"]), int(p["n"]), int(p["k"])))
+    return int(min(int(p["batch"]), int(p["fan_in"]), int(p["fan_out"])))
+
+
+def gemm_efficiency(m: Measurement, host: HostInfo) -> float:
+    return m.flops / m.time_s / (peak_gflops(host, m.cores) * 1e9)
+
+
+def fit_gemm(measurements: Sequence[Measurement], host: HostInfo) -> GemmFit:
+    by_cores: dict[int, list[Measurement]] = defaultdict(list)
+    for m in measurements:
+        if m.benchmark in ("gemm", "linear") and m.flops > 0 and _min_dim(m) >= MIN_TABLE_DIM:
+            by_cores[m.cores].append(m)
+    if not by_cores:
+        raise ValueError("no GEMM measurements to fit")
+    tables = []
+    achieved = []
+    for cores in sorted(by_cores):
+        bins: dict[int, list[tuple[float, float]]] = defaultdict(list)
+        for m in by_cores[cores]:
+            bins[math.floor(math.log10(m.flops) / BIN_DECADES)].append((m.flops, gemm_efficiency(m, host)))
+        points = []
+        for b in sorted(bins):
+            flops = float(np.exp(np.mean([math.log(f) for f, _ in bins[b]])))
+            eff = float(np.median([e for _, e in bins[b]]))
+            points.append((_sig(flops), _sig(min(1.0, eff), 4)))
+        tables.append(GemmTable(cores=cores, peak_GFLOPs=_sig(peak_gflops(host, cores)), points=points))
+        achieved.append((cores, _sig(max(m.flops / m.time_s for m in by_cores[cores]) / 1e9)))
+    top = max(tables, key=lambda t: t.cores)
+    return GemmFit(peak_efficiency=max(e for _, e in top.points), tables=tables, achieved_GFLOPs_by_cores=achieved)
+
+
+def gemm_table(fit: GemmFit, cores: int) -> GemmTable:
+    return min(fit.tables, key=lambda t: (abs(t.cores - cores), -t.cores))
+
+
+def predict_gemm_s(fit: GemmFit, flops: float, cores: int) -> float:
+    table = gemm_table(fit, cores)
+    eff = EfficiencyTable(tuple(table.points))(flops)
+    peak = table.peak_GFLOPs * 1e9 * cores / table.cores  # the physical peak is linear in cores
+    return flops / (peak * eff)
+
+
+# --- memory --------------------------------------------------------------------------------------------------
+
+
+def fit_memory(measurements: Sequence[Measurement], host: HostInfo) -> MemoryFit:
+    curves: dict[str, dict[int, float]] = {"copy": {}, "triad": {}}
+    for m in measurements:
+        if m.benchmark == "stream":
+            curves[str(m.params["kind"])][m.cores] = m.bytes / m.time_s / 1e9
+    triad = curves["triad"]
+    if not triad:
+        raise ValueError("no stream triad measurements to fit")
+    per_core = triad.get(1, min(triad.values()))
+    bandwidth = max(triad.values())
+    most = max(triad)
+    saturation = min(float(most), max(1.0, bandwidth / per_core))
+    return MemoryFit(
+        bandwidth_GBps=_sig(bandwidth),
+        per_core_GBps=_sig(per_core),
+        saturation_cores=_sig(saturation, 3),
+        # Flattened: all cores give less than 90% of linear scaling from one core.
+        saturated=bandwidth < 0.9 * most * per_core,
+        copy_GBps_by_cores=[(c, _sig(v)) for c, v in sorted(curves["copy"].items())],
+        triad_GBps_by_cores=[(c, _sig(v)) for c, v in sorted(triad.items())],
+    )
+
+
+def memory_bandwidth_GBps(fit: MemoryFit, cores: int) -> float:
+    return min(cores * fit.per_core_GBps, fit.bandwidth_GBps)
+
+
+# --- embedding -----------------------------------------------------------------------------------------------
+
+
+def fit_embedding(measurements: Sequence[Measurement], memory: MemoryFit) -> list[EmbeddingFit]:
+    groups: dict[tuple[str, str, int], list[float]] = defaultdict(list)
+    for m in measurements:
+        if m.benchmark == "embedding":
+            groups[(str(m.params["op"]), str(m.params["distribution"]), m.cores)].append(m.bytes / m.time_s)
+    out = []
+    for (op, dist, cores), rates in sorted(groups.items()):
+        g = np.asarray(rates)
+        # min sum (g_i / bw - 1)^2 over 1/bw: relative time error of t = bytes / bw.
+        bw = float(np.sum(g * g) / np.sum(g))
+        out.append(EmbeddingFit(op=op, distribution=dist, cores=cores, bandwidth_GBps=_sig(bw / 1e9),  # type: ignore[arg-type]
+                                stream_fraction=_sig(bw / 1e9 / memory.bandwidth_GBps, 4)))
+    return out
+
+
+def embedding_fit_for(fits: Sequence[EmbeddingFit], op: str, distribution: str, cores: int) -> EmbeddingFit:
+    rows = [e for e in fits if e.op == op and e.distribution == distribution]
+    return min(rows, key=lambda e: (abs(e.cores - cores), -e.cores))
+
+
+# --- collectives ---------------------------------------------------------------------------------------------
+
+
+# Messages at least this large are in the bandwidth regime (out of L2, many pages): beta is fitted on them.
+BANDWIDTH_REGIME_BYTES = 1 << 20
+
+
+def fit_alpha_beta(nbytes: Sequence[float], times: Sequence[float]) -> tuple[float, float]:
+    """(alpha seconds, beta bytes/s) of t = alpha + n / beta.
+
+    A single least-squares line over six decades of sizes is dominated by the many small messages, which
+    live in cache and run faster per byte than the MiB-sized messages DLRM sends. So: beta is the slope of
+    a least-squares line through the bandwidth-regime points (n >= 1 MiB; all points if fewer than two are
+    that large), and alpha the median, over the three smallest messages, of t - n / beta (at least 0).
+    """
+    n = np.asarray(nbytes, dtype=float)
+    t = np.asarray(times, dtype=float)
+    order = np.argsort(n)
+    n, t = n[order], t[order]
+    big = n >= BANDWIDTH_REGIME_BYTES
+    if big.sum() < 2:
+        big = np.ones_like(n, dtype=bool)
+    if big.sum() >= 2 and np.ptp(n[big]) > 0:
+        slope = float(np.polyfit(n[big], t[big], 1)[0])
+    else:
+        slope = 0.0
+    if slope <= 0:  # no bandwidth visible: the largest message's own rate
+        slope = float(t[-1] / n[-1])
+    alpha = float(np.median(t[:3] - n[:3] * slope))
+    return max(alpha, 0.0), 1.0 / slope
+
+
+def bus_factor(op: str, ranks: int) -> float:
+    """Bytes each rank moves across its link per message byte (ring allreduce 2(R-1)/R, alltoall (R-1)/R)."""
+    return 2.0 * (ranks - 1) / ranks if op == "allreduce" else (ranks - 1) / ranks
+
+
+def fit_collectives(measurements: Sequence[Measurement]) -> list[CollectiveFit]:
+    groups: dict[tuple[str, int, str], list[Measurement]] = defaultdict(list)
+    for m in measurements:
+        if m.benchmark in ("allreduce", "alltoall") and not m.name.startswith("eq "):
+            groups[(m.benchmark, int(m.params["ranks"]), str(m.params["implementation"]))].append(m)
+    out = []
+    for (op, ranks, impl), ms in sorted(groups.items()):
+        alpha, beta = fit_alpha_beta([m.bytes for m in ms], [m.time_s for m in ms])
+        out.append(CollectiveFit(op=op, ranks=ranks, implementation=impl, alpha_us=_sig(alpha * 1e6),  # type: ignore[arg-type]
+                                 beta_GBps=_sig(beta / 1e9), bus_bandwidth_GBps=_sig(beta / 1e9 * bus_factor(op, ranks)),
+                                 min_bytes=min(m.bytes for m in ms), max_bytes=max(m.bytes for m in ms)))
+    return out
+
+
+def predict_collective_s(fit: CollectiveFit, nbytes: float) -> float:
+    return fit.alpha_us * 1e-6 + nbytes / (fit.beta_GBps * 1e9)
+
+
+# --- one measurement -----------------------------------------------------------------------------------------
+
+
+def predict_s(
+    m: Measurement,
+    gemm: GemmFit,
+    memory: MemoryFit,
+    embedding: Sequence[EmbeddingFit],
+    collectives: Sequence[CollectiveFit],
+) -> float | None:
+    """The fitted model's time for measurement ``m`` (None when no fitted parameter covers it)."""
+    if m.benchmark in ("gemm", "linear"):
+        return predict_gemm_s(gemm, m.flops, m.cores)
+    if m.benchmark == "stream":
+        return m.bytes / (memory_bandwidth_GBps(memory, m.cores) * 1e9)
+    if m.benchmark == "embedding":
+        e = embedding_fit_for(embedding, str(m.params["op"]), str(m.params["distribution"]), m.cores)
+        return m.bytes / (e.bandwidth_GBps * 1e9)
+    for c in collectives:
+        if c.op == m.benchmark:
+            return predict_collective_s(c, m.bytes)
+    return None

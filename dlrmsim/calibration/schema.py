@@ -1,0 +1,198 @@
+"""The calibration YAML: a host's description, fitted cost-model parameters, raw measurements, fit quality.
+
+Field names carry their units (``_GBps`` = 1e9 bytes/s, ``_us`` = microseconds, ``_s`` = seconds,
+``_GFLOPs`` = 1e9 flop/s). Loading validates the file (pydantic) and warns when it was made on another host.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from dlrmsim.config import StrictModel
+
+FORMAT_VERSION = 1
+
+Positive = Annotated[float, Field(gt=0)]
+Fraction = Annotated[float, Field(gt=0, le=1)]
+
+
+class HostInfo(StrictModel):
+    """The machine a calibration was measured on, read from /proc and the libraries at run time."""
+
+    name: str = Field(description="hostname")
+    cpu_model: str
+    vendor: str
+    cores: Annotated[int, Field(gt=0)] = Field(description="cores the benchmarks may use (CPU affinity)")
+    threads: Annotated[int, Field(gt=0)] = Field(description="hardware threads online")
+    sockets: Annotated[int, Field(gt=0)] = 1
+    memory_GB: Positive
+    clock_GHz: Positive = Field(description="highest clock /proc or cpufreq reports (a VM shows the nominal one)")
+    flops_per_cycle_fp32: Positive = Field(description="per core, from the ISA flags (see host.flops_per_cycle)")
+    isa: str = Field(description="widest vector ISA seen in the flags")
+    peak_fp32_GFLOPs: Positive = Field(description="cores x clock x flops/cycle: the physical fp32 peak")
+    memory_bound_GBps: Positive = Field(description="generous physical bound on any memory stream (see host.py)")
+    libraries: dict[str, str]
+    backend: Literal["numpy", "torch"]
+    date: str = Field(description="ISO 8601 time the calibration finished")
+    quick: bool
+
+
+class GemmTable(StrictModel):
+    """GEMM efficiency against flops at one core count: achieved = peak(cores) x efficiency(flops)."""
+
+    cores: Annotated[int, Field(gt=0)]
+    peak_GFLOPs: Positive = Field(description="physical fp32 peak of these cores")
+    points: list[tuple[Positive, Fraction]] = Field(min_length=1, description="[[flops, efficiency], ...], flops increasing")
+
+    @model_validator(mode="after")
+    def _increasing(self) -> GemmTable:
+        sizes = [p[0] for p in self.points]
+        if sizes != sorted(sizes) or len(set(sizes)) != len(sizes):
+            raise ValueError("points must have strictly increasing flops")
+        return self
+
+
+class GemmFit(StrictModel):
+    peak_efficiency: Fraction = Field(description="highest table efficiency at all cores")
+    tables: list[GemmTable] = Field(min_length=1)
+    achieved_GFLOPs_by_cores: list[tuple[Annotated[int, Field(gt=0)], Positive]] = Field(
+        description="[[cores, best achieved GFLOP/s], ...] for the largest GEMMs"
+    )
+
+
+class MemoryFit(StrictModel):
+    """Socket memory bandwidth: bw(c) = min(c x per_core, bandwidth), the STREAM-triad fit."""
+
+    bandwidth_GBps: Positive = Field(description="saturated (all-core) triad bandwidth")
+    per_core_GBps: Positive = Field(description="one core's triad bandwidth")
+    saturation_cores: Positive = Field(description="bandwidth / per_core, capped at the host's cores")
+    saturated: bool = Field(description="true when the curve flattened before all cores")
+    copy_GBps_by_cores: list[tuple[Annotated[int, Field(gt=0)], Positive]]
+    triad_GBps_by_cores: list[tuple[Annotated[int, Field(gt=0)], Positive]]
+
+
+class EmbeddingFit(StrictModel):
+    """Achieved bandwidth of one embedding op for one index distribution (bytes as in kernels.embedding_bytes)."""
+
+    op: Literal["forward", "backward", "update"]
+    distribution: Literal["uniform", "zipf"]
+    cores: Annotated[int, Field(gt=0)]
+    bandwidth_GBps: Positive
+    stream_fraction: Positive = Field(description="bandwidth / memory.bandwidth_GBps")
+
+
+class CollectiveFit(StrictModel):
+    """t(n) = alpha + n / beta for n message bytes per rank (allreduce: the buffer; alltoall: the send buffer)."""
+
+    op: Literal["allreduce", "alltoall"]
+    ranks: Annotated[int, Field(ge=2)]
+    implementation: Literal["shm", "gloo"]
+    alpha_us: Annotated[float, Field(ge=0)]
+    beta_GBps: Positive = Field(description="algorithm bandwidth: message bytes per second")
+    bus_bandwidth_GBps: Positive = Field(
+        description="bytes each rank moves across the link per second: beta x 2(R-1)/R (allreduce) or beta x (R-1)/R (alltoall)"
+    )
+    min_bytes: Positive
+    max_bytes: Positive
+
+
+class Measurement(StrictModel):
+    """One micro-benchmark: median time over repeats after warm-up."""
+
+    benchmark: Literal["gemm", "linear", "stream", "embedding", "allreduce", "alltoall"]
+    name: str
+    cores: Annotated[int, Field(gt=0)]
+    params: dict[str, float | int | str] = {}
+    flops: Annotated[float, Field(ge=0)] = 0.0
+    bytes: Annotated[float, Field(ge=0)] = 0.0
+    time_s: Positive = Field(description="median over repeats")
+    spread_pct: Annotated[float, Field(ge=0)] = Field(0.0, description="(max - min) / median over repeats, %")
+    repeats: Annotated[int, Field(gt=0)]
+
+
+class FitRow(StrictModel):
+    """Predicted against measured time for one micro-benchmark."""
+
+    benchmark: str
+    name: str
+    measured_s: Positive
+    predicted_s: Positive
+    error_pct: float = Field(description="(predicted - measured) / measured, %")
+
+
+class EqCheckRow(StrictModel):
+    """Eq. 1 / Eq. 2 for a preset scaled to the host: bytes the real collective moved and its time against the fit."""
+
+    workload: str
+    collective: Literal["allreduce", "alltoall"]
+    scale: str = Field(description="how the preset was scaled to fit the host")
+    equation_bytes: Positive = Field(description="Eq. 1 (per rank) or Eq. 2 (all ranks, one direction)")
+    moved_bytes: Positive = Field(description="bytes the collective was handed, counted by the implementation, same convention")
+    cross_rank_bytes: Annotated[float, Field(ge=0)] = Field(
+        description="bytes that must cross ranks: 2(R-1)/R of the buffer per rank for a ring allreduce, the off-rank blocks of an alltoall"
+    )
+    measured_s: Positive
+    model_s: Positive = Field(description="fitted alpha + n / beta for the bytes per rank")
+    error_pct: float
+
+
+class Calibration(StrictModel):
+    """A host calibration: what the simulator reads (gemm, memory, embedding, collectives) plus the evidence."""
+
+    format_version: Literal[1] = FORMAT_VERSION
+    host: HostInfo
+    gemm: GemmFit
+    memory: MemoryFit
+    embedding: list[EmbeddingFit] = Field(min_length=1)
+    collectives: list[CollectiveFit] = Field(min_length=1)
+    measurements: list[Measurement] = []
+    fit_quality: list[FitRow] = []
+    eq_check: list[EqCheckRow] = []
+
+    def gemm_table(self, cores: int) -> GemmTable:
+        """The efficiency table measured at the core count nearest ``cores`` (ties: the larger)."""
+        return min(self.gemm.tables, key=lambda t: (abs(t.cores - cores), -t.cores))
+
+    def collective(self, op: str) -> CollectiveFit:
+        for c in self.collectives:
+            if c.op == op:
+                return c
+        raise KeyError(op)
+
+    def embedding_bandwidth(self, op: str, distribution: str = "uniform") -> float:
+        """Achieved bandwidth (GB/s) of an embedding op, at the most cores measured."""
+        rows = [e for e in self.embedding if e.op == op and e.distribution == distribution]
+        if not rows:
+            raise KeyError((op, distribution))
+        return max(rows, key=lambda e: e.cores).bandwidth_GBps
+
+
+def load_calibration(path: str | Path) -> Calibration:
+    """Read and validate a calibration YAML; one-line DlrmsimError on a bad file, a warning if from another host."""
+    from dlrmsim.calibration.host import warn_if_other_host
+    from dlrmsim.config import read_yaml, validate
+
+    path = Path(path)
+    cal = validate(Calibration, read_yaml(path), path)
+    warn_if_other_host(cal.host, source=str(path))
+    return cal
+
+
+def save_calibration(cal: Calibration, path: str | Path) -> None:
+    """Write a calibration YAML (atomic rename, so a crash never leaves half a file)."""
+    import yaml
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = (
+        "# dlrmsim host calibration (dlrmsim calibrate). Units are in field names: GBps = 1e9 B/s, us, s, GFLOPs.\n"
+        "# gemm.tables: achieved fp32 = peak_GFLOPs(cores) x efficiency(flops); memory: bw(c) = min(c x per_core, bandwidth);\n"
+        "# collectives: t(n) = alpha + n / beta per collective for n bytes per rank.\n"
+    )
+    data = cal.model_dump(mode="json")
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(header + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=120))
+    tmp.replace(path)

@@ -1,0 +1,165 @@
+"""`dlrmsim simulate` and `dlrmsim scaling`: one training iteration, or a scaling study, from the CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+import yaml
+
+from dlrmsim.config import validate
+from dlrmsim.errors import DlrmsimError
+from dlrmsim.output import console, print_json, print_table
+from dlrmsim.simulator.training import TrainingConfig, TrainingResult, simulate_training
+
+COMMON = {
+    "topology": typer.Option("clx-64s-opa", "--topology", "-t", help="topology preset or YAML path"),
+    "workload": typer.Option("mlperf", "--workload", "-w", help="workload preset or YAML path"),
+}
+
+
+def parse_sets(sets: list[str], flag: str) -> dict[str, Any]:
+    """`--set a.b.c=value` pairs; values are read as YAML scalars (numbers, booleans, lists)."""
+    out: dict[str, Any] = {}
+    for item in sets:
+        if "=" not in item:
+            raise DlrmsimError(f"'{item}' is not PATH=VALUE", field=flag, fix="write e.g. links.opa.bandwidth_GBps=25")
+        key, value = item.split("=", 1)
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
+def make_config(**kw: Any) -> TrainingConfig:
+    placement = {"strategy": kw.pop("placement"), "replicate_below_rows": kw.pop("replicate_below_rows")}
+    kw["placement"] = placement
+    kw["topology_overrides"] = parse_sets(kw.pop("topo_set"), "--topology-set")
+    kw["workload_overrides"] = parse_sets(kw.pop("wl_set"), "--workload-set")
+    return validate(TrainingConfig, kw, "command line")
+
+
+def print_result(res: TrainingResult) -> None:
+    cfg = res.config
+    b = res.breakdown
+    title = (
+        f"{cfg.workload} on {cfg.topology}: {cfg.ranks} ranks, {cfg.scaling} scaling, backend {cfg.backend}, "
+        f"{cfg.placement.strategy}, {cfg.comm}{', blocking' if cfg.blocking else ''}"
+    )
+    rows = [
+        ("iteration", res.iteration_s * 1e3),
+        ("compute", b.compute_s * 1e3),
+        ("pre/post-processing", b.prepost_s * 1e3),
+        ("exposed allreduce", b.exposed_allreduce_s * 1e3),
+        ("exposed alltoall", b.exposed_alltoall_s * 1e3),
+        ("idle (waiting for other ranks)", b.other_s * 1e3),
+    ]
+    print_table(title, ["slowest rank", "ms"], rows)
+    waits = [(cid, t * 1e3) for cid, t in res.wait_per_collective_s.items() if t > 0]
+    if waits:
+        print_table("Wait per collective (max over ranks)", ["collective", "ms"], waits)
+    busy = [p.compute_s + p.prepost_s for p in res.per_rank]
+    console.print(
+        f"global batch {res.global_batch}, {res.samples_per_s:,.0f} samples/s, "
+        f"per-rank busy time {min(busy) * 1e3:.3f}..{max(busy) * 1e3:.3f} ms (imbalance {res.imbalance:.3f})"
+    )
+    if res.time_to_train_s is not None:
+        console.print(f"time to train: {res.time_to_train_s / 60:.1f} min ({res.epochs} epochs at this batch's nearest convergence run)")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def simulate(
+        topology: str = COMMON["topology"],
+        workload: str = COMMON["workload"],
+        ranks: int = typer.Option(8, "--ranks", "-r", help="number of ranks (one per socket or card)"),
+        scaling: str = typer.Option("strong", help="strong | weak | single"),
+        backend: str = typer.Option("ccl", help="backend preset (ccl, mpi) or YAML path"),
+        comm: str = typer.Option("alltoall", help="alltoall | fused-scatter | scatter-list"),
+        placement: str = typer.Option("table_wise", help="table_wise | column_wise | row_wise"),
+        replicate_below_rows: int | None = typer.Option(None, help="replicate tables with fewer rows (data parallel)"),
+        blocking: bool = typer.Option(False, "--blocking", help="wait on each collective at once"),
+        precision: str | None = typer.Option(None, help="fp32 | bf16 (default: the workload's)"),
+        update_strategy: str = typer.Option("race_free", help="atomic | rtm | race_free"),
+        fuse_backward_update: bool = typer.Option(False, "--fuse-backward-update"),
+        optimizer: str = typer.Option("sgd", help="sgd | lamb"),
+        comm_cores: int | None = typer.Option(None, help="pinned communication cores (overrides the backend)"),
+        allreduce_algorithm: str | None = typer.Option(None, help="ring | rs_ag | halving_doubling | hierarchical ..."),
+        alltoall_algorithm: str | None = typer.Option(None, help="direct | pairwise"),
+        calibration: str | None = typer.Option(None, help="calibration YAML (with --topology host)"),
+        topo_set: list[str] = typer.Option([], "--topology-set", help="what-if: PATH=VALUE on the topology YAML"),
+        wl_set: list[str] = typer.Option([], "--workload-set", help="what-if: PATH=VALUE on the workload YAML"),
+        json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
+        trace: Path | None = typer.Option(None, help="write a Chrome/Perfetto trace (JSON) here"),
+    ) -> None:
+        """Simulate one training iteration and print its time and breakdown."""
+        cfg = make_config(**{k: v for k, v in locals().items() if k not in ("json_out", "trace")})
+        res = simulate_training(cfg)
+        if trace is not None:
+            from dlrmsim.simulator.trace import write_chrome_trace
+
+            write_chrome_trace(res.records, trace)
+        if json_out:
+            print_json(res.to_json())
+        else:
+            print_result(res)
+            if trace is not None:
+                console.print(f"trace written to {trace}")
+
+    @app.command()
+    def scaling(
+        topology: str = COMMON["topology"],
+        workload: str = COMMON["workload"],
+        ranks: str = typer.Option("1,2,4,8", "--ranks", "-r", help="comma-separated rank counts"),
+        scaling: str = typer.Option("strong", help="strong | weak"),
+        backend: str = typer.Option("ccl"),
+        comm: str = typer.Option("alltoall"),
+        placement: str = typer.Option("table_wise"),
+        replicate_below_rows: int | None = typer.Option(None),
+        blocking: bool = typer.Option(False, "--blocking"),
+        precision: str | None = typer.Option(None),
+        comm_cores: int | None = typer.Option(None),
+        calibration: str | None = typer.Option(None),
+        topo_set: list[str] = typer.Option([], "--topology-set"),
+        wl_set: list[str] = typer.Option([], "--workload-set"),
+        json_out: bool = typer.Option(False, "--json"),
+        html: Path | None = typer.Option(None, help="write an HTML report here"),
+    ) -> None:
+        """Strong or weak scaling: iteration time, speedup and efficiency per rank count."""
+        from dlrmsim.studies.scaling import scaling_study
+
+        try:
+            counts = [int(x) for x in ranks.split(",") if x.strip()]
+        except ValueError:
+            raise DlrmsimError(f"'{ranks}' is not a comma-separated list of integers", field="--ranks", fix="e.g. 1,2,4,8") from None
+        params = {k: v for k, v in locals().items() if k not in ("json_out", "html", "ranks", "counts", "scaling_study")}
+        cfg = make_config(ranks=max(counts), **params)
+        df = scaling_study(cfg, counts)
+        if html is not None:
+            from dlrmsim.studies.report import build_report
+
+            df_report = df.assign(topology=topology, workload=workload, backend=backend, blocking=blocking, status="ok")
+            build_report(df_report, html, title=f"{workload} {scaling} scaling on {topology}")
+        if json_out:
+            cols = ["ranks", "iteration_s", "speedup", "efficiency", "compute_s", "prepost_s", "exposed_allreduce_s", "exposed_alltoall_s"]
+            print_json(df[cols].to_dict(orient="records"))
+            return
+        print_scaling_table(df, f"{workload} {scaling} scaling on {topology} ({backend})")
+        if html is not None:
+            console.print(f"report written to {html}")
+
+
+def print_scaling_table(df: Any, title: str) -> None:
+    rows = [
+        (
+            int(r.ranks),
+            r.iteration_s * 1e3,
+            r.speedup,
+            r.efficiency,
+            r.compute_s * 1e3,
+            r.exposed_allreduce_s * 1e3,
+            r.exposed_alltoall_s * 1e3,
+            r.prepost_s * 1e3,
+        )
+        for r in df.itertuples()
+    ]
+    print_table(title, ["ranks", "iter ms", "speedup", "efficiency", "compute ms", "exp. allreduce ms", "exp. alltoall ms", "pre/post ms"], rows)

@@ -1,0 +1,87 @@
+"""Closed-form costs: the roofline of one task and textbook collective times, as small pure functions.
+
+The engine uses :func:`task_flop_rate` and :func:`task_bandwidth_cap` to set a task's rate caps; tests
+compare simulated times against the other formulas here. Units: seconds, bytes, B/s, flop/s.
+"""
+
+from __future__ import annotations
+
+import math
+
+from dlrmsim.topologies.topology import ComputeSpec
+
+
+def task_flop_rate(spec: ComputeSpec, flops: float, cores: float, precision: str = "fp32", share: float = 1.0) -> float:
+    """Achieved flop/s of a task on ``cores`` of ``spec``: cores/spec.cores * peak * gemm_efficiency(flops) * share.
+
+    ``share`` (0..1] is the fraction of each core's time the task's threads get (an unpinned progress
+    thread takes the rest while communication is in flight).
+    """
+    return cores / spec.cores * spec.flops_rate(precision) * spec.gemm_efficiency(flops) * share
+
+
+def saturation_fraction(spec: ComputeSpec, cores: float) -> float:
+    """Fraction of the achieved memory bandwidth that ``cores`` cores can pull: min(cores / saturation_cores, 1).
+
+    ``saturation_cores=None`` means any number of cores reaches it (fraction 1).
+    """
+    if spec.saturation_cores is None or spec.saturation_cores <= 0:
+        return 1.0
+    return min(cores / spec.saturation_cores, 1.0)
+
+
+def task_bandwidth_cap(spec: ComputeSpec, nbytes: float, cores: float) -> float:
+    """Memory bandwidth (B/s) one task streaming ``nbytes`` on ``cores`` cores can reach alone:
+
+    min(cores / saturation_cores, 1) * memory_bandwidth_Bps * memory_efficiency(nbytes).
+    """
+    return saturation_fraction(spec, cores) * spec.memory_bandwidth_Bps * spec.memory_efficiency(nbytes)
+
+
+def domain_bandwidth(spec: ComputeSpec) -> float:
+    """Capacity (B/s) of the shared memory-bandwidth resource: memory_bandwidth_Bps * memory_efficiency(inf)."""
+    return spec.memory_bandwidth_Bps * spec.memory_efficiency(math.inf)
+
+
+def task_time(flops: float, nbytes: float, spec: ComputeSpec, cores: float | None = None, precision: str = "fp32") -> float:
+    """Roofline time (s) of a task running alone: max(flops / flop rate, bytes / bandwidth cap)."""
+    c = spec.cores if cores is None else cores
+    t_f = flops / task_flop_rate(spec, flops, c, precision) if flops > 0 else 0.0
+    t_b = nbytes / min(task_bandwidth_cap(spec, nbytes, c), domain_bandwidth(spec)) if nbytes > 0 else 0.0
+    return max(t_f, t_b)
+
+
+def shared_bandwidth_rates(demands: list[float], capacity: float) -> list[float]:
+    """Max-min fair split of ``capacity`` among streams each wanting at most ``demands[i]`` (same units)."""
+    rates = [0.0] * len(demands)
+    left = capacity
+    order = sorted(range(len(demands)), key=lambda i: demands[i])
+    for k, i in enumerate(order):
+        fair = left / (len(demands) - k)
+        rates[i] = min(demands[i], fair)
+        left -= rates[i]
+    return rates
+
+
+def p2p_time(nbytes: float, bandwidth: float, latency: float) -> float:
+    """One uncontended flow: latency + bytes / bandwidth."""
+    return latency + nbytes / bandwidth
+
+
+def ring_allreduce_time(p: int, nbytes: float, bandwidth: float, alpha: float) -> float:
+    """Ring allreduce of an ``nbytes`` buffer on p ranks: 2(p-1)/p * S/B + 2(p-1) * alpha (no reduction cost)."""
+    if p <= 1:
+        return 0.0
+    return 2 * (p - 1) / p * nbytes / bandwidth + 2 * (p - 1) * alpha
+
+
+def rhd_allreduce_time(p: int, nbytes: float, bandwidth: float, alpha: float) -> float:
+    """Recursive halving-doubling (p a power of two): 2 log2(p) * alpha + 2(p-1)/p * S/B."""
+    if p <= 1:
+        return 0.0
+    return 2 * math.log2(p) * alpha + 2 * (p - 1) / p * nbytes / bandwidth
+
+
+def direct_alltoall_bisection_time(total_cross_bytes: float, bisection_bandwidth: float) -> float:
+    """Lower bound of an alltoall: bytes that must cross a cut / the cut's bandwidth in that direction."""
+    return total_cross_bytes / bisection_bandwidth

@@ -1,0 +1,80 @@
+"""Per-rank resources: compute and communication core pools, memory domains, and backend parameters.
+
+:class:`CommSettings` holds what a communication backend means to the engine (pinned cores, an unpinned
+progress thread and its interference, per-message overhead, completion order, collective algorithms).
+Backend YAML presets are validated into it. :class:`RankResources` is the SimPy side of one rank.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import simpy
+from pydantic import Field
+
+from dlrmsim.config import StrictModel
+from dlrmsim.errors import DlrmsimError
+from dlrmsim.topologies.topology import ComputeSpec
+
+
+class CommSettings(StrictModel):
+    """Communication backend parameters the engine needs (one backend for the whole run).
+
+    Interference model: while any flow to or from rank r is in flight and ``progress_thread_unpinned`` is
+    set, r's compute-pool tasks get only ``1 - stolen_cores / compute_cores`` of each core (their flop rate
+    and their core-limited bandwidth shrink by that factor); while any compute-pool task runs on either end
+    rank of a flow, that flow's rate cap is divided by ``comm_slowdown``. Rates are recomputed whenever
+    communication or compute starts or stops, so both stretch exactly while they overlap.
+    """
+
+    pinned_cores: int = Field(0, ge=0, description="cores per rank reserved for communication; removed from the compute pool")
+    progress_thread_unpinned: bool = Field(False, description="an unpinned progress thread competes with compute threads")
+    stolen_cores: float = Field(1.0, ge=0, description="cores' worth of CPU time the unpinned thread takes while comm is active")
+    comm_slowdown: float = Field(1.0, ge=1.0, description="flow rate-cap divisor while compute runs beside the unpinned thread")
+    message_overhead_s: float = Field(0.0, ge=0, description="backend software overhead per message (s), added to link overheads")
+    in_order_completion: bool = Field(False, description="a rank's communication ops complete in issue order (MPI-like)")
+    copy_traffic_factor: float = Field(
+        2.0, ge=0, description="memory bytes per network byte at each end when the path crosses a NIC stack (a copy: read+write)"
+    )
+    reduce_traffic_factor: float = Field(3.0, ge=0, description="memory bytes per reduced byte (read two operands, write one)")
+    reduction_cores: float | None = Field(None, gt=0, description="cores doing reduction arithmetic; default max(pinned_cores, 1)")
+    ecmp: Literal["hash", "split"] = Field(
+        "hash",
+        description="hash: each rank-to-rank flow takes Topology.route(src, dst), one path of its ECMP set; "
+        "split: every flow spreads evenly over all shortest paths (ideal spraying; more solver work)",
+    )
+    algorithms: dict[str, str] = Field(default_factory=dict, description="collective op -> algorithm name overrides")
+
+    def reduce_cores(self) -> float:
+        return self.reduction_cores if self.reduction_cores is not None else float(max(self.pinned_cores, 1))
+
+
+class RankResources:
+    """Core pools of one rank: ``compute`` (cores - pinned) and ``comm`` (pinned, or 1 helper thread)."""
+
+    def __init__(self, env: simpy.Environment, rank: int, spec: ComputeSpec, comm: CommSettings) -> None:
+        self.rank = rank
+        self.spec = spec
+        n_compute = spec.cores - comm.pinned_cores
+        if n_compute <= 0:
+            raise DlrmsimError(
+                f"backend pins {comm.pinned_cores} cores but rank {rank} ({spec.name}) has only {spec.cores}",
+                field="pinned_cores",
+                fix="pin fewer cores than a socket has",
+            )
+        self.compute_cores = float(n_compute)
+        self.comm_cores = float(max(comm.pinned_cores, 1))
+        self.pools = {
+            "compute": simpy.Container(env, capacity=self.compute_cores, init=self.compute_cores),
+            "comm": simpy.Container(env, capacity=self.comm_cores, init=self.comm_cores),
+        }
+        # Share of each compute core left to compute threads while the unpinned progress thread is busy.
+        if comm.progress_thread_unpinned:
+            self.interfered_share = max(1.0 - comm.stolen_cores / self.compute_cores, 0.0)
+        else:
+            self.interfered_share = 1.0
+
+    def pool(self, name: str) -> simpy.Container:
+        if name not in self.pools:
+            raise DlrmsimError(f"unknown core pool '{name}'", field="pool", fix="use 'compute' or 'comm'")
+        return self.pools[name]

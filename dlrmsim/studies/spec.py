@@ -1,0 +1,405 @@
+"""The sweep spec YAML, its grid of ``SweepPoint``s, and the checks that refuse a bad spec before any work starts.
+
+Layout (every grid entry takes one value or a list of values; the grid is their Cartesian product)::
+
+    name: opa-bandwidth                 # optional, names the report
+    description: ...                    # optional
+    evaluator: module:function          # optional; default dlrmsim.studies.evaluate:evaluate_point
+    grid:
+      topology: [cluster64]             # preset names or YAML paths (relative to this file)
+      workload: [small, large]          # preset names or YAML paths (relative to this file)
+      ranks: [2, 4, 8]
+      scaling: [strong, weak]           # default strong
+      backend: [ccl, mpi]               # default ccl
+      placement: [table_wise]           # table_wise | column_wise | row_wise (default table_wise)
+      replicate_below_rows: [null]      # default null (nothing replicated)
+      comm: [alltoall]                  # alltoall | fused-scatter | scatter-list (default alltoall)
+      precision: [fp32, bf16]           # fp32 | bf16 (default null: the workload's own)
+      blocking: [false, true]           # default false (overlapping)
+      topology_overrides:               # dotted path into the topology YAML -> values
+        links.opa.bandwidth_GBps: [12.5, 25, 50]
+      workload_overrides:               # dotted path into the workload YAML -> values
+        lookups_per_sample: [25, 50]
+
+A list-valued field is swept as a list of lists (``bottom_mlp: [[512, 256, 64]]``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import itertools
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import NonNegativeInt, PositiveInt, field_validator
+
+from dlrmsim import config
+from dlrmsim.config import StrictModel
+from dlrmsim.errors import DlrmsimError
+from dlrmsim.workloads.placement import STRATEGIES, PlacementSpec, Strategy, max_ranks
+from dlrmsim.workloads.schema import Precision, Workload
+
+Scaling = Literal["strong", "weak"]
+Comm = Literal["alltoall", "fused-scatter", "scatter-list"]
+
+DEFAULT_EVALUATOR = "dlrmsim.studies.evaluate:evaluate_point"
+
+# Result columns of the point's own fields, in file order; overrides follow as "topology.<path>" / "workload.<path>".
+POINT_FIELDS: tuple[str, ...] = (
+    "topology",
+    "workload",
+    "ranks",
+    "scaling",
+    "backend",
+    "placement",
+    "replicate_below_rows",
+    "comm",
+    "precision",
+    "blocking",
+)
+OVERRIDE_PREFIXES: tuple[str, ...] = ("topology.", "workload.")
+
+
+class SweepPoint(StrictModel):
+    """One simulation to run: what to simulate and every knob, with what-if overrides as dotted path -> value."""
+
+    topology: str
+    workload: str
+    ranks: PositiveInt
+    scaling: Scaling = "strong"
+    backend: str = "ccl"
+    placement: Strategy = "table_wise"
+    replicate_below_rows: NonNegativeInt | None = None
+    comm: Comm = "alltoall"
+    precision: Precision | None = None  # None: the workload's own precision
+    blocking: bool = False
+    topology_overrides: dict[str, Any] = {}
+    workload_overrides: dict[str, Any] = {}
+
+    def canonical_json(self) -> str:
+        """Key-sorted compact JSON of every field: equal points give equal text."""
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+
+    @property
+    def point_id(self) -> str:
+        """Stable resume key: the first 16 hex digits of the SHA-256 of the canonical JSON."""
+        return hashlib.sha256(self.canonical_json().encode()).hexdigest()[:16]
+
+    @property
+    def placement_spec(self) -> PlacementSpec:
+        return PlacementSpec(strategy=self.placement, replicate_below_rows=self.replicate_below_rows)
+
+    def columns(self) -> dict[str, Any]:
+        """The point as flat result columns: its fields, then one column per override path."""
+        row: dict[str, Any] = {name: getattr(self, name) for name in POINT_FIELDS}
+        row.update({f"topology.{k}": v for k, v in self.topology_overrides.items()})
+        row.update({f"workload.{k}": v for k, v in self.workload_overrides.items()})
+        return row
+
+
+def _listify(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list | tuple) else [value]
+
+
+def _unique(values: Iterable[Any]) -> list[Any]:
+    seen: list[Any] = []
+    for v in values:
+        if v not in seen:
+            seen.append(v)
+    return seen
+
+
+class Grid(StrictModel):
+    """The values to sweep per field; a scalar means a one-value list."""
+
+    topology: list[str]
+    workload: list[str]
+    ranks: list[PositiveInt]
+    scaling: list[Scaling] = ["strong"]
+    backend: list[str] = ["ccl"]
+    placement: list[Strategy] = ["table_wise"]
+    replicate_below_rows: list[NonNegativeInt | None] = [None]
+    comm: list[Comm] = ["alltoall"]
+    precision: list[Precision | None] = [None]
+    blocking: list[bool] = [False]
+    topology_overrides: dict[str, list[Any]] = {}
+    workload_overrides: dict[str, list[Any]] = {}
+
+    @field_validator(*POINT_FIELDS, mode="before")
+    @classmethod
+    def _as_list(cls, value: Any) -> list[Any]:
+        return _unique(_listify(value))
+
+    @field_validator("topology_overrides", "workload_overrides", mode="before")
+    @classmethod
+    def _values_as_lists(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {str(k): _unique(_listify(v)) for k, v in value.items()}
+        return value
+
+
+class SweepSpec(StrictModel):
+    """A sweep: a grid of points and the evaluator (``module:function``) that runs each one."""
+
+    name: str = "sweep"
+    description: str = ""
+    evaluator: str = DEFAULT_EVALUATOR
+    grid: Grid
+
+    @field_validator("evaluator")
+    @classmethod
+    def _module_colon_function(cls, value: str) -> str:
+        module, sep, func = value.partition(":")
+        if not sep or not module or not func:
+            raise ValueError(f"evaluator '{value}' must be written module:function")
+        return value
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """A validated sweep: the spec, where it came from, the points to run and how many grid points no placement held."""
+
+    spec: SweepSpec
+    source: Path
+    points: tuple[SweepPoint, ...]
+    infeasible: int
+
+    def evaluator(self) -> Callable[[SweepPoint], dict[str, Any]]:
+        return resolve_evaluator(self.spec.evaluator, self.source)
+
+
+def expand(spec: SweepSpec) -> list[SweepPoint]:
+    """Every point of the grid (Cartesian product, fixed order, no duplicates); no feasibility check."""
+    g = spec.grid
+    topo_paths = list(g.topology_overrides)
+    work_paths = list(g.workload_overrides)
+    topo_combos = list(itertools.product(*(g.topology_overrides[p] for p in topo_paths)))
+    work_combos = list(itertools.product(*(g.workload_overrides[p] for p in work_paths)))
+    points: dict[str, SweepPoint] = {}
+    for topology, workload, wvals, tvals, ranks, scaling, backend, placement, rbr, comm, precision, blocking in itertools.product(
+        g.topology, g.workload, work_combos, topo_combos, g.ranks, g.scaling, g.backend, g.placement,
+        g.replicate_below_rows, g.comm, g.precision, g.blocking,
+    ):  # fmt: skip
+        point = SweepPoint(
+            topology=topology,
+            workload=workload,
+            ranks=ranks,
+            scaling=scaling,
+            backend=backend,
+            placement=placement,
+            replicate_below_rows=rbr,
+            comm=comm,
+            precision=precision,
+            blocking=blocking,
+            topology_overrides=dict(zip(topo_paths, tvals, strict=True)),
+            workload_overrides=dict(zip(work_paths, wvals, strict=True)),
+        )
+        points.setdefault(point.point_id, point)
+    return list(points.values())
+
+
+# --- loading and validation ---------------------------------------------------------------------------------
+
+
+def load_spec(path: str | Path) -> SweepSpec:
+    """Read and schema-check a sweep spec; empty lists are refused, file paths made relative to the spec's folder."""
+    path = Path(path)
+    data = config.read_yaml(path)
+    if isinstance(data, dict) and isinstance(data.get("grid"), dict):
+        _refuse_empty(data["grid"], path)
+    spec = config.validate(SweepSpec, data, path)
+    grid = spec.grid.model_copy(
+        update={
+            "topology": [_resolve_file(t, path) for t in spec.grid.topology],
+            "workload": [_resolve_file(w, path) for w in spec.grid.workload],
+        }
+    )
+    return spec.model_copy(update={"grid": grid})
+
+
+def plan_sweep(path: str | Path) -> SweepPlan:
+    """Load a spec and check everything a point needs before any work starts.
+
+    Refused with a one-line ``DlrmsimError`` naming the spec field: an empty grid list, an unknown preset,
+    an override path that does not exist (or a value the schema refuses), a rank count that no placement in the
+    grid allows, or an evaluator that cannot be imported. Grid points whose own placement cannot hold their rank
+    count (while another placement in the grid can) are left out and counted in ``infeasible``.
+    """
+    path = Path(path)
+    spec = load_spec(path)
+    _check_topologies(spec, path)
+    allowed = _allowed_rank_placements(spec, path)
+    resolve_evaluator(spec.evaluator, path)
+    if spec.evaluator == DEFAULT_EVALUATOR:
+        from dlrmsim.studies.evaluate import require_simulator
+
+        require_simulator(path)
+    points = expand(spec)
+    feasible = [
+        p
+        for p in points
+        if (p.workload, _key(p.workload_overrides), p.ranks, p.placement, p.replicate_below_rows) in allowed
+    ]
+    return SweepPlan(spec=spec, source=path, points=tuple(feasible), infeasible=len(points) - len(feasible))
+
+
+def _refuse_empty(grid: dict[str, Any], source: Path) -> None:
+    for name, value in grid.items():
+        if isinstance(value, list) and not value:
+            raise DlrmsimError("empty list: a sweep needs at least one value", source=source, field=f"grid.{name}", fix="give a value or remove the entry")
+        if name.endswith("_overrides") and isinstance(value, dict):
+            for dotted, values in value.items():
+                if isinstance(values, list) and not values:
+                    raise DlrmsimError(
+                        "empty list: a sweep needs at least one value",
+                        source=source,
+                        field=f"grid.{name}.{dotted}",
+                        fix="give a value or remove the override",
+                    )
+
+
+def _resolve_file(name_or_path: str, spec_path: Path) -> str:
+    """Preset names stay names; a YAML path is made absolute, relative to the spec's folder."""
+    p = Path(name_or_path)
+    if p.suffix not in (".yaml", ".yml") and "/" not in name_or_path:
+        return name_or_path
+    if not p.is_absolute():
+        p = spec_path.resolve().parent / p
+    return str(p)
+
+
+def resolve_evaluator(text: str, source: str | Path | None = None) -> Callable[[SweepPoint], dict[str, Any]]:
+    """Import ``module:function``; refused with the spec's ``evaluator`` field named when it cannot be."""
+    module_name, _, func_name = text.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise DlrmsimError(f"cannot import evaluator module '{module_name}' ({exc})", source=source, field="evaluator",
+                           fix="put the module on PYTHONPATH") from None  # fmt: skip
+    func = getattr(module, func_name, None)
+    if not callable(func):
+        raise DlrmsimError(f"module '{module_name}' has no function '{func_name}'", source=source, field="evaluator",
+                           fix="write the evaluator as module:function")  # fmt: skip
+    return func
+
+
+def _key(overrides: dict[str, Any]) -> str:
+    return json.dumps(overrides, sort_keys=True)
+
+
+def _rewrap(err: DlrmsimError, source: Path, field: str, what: str) -> DlrmsimError:
+    inner = f" at {err.field}" if err.field and not field.endswith(err.field) else ""
+    return DlrmsimError(f"{what}{inner}: {err.message}", source=source, field=field, fix=err.fix)
+
+
+def _load_workload(name: str, overrides: dict[str, Any], source: Path, field: str) -> Workload:
+    from dlrmsim.workloads import load_workload
+
+    try:
+        return load_workload(name, overrides or None)
+    except DlrmsimError as err:
+        raise _rewrap(err, source, field, f"workload '{Path(name).name}'") from None
+
+
+def _allowed_rank_placements(spec: SweepSpec, source: Path) -> set[tuple[str, str, int, str, int | None]]:
+    """(workload, overrides key, ranks, placement, replicate_below_rows) combinations a placement can hold.
+
+    Loads every workload variant (which checks every override path and value against the workload schema)
+    and refuses a rank count that none of the grid's placements allows for some variant.
+    """
+    g = spec.grid
+    for w in g.workload:
+        _load_workload(w, {}, source, "grid.workload")
+        for dotted, values in g.workload_overrides.items():
+            for value in values:
+                _load_workload(w, {dotted: value}, source, f"grid.workload_overrides.{dotted}")
+    paths = list(g.workload_overrides)
+    placements = [PlacementSpec(strategy=s, replicate_below_rows=r) for s in g.placement for r in g.replicate_below_rows]
+    allowed: set[tuple[str, str, int, str, int | None]] = set()
+    for w in g.workload:
+        for values in itertools.product(*(g.workload_overrides[p] for p in paths)):
+            overrides = dict(zip(paths, values, strict=True))
+            variant = _load_workload(w, overrides, source, "grid.workload_overrides")
+            limits = [(ps, max_ranks(variant, ps)) for ps in placements]
+            for ranks in g.ranks:
+                fits = [ps for ps, limit in limits if ranks <= limit]
+                if not fits:
+                    best_spec, best = max(limits, key=lambda item: item[1])
+                    which = f"workload '{Path(w).name}'" + (f" with {overrides}" if overrides else "")
+                    others = [s for s in STRATEGIES if s not in g.placement]
+                    fix = f"use at most {best} ranks" + (f" or add placement {'/'.join(others)}" if others else "")
+                    raise DlrmsimError(
+                        f"{ranks} ranks exceed the {best} a {best_spec.strategy} placement allows for {which}; no placement in the grid allows it",
+                        source=source,
+                        field="grid.ranks",
+                        fix=fix,
+                    )
+                for ps in fits:
+                    allowed.add((w, _key(overrides), ranks, ps.strategy, ps.replicate_below_rows))
+    return allowed
+
+
+# --- topologies: the loader when it exists, else at least the YAML paths ----------------------------------
+
+
+def topology_loader() -> Callable[..., Any] | None:
+    """``dlrmsim.topologies.load_topology`` when that module provides it, else None."""
+    try:
+        module = importlib.import_module("dlrmsim.topologies")
+    except ImportError:
+        return None
+    return getattr(module, "load_topology", None)
+
+
+def _topology_file(name: str) -> Path | None:
+    p = Path(name)
+    if p.suffix in (".yaml", ".yml") or "/" in name:
+        return p
+    try:
+        module = importlib.import_module("dlrmsim.topologies")
+        preset_dir = Path(getattr(module, "PRESET_DIR", Path(module.__file__ or ".").parent / "presets"))
+    except ImportError:
+        return None
+    candidate = preset_dir / f"{name}.yaml"
+    return candidate if candidate.is_file() else None
+
+
+def _check_topologies(spec: SweepSpec, source: Path) -> None:
+    g = spec.grid
+    loader = topology_loader()
+    for t in g.topology:
+        checks: list[tuple[str, dict[str, Any]]] = [("grid.topology", {})]
+        checks += [(f"grid.topology_overrides.{d}", {d: v}) for d, values in g.topology_overrides.items() for v in values]
+        for field, overrides in checks:
+            if loader is not None and _check_with_loader(loader, t, overrides, source, field):
+                continue
+            _check_topology_yaml(t, overrides, source, field)
+
+
+def _check_with_loader(loader: Callable[..., Any], name: str, overrides: dict[str, Any], source: Path, field: str) -> bool:
+    """True when the loader accepted the topology; a DlrmsimError is re-raised naming the spec field."""
+    try:
+        loader(name, overrides=overrides or None)
+    except DlrmsimError as err:
+        raise _rewrap(err, source, field, f"topology '{Path(name).name}'") from None
+    except Exception:  # noqa: BLE001 - a loader that needs more parameters: fall back to checking the YAML paths
+        return False
+    return True
+
+
+def _check_topology_yaml(name: str, overrides: dict[str, Any], source: Path, field: str) -> None:
+    path = _topology_file(name)
+    if path is None:
+        return  # neither a loader nor a file to look in: the evaluator will be the judge
+    if not path.is_file():
+        raise DlrmsimError(f"no such topology file {path}", source=source, field=field, fix="check the path")
+    data = config.read_yaml(path)
+    if overrides:
+        try:
+            config.apply_overrides(data, overrides, path.name)
+        except DlrmsimError as err:
+            raise _rewrap(err, source, field, f"topology '{path.name}'") from None

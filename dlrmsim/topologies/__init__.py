@@ -1,0 +1,35 @@
+"""Hardware topologies: YAML models of sockets, cards, links and switches, built into networkx graphs.
+
+The package's job is to turn a topology file (a built-in preset or a user's YAML) into a checked
+``Topology``: a graph with typed nodes (``kind``; ``compute`` = ``ComputeSpec`` on ranks and hosts) and
+edges (``link`` = ``Link``, SI units), the ranks in order, and (ECMP) routes between them, which is
+everything the simulator asks. ``summarize`` and ``figure`` describe a topology for people.
+
+    from dlrmsim.topologies import load_topology
+    topo = load_topology("clx-64s-opa", sockets=1024, overrides={"links.opa.bandwidth_GBps": 25})
+"""
+
+from __future__ import annotations
+
+from dlrmsim.topologies.builder import PRESET_DIR, build_graph, build_topology, load_spec, load_topology, topology_names
+from dlrmsim.topologies.draw import figure
+from dlrmsim.topologies.routing import FatTreeTopology
+from dlrmsim.topologies.summary import TopologySummary, summarize
+from dlrmsim.topologies.topology import ComputeSpec, EfficiencyTable, Link, Topology
+
+__all__ = [
+    "PRESET_DIR",
+    "ComputeSpec",
+    "EfficiencyTable",
+    "FatTreeTopology",
+    "Link",
+    "Topology",
+    "TopologySummary",
+    "build_graph",
+    "build_topology",
+    "figure",
+    "load_spec",
+    "load_topology",
+    "summarize",
+    "topology_names",
+]

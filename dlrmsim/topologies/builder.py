@@ -1,0 +1,285 @@
+"""Load a topology YAML (preset or path), apply what-if edits, convert to SI and build the checked Topology.
+
+Steps: read the YAML; apply dotted overrides and generator parameters (``sockets=1024``); rewrite unit
+spellings (``units.py``); validate against ``schema.TopologyFile``; turn compute types into
+``ComputeSpec``s; run the fabric's generator; check the graph (connected, switch ports not exceeded,
+at least one rank). Every problem is a one-line ``DlrmsimError`` naming the file, the field and a fix.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+
+from dlrmsim import config
+from dlrmsim.errors import DlrmsimError
+from dlrmsim.topologies import schema
+from dlrmsim.topologies.generators import GENERATE, Wiring
+from dlrmsim.topologies.routing import FatTreeTopology
+from dlrmsim.topologies.topology import ComputeSpec, EfficiencyTable, Topology
+from dlrmsim.topologies.units import normalize_units
+
+PRESET_DIR = Path(__file__).resolve().parent / "presets"
+
+_GENERATOR_MODELS: dict[str, type[schema._Generator]] = {
+    "full_mesh": schema.FullMesh,
+    "ring": schema.Ring,
+    "torus_2d": schema.Torus2D,
+    "single_switch": schema.SingleSwitch,
+    "fat_tree": schema.FatTree,
+    "twisted_hypercube": schema.TwistedHypercube,
+    "sled_rack": schema.SledRack,
+    "host": schema.HostFabric,
+    "explicit": schema.Explicit,
+}
+_COUNT_ALIASES = ("sockets", "ranks", "endpoints", "cards")
+
+
+def topology_names() -> list[str]:
+    """Names of the built-in topology presets."""
+    return config.preset_names(PRESET_DIR)
+
+
+def load_spec(
+    name_or_path: str | Path, overrides: dict[str, Any] | None = None, **params: Any
+) -> tuple[schema.TopologyFile, str]:
+    """The validated topology file (quantities in the units their field names carry) and its source name."""
+    path = config.resolve(name_or_path, PRESET_DIR, "topology")
+    data = config.read_yaml(path)
+    source = path.name if path.parent == PRESET_DIR else str(path)
+    if overrides:
+        data = config.apply_overrides(data, overrides, source)
+    if params:
+        data = _apply_params(data, params, source)
+    return parse_spec(data, source), source
+
+
+def parse_spec(data: Any, source: str) -> schema.TopologyFile:
+    """Validate raw YAML data (after overrides) as a topology file, accepting any known unit spelling."""
+    data, renames = normalize_units(data, source)
+    data = _resolve_likes(data, source)
+    try:
+        return config.validate(schema.TopologyFile, data, source)
+    except DlrmsimError as err:
+        if err.field in renames:
+            raise DlrmsimError(err.message, source=err.source, field=renames[err.field], fix=err.fix) from None
+        raise
+
+
+def _resolve_likes(data: Any, source: str) -> Any:
+    """Expand ``like: other`` in link types: the other type's fields, then this type's own."""
+    links = data.get("links") if isinstance(data, dict) else None
+    if not isinstance(links, dict) or not any(isinstance(v, dict) and "like" in v for v in links.values()):
+        return data
+    resolved: dict[str, Any] = {}
+
+    def resolve(name: str, chain: tuple[str, ...]) -> Any:
+        if name in resolved:
+            return resolved[name]
+        entry = links[name]
+        if not isinstance(entry, dict) or entry.get("like") is None:
+            resolved[name] = entry
+            return entry
+        parent = entry["like"]
+        field = f"links.{name}.like"
+        if parent not in links:
+            from dlrmsim.errors import unknown_name_error
+
+            raise unknown_name_error("link type", str(parent), [k for k in links if k != name], source=source, field=field)
+        if parent in chain or parent == name:
+            raise DlrmsimError(f"link types refer to each other in a loop ({' -> '.join((*chain, name, parent))})",
+                               source=source, field=field, fix="make one of them a full definition")
+        base = resolve(parent, (*chain, name))
+        merged = {k: v for k, v in base.items() if k != "like"} if isinstance(base, dict) else {}
+        if "bandwidth_GBps" in entry:  # a rate given here replaces the parent's, whichever form it used
+            merged.pop("lane_bandwidth_GBps", None)
+            merged.pop("width", None)
+        if "lane_bandwidth_GBps" in entry or "width" in entry:
+            merged.pop("bandwidth_GBps", None)
+        merged.update(entry)
+        resolved[name] = merged
+        return merged
+
+    data = dict(data)
+    data["links"] = {name: resolve(name, ()) for name in links}
+    return data
+
+
+def _apply_params(data: Any, params: dict[str, Any], source: str) -> Any:
+    """Set generator parameters (``sockets=1024``) on the ``fabric`` mapping; the aliases reach its count field."""
+    import copy
+
+    if not isinstance(data, dict) or not isinstance(data.get("fabric"), dict):
+        raise DlrmsimError("the file has no fabric mapping to apply parameters to", source=source, field="fabric")
+    data = copy.deepcopy(data)
+    fabric = data["fabric"]
+    model = _GENERATOR_MODELS.get(str(fabric.get("generator")))
+    if model is None:
+        return data  # validation reports the bad generator
+    fields = [f for f in model.model_fields if f != "generator"]
+    for key, value in params.items():
+        if key in fields:
+            fabric[key] = value
+        elif key in _COUNT_ALIASES and model.count_field in ("endpoints", "ranks"):
+            fabric[model.count_field] = value
+        else:
+            raise DlrmsimError(
+                f"unknown parameter '{key}' for a {fabric['generator']} fabric",
+                source=source,
+                field=f"fabric.{key}",
+                fix=f"use one of: {', '.join(fields)}",
+            )
+    return data
+
+
+def load_topology(name_or_path: str | Path, overrides: dict[str, Any] | None = None, **params: Any) -> Topology:
+    """Build a built-in topology by name (``topology_names()``) or a user's YAML by path.
+
+    ``overrides`` are dotted-path edits of the YAML before validation (``{"links.opa.bandwidth_GBps": 25}``);
+    ``params`` set fabric fields (``sockets=1024``, ``sleds=4``, ``ranks=2``; ``sockets``/``ranks`` reach
+    the generator's endpoint count).
+    """
+    spec, source = load_spec(name_or_path, overrides, **params)
+    topo = build_topology(spec, source)
+    if params:
+        topo.name = f"{spec.name}({', '.join(f'{k}={v}' for k, v in params.items())})"
+    return topo
+
+
+def build_graph(name_or_path: str | Path | schema.TopologyFile, overrides: dict[str, Any] | None = None, **params: Any) -> nx.Graph:
+    """The networkx graph of a topology: nodes have ``kind`` (and ``compute`` for endpoints), edges ``link``."""
+    if isinstance(name_or_path, schema.TopologyFile):
+        return build_topology(name_or_path, name_or_path.name).graph
+    return load_topology(name_or_path, overrides, **params).graph
+
+
+def build_topology(spec: schema.TopologyFile, source: str) -> Topology:
+    """Run the fabric's generator over the file's types and check the resulting graph."""
+    specs: dict[str, ComputeSpec] = {}
+    attrs: dict[str, dict] = {}
+    for name, ctype in spec.compute.items():
+        specs[name], attrs[name] = compute_spec(name, ctype)
+    wiring = Wiring(spec, source, specs, attrs)
+    GENERATE[spec.fabric.generator](spec.fabric, wiring)
+    check_graph(wiring, source)
+    cls = FatTreeTopology if spec.fabric.generator == "fat_tree" else Topology
+    topo = cls(spec.name, wiring.graph, wiring.ranks, source=source, hosts=wiring.hosts, description=spec.description)
+    topo.spec = spec  # type: ignore[attr-defined]
+    return topo
+
+
+def _table(points: list, attr: str) -> EfficiencyTable:
+    if not points:
+        return EfficiencyTable.constant(1.0)
+    return EfficiencyTable(tuple((float(getattr(p, attr)), float(p.efficiency)) for p in points))
+
+
+def compute_spec(name: str, ctype: schema.Processor | schema.Card) -> tuple[ComputeSpec, dict[str, Any]]:
+    """SI ComputeSpec of a compute type, plus descriptive node attributes (model, clocks, power, SRAM)."""
+    mem = ctype.memory
+    capacity_GB = mem.capacity_GB
+    if isinstance(ctype, schema.Card):
+        peak = {"int8": ctype.int8_TOPS * 1e12, "fp16": ctype.fp16_TFLOPS * 1e12}
+        if ctype.fp32_TFLOPS is not None:
+            peak["fp32"] = ctype.fp32_TFLOPS * 1e12
+        cs = ComputeSpec(
+            name=name,
+            cores=ctype.cores,
+            clock_hz=(ctype.clock_GHz or 0.0) * 1e9,
+            peak_flops=peak,
+            memory_bandwidth_Bps=mem.bandwidth_GBps * 1e9,
+            memory_capacity_B=float(capacity_GB) * 1e9 if capacity_GB != "detect" else _detected().memory_B,
+            numa_nodes=mem.numa_nodes,
+            gemm_efficiency=_table(ctype.gemm_efficiency, "flops"),
+            memory_efficiency=_table(mem.efficiency, "bytes"),
+            saturation_cores=mem.saturation_cores,
+            kind="card",
+        )
+        extra = {
+            "model": ctype.model,
+            "power_W": ctype.power_W,
+            "sram_per_core_B": None if ctype.sram_per_core_GB is None else ctype.sram_per_core_GB * 1e9,
+            "shared_cache_B": None if ctype.shared_cache_GB is None else ctype.shared_cache_GB * 1e9,
+            "calibrated": True,
+        }
+        return cs, extra
+    host = _detected() if _uses_detect(ctype) else None
+    model = host.model if ctype.model == "detect" and host else ctype.model
+    cores = host.cores if ctype.cores == "detect" and host else ctype.cores
+    turbo = host.clock_GHz if ctype.turbo_avx_clock_GHz == "detect" and host else ctype.turbo_avx_clock_GHz
+    base = host.base_clock_GHz if ctype.base_avx_clock_GHz == "detect" and host else ctype.base_avx_clock_GHz
+    fpc = host.flops_per_cycle_per_core if ctype.flops_per_cycle_per_core == "detect" and host else ctype.flops_per_cycle_per_core
+    capacity_B = host.memory_B if capacity_GB == "detect" and host else float(capacity_GB) * 1e9
+    assert isinstance(cores, int) and isinstance(turbo, float) and isinstance(base, float) and isinstance(fpc, dict)
+    clock = turbo if ctype.peak_clock == "turbo" else base
+    cs = ComputeSpec(
+        name=name,
+        cores=cores,
+        clock_hz=clock * 1e9,
+        peak_flops={p: cores * clock * 1e9 * f for p, f in fpc.items()},
+        memory_bandwidth_Bps=mem.bandwidth_GBps * 1e9,
+        memory_capacity_B=capacity_B,
+        numa_nodes=mem.numa_nodes,
+        gemm_efficiency=_table(ctype.gemm_efficiency, "flops"),
+        memory_efficiency=_table(mem.efficiency, "bytes"),
+        saturation_cores=mem.saturation_cores,
+        kind=ctype.kind,
+    )
+    extra = {
+        "model": model,
+        "power_W": ctype.power_W,
+        "base_clock_hz": base * 1e9,
+        "turbo_clock_hz": turbo * 1e9,
+        "calibrated": ctype.calibrated,
+    }
+    return cs, extra
+
+
+def _uses_detect(ctype: schema.Processor) -> bool:
+    return "detect" in (
+        ctype.model,
+        ctype.cores,
+        ctype.base_avx_clock_GHz,
+        ctype.turbo_avx_clock_GHz,
+        ctype.flops_per_cycle_per_core,
+        ctype.memory.capacity_GB,
+    )
+
+
+def _detected():
+    from dlrmsim.topologies.host import detect
+
+    return detect()
+
+
+def check_graph(w: Wiring, source: str) -> None:
+    """The fabric has ranks, is connected, and no switch has more links than ports."""
+    g = w.graph
+    field = "fabric.edges" if w.spec.fabric.generator == "explicit" else "fabric"
+    if not w.ranks:
+        raise DlrmsimError("the fabric has no ranks (socket or card nodes)", source=source, field="fabric", fix="add compute nodes")
+    if g.number_of_nodes() > 1 and not nx.is_connected(g):
+        anchor = w.ranks[0]
+        reached = nx.node_connected_component(g, anchor)
+        stray = [n for n in g.nodes if n not in reached]
+        more = f" (and {len(stray) - 1} more)" if len(stray) > 1 else ""
+        raise DlrmsimError(
+            f"the fabric is disconnected: node '{stray[0]}'{more} cannot reach '{anchor}'",
+            source=source,
+            field=field,
+            fix=f"add a link from '{stray[0]}' to the rest of the fabric",
+        )
+    for node, data in g.nodes(data=True):
+        ports = data.get("ports")
+        if ports is None:
+            continue
+        used = sum(edata["trunk"] for _, _, edata in g.edges(node, data=True))
+        if used > ports:
+            raise DlrmsimError(
+                f"{data['kind']} '{node}' needs {used} ports but type '{data['switch_type']}' has {ports}",
+                source=source,
+                field=f"switches.{data['switch_type']}.ports",
+                fix=f"use a switch with at least {used} ports, or attach fewer endpoints to each switch",
+            )

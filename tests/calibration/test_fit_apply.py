@@ -1,0 +1,155 @@
+"""Fitting against closed forms, applying a calibration to a hand-built topology, loading files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import networkx as nx
+import pytest
+import yaml
+
+from dlrmsim.calibration.apply import apply_calibration
+from dlrmsim.calibration.fit import fit_alpha_beta, fit_embedding, fit_gemm, fit_memory, predict_gemm_s
+from dlrmsim.calibration.host import flops_per_cycle, host_differences
+from dlrmsim.calibration.schema import Calibration, Measurement, load_calibration
+from dlrmsim.errors import DlrmsimError
+from dlrmsim.topologies.topology import ComputeSpec, EfficiencyTable, Link, Topology
+
+
+def test_alpha_beta_recovers_a_closed_form() -> None:
+    alpha, beta = 12e-6, 3.5e9
+    sizes = [4 * 4**i * 1024 for i in range(9)]
+    a, b = fit_alpha_beta(sizes, [alpha + n / beta for n in sizes])
+    assert a == pytest.approx(alpha, rel=1e-6)
+    assert b == pytest.approx(beta, rel=1e-6)
+
+
+def test_alpha_never_negative() -> None:
+    a, b = fit_alpha_beta([1e6, 4e6, 16e6], [0.9e-3, 4e-3, 16e-3])
+    assert a >= 0 and b > 0
+
+
+def _m(bench: str, cores: int, time_s: float, **kw: object) -> Measurement:
+    return Measurement(benchmark=bench, name=f"{bench} {kw} c{cores}", cores=cores, time_s=time_s, repeats=3,
+                       params=kw.pop("params", {}), **kw)  # type: ignore[arg-type]
+
+
+def test_gemm_table_reproduces_its_measurements(quick_cal: Calibration) -> None:
+    host = quick_cal.host
+    ms = [_m("gemm", 1, 2.0 * n**3 / (peak * 1e9), flops=2.0 * n**3, params={"m": n, "n": n, "k": n})
+          for n, peak in ((64, 10.0), (512, 50.0), (2048, 80.0))]
+    fit = fit_gemm(ms, host)
+    peak1 = host.clock_GHz * host.flops_per_cycle_fp32
+    assert [e for _, e in fit.tables[0].points] == pytest.approx([10 / peak1, 50 / peak1, 80 / peak1], rel=1e-3)
+    for m in ms:
+        assert predict_gemm_s(fit, m.flops, 1) == pytest.approx(m.time_s, rel=1e-3)
+    # Skinny (matrix-vector) shapes stay out of the table.
+    skinny = _m("linear", 1, 1.0, flops=2.0 * 256 * 4096, params={"batch": 256, "fan_in": 4096, "fan_out": 1, "pass": "fwd"})
+    assert fit_gemm([*ms, skinny], host).tables == fit.tables
+
+
+def test_memory_fit_finds_the_knee(quick_cal: Calibration) -> None:
+    gb = 1e9
+    ms = [_m("stream", c, 12 * 2**24 / (bw * gb), bytes=12.0 * 2**24, params={"kind": "triad"})
+          for c, bw in ((1, 10.0), (2, 20.0), (4, 30.0), (8, 30.0))]
+    fit = fit_memory(ms, quick_cal.host)
+    assert fit.per_core_GBps == pytest.approx(10.0, rel=1e-4)
+    assert fit.bandwidth_GBps == pytest.approx(30.0, rel=1e-4)
+    assert fit.saturation_cores == pytest.approx(3.0, rel=1e-3)
+    assert fit.saturated
+
+
+def test_embedding_fit_exact_for_one_bandwidth(quick_cal: Calibration) -> None:
+    ms = [_m("embedding", 2, nb / 5e9, bytes=nb, params={"op": "forward", "distribution": "zipf"}) for nb in (1e6, 3e7, 2e8)]
+    (fit,) = fit_embedding(ms, quick_cal.memory)
+    assert fit.bandwidth_GBps == pytest.approx(5.0, rel=1e-4)
+
+
+def test_flops_per_cycle_from_flags() -> None:
+    assert flops_per_cycle(frozenset({"avx512f", "avx2", "fma"})) == (64.0, "avx512f")
+    assert flops_per_cycle(frozenset({"avx2", "fma", "avx"})) == (32.0, "avx2+fma")
+    assert flops_per_cycle(frozenset({"avx"})) == (16.0, "avx")
+    assert flops_per_cycle(frozenset({"sse2"})) == (8.0, "sse")
+
+
+def _tiny_host_topology() -> Topology:
+    g = nx.Graph()
+    spec = ComputeSpec(name="host-half", cores=1, clock_hz=1e9, peak_flops={"fp32": 1e9, "bf16": 2e9},
+                       memory_bandwidth_Bps=1e9, memory_capacity_B=8e9, kind="host")
+    g.add_node("r0", compute=spec)
+    g.add_node("r1", compute=spec)
+    g.add_edge("r0", "r1", link=Link("r0", "r1", "shm", bandwidth_Bps=1e9, latency_s=1e-6))
+    g.add_node("nic")
+    g.add_edge("r1", "nic", link=Link("r1", "nic", "ethernet", bandwidth_Bps=1.25e9, latency_s=5e-6))
+    return Topology("tiny-host", g, ["r0", "r1"])
+
+
+def test_apply_calibration_uses_fitted_rates_consistently(quick_cal: Calibration) -> None:
+    topo = _tiny_host_topology()
+    cal_topo = apply_calibration(topo, quick_cal)
+    host = quick_cal.host
+    spec = cal_topo.compute(0)
+    assert spec.peak_flops["fp32"] == pytest.approx(host.clock_GHz * 1e9 * host.flops_per_cycle_fp32)
+    assert spec.peak_flops["bf16"] == 2e9  # other precisions untouched
+    table = quick_cal.gemm_table(1)
+    for flops, eff in table.points:  # achieved = peak x gemm_efficiency(flops), at the table's own points
+        assert spec.peak_flops["fp32"] * spec.gemm_efficiency(flops) == pytest.approx(table.peak_GFLOPs * 1e9 * eff, rel=1e-3)
+    assert spec.memory_bandwidth_Bps == pytest.approx(quick_cal.memory.bandwidth_GBps * 1e9)
+    assert spec.saturation_cores == pytest.approx(quick_cal.memory.saturation_cores)
+    assert spec.memory_efficiency(1e6) == 1.0
+    link = cal_topo.link("r0", "r1")
+    a2a = quick_cal.collective("alltoall")
+    assert link.bandwidth_Bps == pytest.approx(a2a.bus_bandwidth_GBps * 1e9)
+    assert link.overhead_s == pytest.approx(a2a.alpha_us * 1e-6)
+    assert cal_topo.link("r1", "nic") == topo.link("r1", "nic")  # non-shm links kept
+    # The input is untouched and the copy still routes.
+    assert topo.compute(0).peak_flops["fp32"] == 1e9 and topo.link("r0", "r1").bandwidth_Bps == 1e9
+    assert cal_topo.route(0, 1) == ["r0", "r1"] and cal_topo.num_ranks == 2
+    assert all(lk.kind != "shm" or lk.bandwidth_Bps != 1e9 for lk in cal_topo.links)
+
+
+def test_apply_works_with_the_host_topology_builder_when_present(quick_cal: Calibration) -> None:
+    topologies = pytest.importorskip("dlrmsim.topologies")
+    load = getattr(topologies, "load_topology", None)
+    if load is None:
+        pytest.skip("the host topology builder (dlrmsim.topologies.load_topology) is not written yet")
+    topo = apply_calibration(load("host", ranks=2), quick_cal)
+    assert topo.compute(0).peak_flops["fp32"] > 0
+    assert any(lk.kind == "shm" and lk.bandwidth_Bps == pytest.approx(quick_cal.collective("alltoall").bus_bandwidth_GBps * 1e9)
+               for lk in topo.links)
+
+
+def test_bad_calibration_file_is_one_line_error(quick_cal_path: Path, tmp_path: Path) -> None:
+    data = yaml.safe_load(quick_cal_path.read_text())
+    data["memory"]["bandwidth_GBps"] = -3
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(data))
+    with pytest.raises(DlrmsimError) as err:
+        load_calibration(bad)
+    assert "memory.bandwidth_GBps" in str(err.value) and "\n" not in str(err.value)
+    data = yaml.safe_load(quick_cal_path.read_text())
+    data["gemm"]["peak_efficency"] = 0.5
+    bad.write_text(yaml.safe_dump(data))
+    with pytest.raises(DlrmsimError, match="did you mean 'peak_efficiency'"):
+        load_calibration(bad)
+    with pytest.raises(DlrmsimError, match="cannot read file"):
+        load_calibration(tmp_path / "missing.yaml")
+
+
+def test_other_host_warns_naming_differences(quick_cal_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    load_calibration(quick_cal_path)
+    assert "another host" not in capsys.readouterr().err
+    data = yaml.safe_load(quick_cal_path.read_text())
+    data["host"]["cpu_model"] = "Intel(R) Xeon(R) Platinum 8180"
+    data["host"]["cores"] = 28
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump(data))
+    cal = load_calibration(other)
+    err = capsys.readouterr().err
+    assert "another host" in err and "cpu_model" in err and "cores 28" in " ".join(err.split())
+    assert cal.host.cores == 28
+    assert host_differences(cal.host, cal.host) == []
+
+
+def test_efficiency_table_type_matches_simulator() -> None:
+    assert EfficiencyTable(((1e6, 0.2), (1e9, 0.6)))(1e7) == pytest.approx(0.2 + 0.4 / 3)

@@ -1,0 +1,72 @@
+"""Interrupted calibrations resume from the partial-results cache; CLI errors are one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dlrmsim.calibration.bench import BenchTask
+from dlrmsim.calibration.calibrate import PartialCache, partial_path, run_plan
+from dlrmsim.calibration.schema import Measurement
+
+
+def _row(name: str) -> Measurement:
+    return Measurement(benchmark="stream", name=name, cores=1, bytes=1e6, time_s=1e-4, repeats=3, params={"kind": "copy"})
+
+
+def test_resume_reuses_finished_tasks_and_reruns_the_rest(tmp_path: Path) -> None:
+    path = partial_path(tmp_path / "host.yaml")
+    assert path.name == "host.yaml.partial.jsonl"
+    calls: list[str] = []
+
+    def task(name: str, fail: bool = False) -> BenchTask:
+        def run() -> list[Measurement]:
+            calls.append(name)
+            if fail:
+                raise KeyboardInterrupt  # the user pressed ^C in the middle of this benchmark
+            return [_row(name)]
+
+        return BenchTask("memory streams", name, run)
+
+    with pytest.raises(KeyboardInterrupt):
+        run_plan([task("a"), task("b"), task("c", fail=True)], PartialCache(path, "key1"), progress=False)
+    assert calls == ["a", "b", "c"]
+    with path.open("a") as fh:
+        fh.write('{"key": "key1", "task": "c", "measu')  # a line cut by the interruption is ignored
+    calls.clear()
+    rows = run_plan([task("a"), task("b"), task("c")], PartialCache(path, "key1"), progress=False)
+    assert calls == ["c"] and [r.name for r in rows] == ["a", "b", "c"]
+    # Another host (or backend, or mode) never reuses them.
+    calls.clear()
+    run_plan([task("a")], PartialCache(path, "other-host"), progress=False)
+    assert calls == ["a"]
+
+
+def test_calibrate_bad_backend_is_one_line_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    from dlrmsim.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["calibrate", "--quick", "--backend", "numpyy"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "unknown backend 'numpyy'" in err and "did you mean 'numpy'" in err
+
+
+def test_torch_backend_without_torch_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    import dlrmsim.calibration.kernels as kernels
+    from dlrmsim.errors import DlrmsimError
+
+    monkeypatch.setattr(kernels, "torch_available", lambda: False)
+    with pytest.raises(DlrmsimError, match="needs PyTorch"):
+        kernels.get_kernels("torch")
+
+
+def test_calibrate_command_is_registered() -> None:
+    from typer.testing import CliRunner
+
+    from dlrmsim.cli import app
+
+    result = CliRunner().invoke(app, ["calibrate", "--help"])
+    assert result.exit_code == 0
+    assert "--quick" in result.output and "--backend" in result.output
