@@ -93,7 +93,12 @@ def run_calibration(quick: bool, backend: str | None, out: Path | None, progress
     out = Path(out) if out is not None else default_out(host)
     cache = PartialCache(partial_path(out), host_key(host))
     tasks = build_plan(kernels, quick, host.cores, implementation_for(backend))
-    measurements = run_plan(tasks, cache, progress)
+    try:
+        measurements = run_plan(tasks, cache, progress)
+    except KeyboardInterrupt:
+        err_console.print(f"interrupted: {len(cache.done)} finished benchmarks kept in {cache.path}; "
+                          "run the same command again to resume", highlight=False, soft_wrap=True)
+        raise
     host = host.model_copy(update={"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")})
     gemm = fit_gemm(measurements, host)
     memory = fit_memory(measurements, host)

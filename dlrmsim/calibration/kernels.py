@@ -26,7 +26,7 @@ Op = Callable[[], object]
 
 @dataclass(frozen=True)
 class EmbeddingOps:
-    """The three prepared embedding operations on one table, and the bytes each moves.
+    """The three prepared embedding operations on one table (``forward`` returns the pooled rows).
 
     Byte counts (see ``embedding_bytes``) follow dlrmsim.workloads.model so that a fitted bandwidth
     means the same thing to the simulator as to the benchmark.

@@ -126,12 +126,13 @@ class NumpyKernels(Kernels):
         def batches() -> list[slice]:
             return _split(batch, kernels._threads) if batch >= kernels._threads else [slice(0, batch)]
 
-        def forward() -> None:
+        def forward() -> np.ndarray:
             def part(s: slice) -> None:
                 gathered = table[idx[s].reshape(-1)]
                 np.sum(gathered.reshape(-1, pooling, dim), axis=1, out=pooled[s])
 
             kernels._parallel(part, batches())
+            return pooled
 
         def backward() -> None:
             # The sum's gradient: each lookup's row gets the sample's pooled gradient.

@@ -56,7 +56,7 @@ class GemmTable(StrictModel):
 
 
 class GemmFit(StrictModel):
-    peak_efficiency: Fraction = Field(description="highest table efficiency at all cores")
+    peak_efficiency: Fraction = Field(description="best measured GEMM efficiency at all cores")
     tables: list[GemmTable] = Field(min_length=1)
     achieved_GFLOPs_by_cores: list[tuple[Annotated[int, Field(gt=0)], Positive]] = Field(
         description="[[cores, best achieved GFLOP/s], ...] for the largest GEMMs"

@@ -5,8 +5,9 @@ An algorithm is a small function registered with ``@algorithm(op, name)``. It re
 indices 0..p-1 into ``ctx.ranks``; the engine maps them to global ranks.
 
 Execution semantics (engine): phases are *per-rank asynchronous*. A rank enters phase k+1 as soon as every
-phase-k flow it sends or receives has arrived and its phase-k reduction (``reduce_bytes``) is done; it
-starts its own phase-k+1 sends at that moment. A rank with nothing to do in a phase passes straight
+phase-k flow it sends or receives has arrived and its phase-k reduction (``reduce_bytes``) is done. A
+phase-k flow starts when both its ends have entered phase k (``CommSettings.rendezvous``, default, as for
+large MPI messages) or when its sender has (eager). A rank with nothing to do in a phase passes straight
 through. This is how message-passing collectives behave (no global barrier between steps), and it lets a
 slow link delay only the ranks that depend on it.
 

@@ -270,6 +270,16 @@ class Simulation:
         return out
 
 
+def _gather(ptr: np.ndarray, order: np.ndarray, grp: np.ndarray) -> np.ndarray:
+    """Indices ``order[ptr[g]:ptr[g+1]]`` for every g in ``grp``, concatenated (vectorized)."""
+    lo = ptr[grp]
+    ln = ptr[grp + 1] - lo
+    tot = int(ln.sum())
+    if not tot:
+        return _I0
+    return order[np.repeat(lo - (np.cumsum(ln) - ln), ln) + np.arange(tot)]
+
+
 class _EventOwner:
     def __init__(self, event: simpy.Event) -> None:
         self.event = event
@@ -309,6 +319,9 @@ class _CollectiveRun:
         K = self.K
         self.order: list[np.ndarray] = []
         self.ptr: list[np.ndarray] = []
+        self.dorder: list[np.ndarray] = []
+        self.dptr: list[np.ndarray] = []
+        self.rendezvous = sim.comm.rendezvous
         self.remaining = np.zeros((max(K, 1), p), dtype=np.int64)
         n_flows = 0
         n_red = 0
@@ -320,7 +333,12 @@ class _CollectiveRun:
             ptr = np.zeros(p + 1, dtype=np.int64)
             np.cumsum(cnt, out=ptr[1:])
             self.ptr.append(ptr)
-            self.remaining[k] = cnt + np.bincount(ph.dst, minlength=p)
+            dcnt = np.bincount(ph.dst, minlength=p)
+            self.remaining[k] = cnt + dcnt
+            self.dorder.append(np.argsort(ph.dst, kind="stable"))
+            dptr = np.zeros(p + 1, dtype=np.int64)
+            np.cumsum(dcnt, out=dptr[1:])
+            self.dptr.append(dptr)
             n_flows += len(ph.src)
             offs.append(n_flows)
             if ph.reduce_bytes is not None:
@@ -355,14 +373,21 @@ class _CollectiveRun:
             rs = self._flows_complete(ready)
 
     def _start_sends(self, k: int, grp: np.ndarray) -> None:
-        ptr, order, ph = self.ptr[k], self.order[k], self.phases[k]
-        lo = ptr[grp]
-        ln = ptr[grp + 1] - lo
-        tot = int(ln.sum())
-        if not tot:
+        """Start phase-k flows of ranks ``grp`` that just entered phase k.
+
+        Eager: a rank's sends start when it enters the phase. Rendezvous: a flow starts when both its ends
+        have entered the phase, so sends from ``grp`` to ranks still behind wait, and sends already waiting
+        on ``grp`` start now.
+        """
+        ph = self.phases[k]
+        fidx = _gather(self.ptr[k], self.order[k], grp)
+        if self.rendezvous:
+            fidx = fidx[self.cur[ph.dst[fidx]] >= k]
+            inc = _gather(self.dptr[k], self.dorder[k], grp)
+            inc = inc[self.cur[ph.src[inc]] >= k]
+            fidx = np.unique(np.concatenate([fidx, inc]))
+        if not fidx.size:
             return
-        pos = np.repeat(lo - (np.cumsum(ln) - ln), ln) + np.arange(tot)
-        fidx = order[pos]
         batch, delay = self.sim.flow_batch(self.nodes[ph.src[fidx]], self.nodes[ph.dst[fidx]], ph.nbytes[fidx], self.offs[k] + fidx)
         batch.owner = self.oid
         self.sim.fluid.add(batch, delay)

@@ -21,7 +21,8 @@ class CommSettings(StrictModel):
     """Communication backend parameters the engine needs (one backend for the whole run).
 
     Interference model: while any flow to or from rank r is in flight and ``progress_thread_unpinned`` is
-    set, r's compute-pool tasks get only ``1 - stolen_cores / compute_cores`` of each core (their flop rate
+    set, r's compute-pool tasks get only ``1 - stolen_cores / compute_cores`` of each core (``1 - stolen_cores``
+    with ``barrier_synchronized``) (their flop rate
     and their core-limited bandwidth shrink by that factor); while any compute-pool task runs on either end
     rank of a flow, that flow's rate cap is divided by ``comm_slowdown``. Rates are recomputed whenever
     communication or compute starts or stops, so both stretch exactly while they overlap.
@@ -30,6 +31,11 @@ class CommSettings(StrictModel):
     pinned_cores: int = Field(0, ge=0, description="cores per rank reserved for communication; removed from the compute pool")
     progress_thread_unpinned: bool = Field(False, description="an unpinned progress thread competes with compute threads")
     stolen_cores: float = Field(1.0, ge=0, description="cores' worth of CPU time the unpinned thread takes while comm is active")
+    barrier_synchronized: bool = Field(
+        False,
+        description="compute kernels end in a barrier, so all threads wait for the one sharing its core with the progress "
+        "thread: compute runs at 1 - min(stolen_cores, 1) instead of 1 - stolen_cores / compute_cores",
+    )
     comm_slowdown: float = Field(1.0, ge=1.0, description="flow rate-cap divisor while compute runs beside the unpinned thread")
     message_overhead_s: float = Field(0.0, ge=0, description="backend software overhead per message (s), added to link overheads")
     in_order_completion: bool = Field(False, description="a rank's communication ops complete in issue order (MPI-like)")
@@ -38,12 +44,19 @@ class CommSettings(StrictModel):
     )
     reduce_traffic_factor: float = Field(3.0, ge=0, description="memory bytes per reduced byte (read two operands, write one)")
     reduction_cores: float | None = Field(None, gt=0, description="cores doing reduction arithmetic; default max(pinned_cores, 1)")
+    rendezvous: bool = Field(
+        True,
+        description="a collective step's flow starts when both ends have reached that step (large-message rendezvous); "
+        "False: eager, it starts when the sender reaches the step",
+    )
     ecmp: Literal["hash", "split"] = Field(
         "hash",
         description="hash: each rank-to-rank flow takes Topology.route(src, dst), one path of its ECMP set; "
         "split: every flow spreads evenly over all shortest paths (ideal spraying; more solver work)",
     )
-    algorithms: dict[str, str] = Field(default_factory=dict, description="collective op -> algorithm name overrides")
+    algorithms: dict[str, str | None] = Field(
+        default_factory=dict, description="collective op -> algorithm name overrides (None: the op's default)"
+    )
 
     def reduce_cores(self) -> float:
         return self.reduction_cores if self.reduction_cores is not None else float(max(self.pinned_cores, 1))
@@ -69,7 +82,9 @@ class RankResources:
             "comm": simpy.Container(env, capacity=self.comm_cores, init=self.comm_cores),
         }
         # Share of each compute core left to compute threads while the unpinned progress thread is busy.
-        if comm.progress_thread_unpinned:
+        if comm.progress_thread_unpinned and comm.barrier_synchronized:
+            self.interfered_share = max(1.0 - min(comm.stolen_cores, 1.0), 0.0)
+        elif comm.progress_thread_unpinned:
             self.interfered_share = max(1.0 - comm.stolen_cores / self.compute_cores, 0.0)
         else:
             self.interfered_share = 1.0

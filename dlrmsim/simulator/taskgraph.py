@@ -45,6 +45,7 @@ class UpdateCosts:
     atomic_conflict_s: float
     rtm_conflict_s: float
     cache_line_bytes: int = 64
+    core_bandwidth_Bps: float = float("inf")  # what one core streams from memory (socket bandwidth / saturation cores)
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ class IterationSettings:
     fuse_backward_update: bool = False
     optimizer: Optimizer = "sgd"
     threads: int = 1  # compute threads per rank, for the race-free update's load balance
-    update_costs: UpdateCosts = field(default_factory=lambda: UpdateCosts(100e-9, 150e-9))
+    update_costs: UpdateCosts = field(default_factory=lambda: UpdateCosts(0.0, 0.0))
     # Pre/post-processing passes per collective: copies into and out of flat buffers, gradient averaging.
     allreduce_prepost_passes: float = 3.0
     alltoall_prepost_passes: float = 2.0
@@ -152,8 +153,9 @@ def embedding_backward_update_tasks(
     - atomic / rtm: duplicate lookups of a row from different cores conflict; each conflict moves
       the row's cache lines between cores. Conflicts on one row serialise, so the hottest row's
       duplicates form a serial chain (``serial_s``) that extra cores cannot shorten.
-    - race_free: every thread scans all indices and updates only its own row range; no conflicts, but
-      the thread owning the hottest row does at least that row's share of the work (load imbalance).
+    - race_free: every thread scans all indices (they fit in cache) and updates only its own row range;
+      no conflicts, but the thread owning the hottest row must read all of that row's gradient rows on
+      its own, at one core's bandwidth (load imbalance, ``serial_s``).
     Fusing backward and update skips writing and re-reading the expanded gradient rows.
     """
     lookups = batch * w.lookups_per_sample * lookup_fraction
@@ -179,9 +181,8 @@ def embedding_backward_update_tasks(
         cross_core = 1.0 - 1.0 / max(1, s.threads)
         serial_s = max(0.0, hottest - 1.0) * lines * per_conflict * cross_core
     elif s.threads > 1:
-        # Race-free: each thread scans every index; the busiest thread's share sets the time.
-        share = max(1.0 / s.threads, model.hottest_row_share(rows, w.index_distribution))
-        update_bytes = update_bytes * share * s.threads + lookups * w.index_bytes * (s.threads - 1)
+        hottest = model.hottest_row_share(rows, w.index_distribution) * lookups
+        serial_s = hottest * grad_row_bytes / s.update_costs.core_bandwidth_Bps
     tasks.append(Task(f"{name}.update", "update", flops=flops, bytes=update_bytes, serial_s=serial_s))
     return tasks
 

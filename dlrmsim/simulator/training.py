@@ -200,6 +200,7 @@ def update_costs(topo: Topology) -> UpdateCosts:
         atomic_conflict_s=float(getattr(spec, "atomic_conflict_s", 0.0)),
         rtm_conflict_s=float(getattr(spec, "rtm_conflict_s", 0.0)),
         cache_line_bytes=int(getattr(spec, "cache_line_bytes", 64)),
+        core_bandwidth_Bps=spec.memory_bandwidth_Bps / (spec.saturation_cores or spec.cores),
     )
 
 
@@ -243,7 +244,11 @@ def smallest_fitting_ranks(w: Workload, spec: PlacementSpec, capacity_B: float, 
 
 
 class CollectiveCoordinator:
-    """Starts a collective once every rank has posted it; in-order backends run one collective at a time."""
+    """Starts a collective once every rank has posted it; each rank's wait ends when its own part is done.
+
+    In-order completion (MPI) is the engine's job: it holds back a rank's completion events until its
+    earlier communication has completed.
+    """
 
     def __init__(self, sim: Any, graph: IterationGraph, backend: Backend, ranks: int) -> None:
         self.sim = sim
@@ -252,35 +257,29 @@ class CollectiveCoordinator:
         self.backend = backend
         self.ranks = list(range(ranks))
         self.posted: dict[str, int] = {}
-        self.done: dict[str, simpy.Event] = {cid: self.env.event() for cid in graph.collectives}
-        self.start_time: dict[str, float] = {}
-        self.end_time: dict[str, float] = {}
-        self._queue: simpy.Resource | None = simpy.Resource(self.env, capacity=1) if backend.in_order else None
+        self.rank_done: dict[str, dict[int, simpy.Event]] = {}
+        self.ready: dict[str, simpy.Event] = {cid: self.env.event() for cid in graph.collectives}
 
     def post(self, cid: str) -> None:
         self.posted[cid] = self.posted.get(cid, 0) + 1
         if self.posted[cid] == len(self.ranks):
-            self.env.process(self._run(self.graph.collectives[cid]))
+            self._launch(self.graph.collectives[cid])
 
-    def _run(self, c: Collective) -> Any:
-        if self._queue is not None:
-            with self._queue.request() as req:
-                yield req
-                yield from self._launch(c)
-        else:
-            yield from self._launch(c)
-
-    def _launch(self, c: Collective) -> Any:
-        self.start_time[c.cid] = self.env.now
+    def _launch(self, c: Collective) -> None:
         algorithms = self.backend.algorithms
         if c.matrix is not None:
-            ev = self.sim.alltoallv(self.ranks, c.matrix, name=c.cid, category=c.category, algorithm=algorithms.alltoall if c.op == "alltoallv" else algorithms.scatter)
+            algo = algorithms.alltoall if c.op == "alltoallv" else algorithms.scatter
+            ev = self.sim.alltoallv(self.ranks, c.matrix, name=c.cid, category=c.category, algorithm=algo)
         else:
             algo = getattr(algorithms, c.op, None)
             ev = self.sim.collective(c.op, self.ranks, c.nbytes, algorithm=algo, name=c.cid, category=c.category)
-        yield ev
-        self.end_time[c.cid] = self.env.now
-        self.done[c.cid].succeed()
+        self.rank_done[c.cid] = ev.rank_events
+        self.ready[c.cid].succeed()
+
+    def wait(self, cid: str, rank: int) -> Any:
+        """SimPy generator: until ``rank``'s part of collective ``cid`` is complete."""
+        yield self.ready[cid]
+        yield self.rank_done[cid][rank]
 
 
 def _rank_process(sim: Any, rank: int, graph: IterationGraph, coord: CollectiveCoordinator, precision: str, acc: dict[str, float], waits: dict[str, float]) -> Any:
@@ -299,7 +298,7 @@ def _rank_process(sim: Any, rank: int, graph: IterationGraph, coord: CollectiveC
             coord.post(step.collective)
         elif isinstance(step, Wait):
             t0 = env.now
-            yield coord.done[step.collective]
+            yield from coord.wait(step.collective, rank)
             c = graph.collectives[step.collective]
             acc[f"wait_{c.category}"] += env.now - t0
             waits[step.collective] = waits.get(step.collective, 0.0) + (env.now - t0)
@@ -311,7 +310,7 @@ def run_iteration(inputs: Inputs, cfg: TrainingConfig) -> TrainingResult:
     from dlrmsim.simulator.engine import Simulation
 
     graph = build_iteration(inputs.workload, inputs.placement, inputs.settings)
-    sim = Simulation(inputs.topology, seed=cfg.seed, comm=comm_settings(inputs.backend))
+    sim = Simulation(inputs.topology, seed=cfg.seed, comm=comm_settings(inputs.backend, inputs.topology.compute(0).cores))
     p = inputs.placement.ranks
     coord = CollectiveCoordinator(sim, graph, inputs.backend, p)
     accs = [{"compute": 0.0, "prepost": 0.0, "wait_allreduce": 0.0, "wait_alltoall": 0.0, "end": 0.0} for _ in range(p)]
@@ -356,11 +355,31 @@ def collective_payload(c: Collective, ranks: int) -> float:
     return c.nbytes
 
 
-def comm_settings(backend: Backend) -> Any:
-    """The engine's communication parameters for a backend preset."""
-    from dlrmsim.simulator import engine
+def comm_settings(backend: Backend, cores: int) -> Any:
+    """The engine's communication parameters for a backend preset.
 
-    return engine.CommSettings.from_backend(backend)
+    An unpinned progress thread takes ``core_share`` of one core while communication is in flight. When
+    compute kernels are barrier-synchronised, every thread waits for the one that shares its core, so the
+    whole kernel runs at ``1 - core_share`` of its speed: ``core_share * compute_cores`` cores' worth of
+    loss (the engine's ``stolen_cores``); otherwise only ``core_share`` of one core is lost. The progress
+    thread itself runs at ``1 - core_share`` of a core
+    while compute is busy, which stretches its message processing by ``1 / (1 - core_share)``.
+    """
+    from dlrmsim.simulator.engine import CommSettings
+
+    kw: dict[str, Any] = {
+        "pinned_cores": backend.comm_cores,
+        "message_overhead_s": backend.message_overhead_s,
+        "in_order_completion": backend.in_order,
+        "algorithms": backend.algorithms.model_dump(),
+    }
+    if backend.progress == "unpinned_thread" and backend.interference is not None:
+        share = backend.interference.core_share
+        kw["progress_thread_unpinned"] = True
+        compute_cores = cores - backend.comm_cores
+        kw["stolen_cores"] = share * compute_cores if backend.interference.barrier_synchronized else share
+        kw["comm_slowdown"] = 1.0 / (1.0 - share)
+    return CommSettings(**{k: v for k, v in kw.items() if k in CommSettings.model_fields})
 
 
 def time_to_train(w: Workload, optimizer: str, global_batch: int, iteration_s: float) -> tuple[float | None, float | None]:

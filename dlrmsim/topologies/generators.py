@@ -304,7 +304,6 @@ def host(f: schema.HostFabric, w: Wiring) -> None:
         peak_flops={p: v * scale for p, v in base.peak_flops.items()},
         memory_capacity_B=base.memory_capacity_B / f.ranks,
         memory_domain="host",
-        saturation_cores=None if base.saturation_cores is None else base.saturation_cores,
     )
     names = [f"host.r{i}" for i in range(f.ranks)]
     for n in names:

@@ -4,6 +4,32 @@ Quantities are stored in the unit their field names carry (GBps, us, GB, GHz, W;
 the other spellings a file may use); the builder converts them to SI. A fabric is either one of the
 parametric generators (``generator: fat_tree``, ...) or an explicit node and edge list
 (``generator: explicit``).
+
+Layout of a topology file (see presets/*.yaml)::
+
+    name: clx-64s-opa
+    description: ...
+    compute:                       # named compute types
+      xeon-8280:                   # kind socket | host: a CPU
+        kind: socket
+        model: ...; cores: 28; base_avx_clock_GHz: 1.8; turbo_avx_clock_GHz: 2.4; peak_clock: turbo
+        flops_per_cycle_per_core: {fp32: 64, bf16: 128}
+        memory: {bandwidth_GBps: 105, capacity_GB: 96, numa_nodes: 1, saturation_cores: 7,
+                 efficiency: [{bytes: 4096, efficiency: 0.5}, ...]}
+        gemm_efficiency: [{flops: 1.0e+6, efficiency: 0.25}, ...]
+      m2-card:                     # kind card: an accelerator
+        kind: card
+        cores: 12; int8_TOPS: 30; fp16_TFLOPS: 4; memory: {...}; power_W: 13
+    links:                         # named link types, bandwidth per direction
+      opa: {kind: opa, bandwidth_GBps: 12.5, latency_us: 0.45, overhead_us: 2.0, one_sided: false}
+      opa-uplink: {like: opa, latency_us: 0.0}
+      pcie-x4: {kind: pcie, lane_bandwidth_GBps: 0.985, width: 4, latency_us: 0.5, one_sided: true}
+    switches:                      # named switch (or multi-host NIC) types
+      opa-48: {ports: 48, latency_us: 0.1}
+    fabric:                        # one generator and its parameters, or generator: explicit
+      generator: fat_tree
+      endpoints: 64
+      ...
 """
 
 from __future__ import annotations

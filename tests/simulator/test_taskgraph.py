@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dlrmsim.simulator.taskgraph import IterationSettings, Post, Task, Wait, build_iteration, local_batches
+from dlrmsim.simulator.taskgraph import IterationSettings, UpdateCosts, Post, Task, Wait, build_iteration, local_batches
 from dlrmsim.workloads import load_workload, model
 from dlrmsim.workloads.placement import PlacementSpec, place
 
@@ -92,15 +92,25 @@ def test_embedding_lookup_bytes() -> None:
     assert emb[0].bytes == n * p * (e * 4 + 8) + n * e * 4
 
 
+COSTS = UpdateCosts(atomic_conflict_s=100e-9, rtm_conflict_s=150e-9, cache_line_bytes=64, core_bandwidth_Bps=10e9)
+
+
 def test_zipf_atomic_update_has_a_serial_chain_uniform_does_not() -> None:
-    kw = dict(update_strategy="atomic", threads=24)
-    g_zipf, _ = graph(MLPERF, 26, **kw)
+    kw = dict(update_strategy="atomic", threads=24, update_costs=COSTS)
+    g_zipf, pl = graph(MLPERF, 26, **kw)
+    rows = pl.shards_on(0)[0].rows
     g_unif, _ = graph(SMALL, 8, **kw)
     zipf_serial = max(t.serial_s for t in g_zipf.tasks(0) if t.kind == "update")
     unif_serial = max(t.serial_s for t in g_unif.tasks(0) if t.kind == "update")
     assert zipf_serial > 100 * max(unif_serial, 1e-12)
-    race_free, _ = graph(MLPERF, 26, update_strategy="race_free", threads=24)
-    assert max(t.serial_s for t in race_free.tasks(0)) == 0.0
+    # closed form: (hottest-row lookups - 1) x cache lines per row x conflict time x cross-core share
+    hottest = model.hottest_row_share(rows, MLPERF.index_distribution) * 16384
+    assert zipf_serial == pytest.approx((hottest - 1) * (128 * 4 / 64) * 100e-9 * (1 - 1 / 24))
+    # race-free: the owner of the hottest row reads its gradient rows alone at one core's bandwidth
+    race_free, _ = graph(MLPERF, 26, update_strategy="race_free", threads=24, update_costs=COSTS)
+    rf_serial = max(t.serial_s for t in race_free.tasks(0))
+    assert rf_serial == pytest.approx(hottest * 128 * 4 / 10e9)
+    assert zipf_serial > 5 * rf_serial
 
 
 def test_row_wise_uses_reduce_scatter_of_eq2() -> None:

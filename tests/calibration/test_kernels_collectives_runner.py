@@ -1,0 +1,165 @@
+"""Kernels compute the right numbers; host collectives move the right data; the DLRM runner runs real iterations."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dlrmsim.calibration.bench import TimingPolicy, time_op
+from dlrmsim.calibration.collectives_host import run_ranks
+from dlrmsim.calibration.dlrm_runner import PHASES, run_dlrm_iteration
+from dlrmsim.calibration.kernels import embedding_bytes, get_kernels, make_indices
+from dlrmsim.workloads import load_workload
+from dlrmsim.workloads.model import allreduce_bytes, alltoall_bytes, embedding_backward_bytes, embedding_forward_bytes
+from dlrmsim.workloads.schema import Tables, ZipfIndices
+
+BACKENDS = ["numpy", pytest.param("torch", marks=pytest.mark.torch)]
+
+
+def _kernels(backend: str):  # noqa: ANN202
+    if backend == "torch":
+        pytest.importorskip("torch", reason="torch is an optional extra (pip install 'dlrmsim[torch]')")
+    return get_kernels(backend)
+
+
+def _tiny(tables: int = 4, rows: int = 512, zipf: bool = False):  # noqa: ANN202
+    w = load_workload("small")
+    update = {"name": "tiny", "tables": Tables(count=tables, rows=rows), "embedding_dim": 16, "lookups_per_sample": 4,
+              "bottom_mlp": [32, 24, 16], "top_mlp": [32, 16, 1]}
+    if zipf:
+        update["index_distribution"] = ZipfIndices(kind="zipf", exponent=1.05)
+    return w.model_copy(update=update)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_embedding_ops_match_a_reference(backend: str) -> None:
+    k = _kernels(backend)
+    rows, dim, batch, pool = 64, 8, 16, 5
+    idx = make_indices(rows, batch * pool, "zipf", 1.2, np.random.default_rng(1))
+    ops = k.make_embedding(rows, dim, batch, pool, idx)
+    assert ops.unique_rows == len(np.unique(idx)) and ops.unique_rows < batch * pool  # repeats exercise accumulation
+    first = np.array(ops.forward(), copy=True)
+    assert first == pytest.approx(np.full((batch, dim), 0.01 * pool), rel=1e-5)  # every row starts at 0.01
+    ops.backward()  # d(pooled) = 1e-3 everywhere, so row r's gradient is 1e-3 x (its lookup count)
+    ops.update()  # one sparse SGD step with lr = 0.01
+    table = 0.01 - 0.01 * 1e-3 * np.bincount(idx, minlength=rows)
+    expected = table[idx.reshape(batch, pool)].sum(axis=1)
+    assert np.asarray(ops.forward())[:, 0] == pytest.approx(expected, rel=1e-5)
+    nb = embedding_bytes(batch, pool, dim, ops.unique_rows)
+    assert nb["forward"] == pytest.approx(pool * batch * dim * 4 + pool * batch * 8 + batch * dim * 4)
+
+
+def test_embedding_byte_counts_match_the_simulator_model() -> None:
+    w = _tiny()
+    b = 128
+    nb = embedding_bytes(b, w.lookups_per_sample, w.embedding_dim, unique_rows=100)
+    assert nb["forward"] == pytest.approx(embedding_forward_bytes(w, b))
+    assert nb["backward"] == pytest.approx(embedding_backward_bytes(w, b))
+
+
+def test_numpy_embedding_update_accumulates_repeated_rows() -> None:
+    from dlrmsim.calibration.dlrm_runner import _NumpyOps
+
+    ops = _NumpyOps()
+    table = np.zeros((10, 3), dtype=np.float32)
+    idx = np.array([[1, 1, 2], [1, 3, 3]])
+    dpooled = np.array([[1.0, 1.0, 1.0], [2.0, 2.0, 2.0]], dtype=np.float32)
+    grad = ops.emb_backward(table, idx, dpooled)
+    ops.emb_update(table, idx, grad, lr=1.0)
+    assert table[:, 0].tolist() == [0, -4, -1, -4, 0, 0, 0, 0, 0, 0]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gemm_and_streams_run_and_time(backend: str) -> None:
+    k = _kernels(backend)
+    policy = TimingPolicy(warmup=1, repeats=3, min_sample_s=0.001)
+    with k.threads(1):
+        for op in (k.make_gemm(64, 32, 16), k.make_linear(8, 16, 4, "fwd"), k.make_linear(8, 16, 4, "bwd_data"),
+                   k.make_linear(8, 16, 4, "bwd_weights"), k.make_stream("copy", 1 << 16, 1), k.make_stream("triad", 1 << 16, 1)):
+            t, spread, reps = time_op(op, policy)
+            assert t > 0 and spread >= 0 and reps == 3
+
+
+def test_zipf_indices_are_skewed_and_in_range() -> None:
+    rng = np.random.default_rng(0)
+    z = make_indices(10_000, 50_000, "zipf", 1.05, rng)
+    u = make_indices(10_000, 50_000, "uniform", 1.05, rng)
+    assert z.min() >= 0 and z.max() < 10_000 and u.min() >= 0 and u.max() < 10_000
+    # Distinct rows touched match the simulator's closed form for both distributions.
+    from dlrmsim.workloads.model import expected_unique_rows
+    from dlrmsim.workloads.schema import UniformIndices
+
+    assert len(np.unique(z)) == pytest.approx(expected_unique_rows(10_000, 50_000, ZipfIndices(kind="zipf", exponent=1.05)), rel=0.03)
+    assert len(np.unique(u)) == pytest.approx(expected_unique_rows(10_000, 50_000, UniformIndices()), rel=0.01)
+
+
+def _collective_body(comm) -> dict:  # noqa: ANN001
+    r, size = comm.rank, comm.size
+    buf = np.arange(10, dtype=np.float32) + 100 * r
+    comm.allreduce(buf)
+    big = np.full(3_000_001, float(r + 1), dtype=np.float32)  # spans several staging pieces
+    comm.allreduce(big)
+    send = np.stack([np.full(5, 10 * r + d, dtype=np.float32) for d in range(size)])
+    recv = np.zeros_like(send)
+    nbytes = comm.alltoall(send, recv)
+    return {"sum": buf.tolist(), "big": (float(big.min()), float(big.max())), "recv": recv[:, 0].tolist(), "bytes": nbytes}
+
+
+@pytest.mark.parametrize("impl", ["shm", pytest.param("gloo", marks=pytest.mark.torch)])
+def test_host_collectives_move_the_right_data(impl: str) -> None:
+    if impl == "gloo":
+        pytest.importorskip("torch", reason="gloo needs the optional torch extra")
+    res = run_ranks(_collective_body, 2, impl, slot_bytes=4 * 2**20)
+    for r, out in enumerate(res):
+        assert out["sum"] == [2 * i + 100.0 for i in range(10)]
+        assert out["big"] == (3.0, 3.0)
+        assert out["recv"] == [10.0 * s + r for s in range(2)]
+        assert out["bytes"] == 2 * 5 * 4
+
+
+def _failing_body(comm) -> None:  # noqa: ANN001
+    raise ValueError(f"boom on rank {comm.rank}")
+
+
+def test_a_failing_rank_raises_with_its_traceback() -> None:
+    with pytest.raises(RuntimeError, match="boom on rank"):
+        run_ranks(_failing_body, 2, "shm")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dlrm_iteration_one_rank(backend: str) -> None:
+    _kernels(backend)
+    w = _tiny(zipf=True)
+    m = run_dlrm_iteration(w, batch=64, ranks=1, threads=1, backend=backend, iterations=3, warmup=1)
+    assert set(m.phases_s) == set(PHASES)
+    assert m.phases_s["alltoall_fwd"] < 1e-3 and m.allreduce_bytes == 0  # no communication on one rank
+    for ph in ("bottom_mlp_fwd", "embedding_fwd", "top_mlp_fwd", "top_mlp_bwd", "embedding_update", "mlp_update"):
+        assert m.phases_s[ph] > 0
+    # Blocking mode: the phases tile the iteration (medians of sums vs sums of medians: allow 30% + 1 ms).
+    assert abs(m.phase_sum_s - m.iteration_s) < 0.3 * m.iteration_s + 1e-3
+    assert np.isfinite(m.final_loss) and 0 < m.final_loss < 5
+    assert len(m.iteration_samples_s) == 3
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dlrm_iteration_two_ranks_moves_eq1_eq2_bytes(backend: str) -> None:
+    _kernels(backend)
+    w = _tiny(tables=4)
+    m = run_dlrm_iteration(w, batch=64, ranks=2, threads=1, backend=backend, iterations=2, warmup=1)
+    assert m.implementation == ("gloo" if backend == "torch" else "shm")
+    assert m.allreduce_bytes == pytest.approx(allreduce_bytes(w))  # Eq. 1, per rank
+    assert m.alltoall_bytes == pytest.approx(alltoall_bytes(w, 64))  # Eq. 2, all ranks, one direction
+    assert m.phases_s["alltoall_fwd"] > 0 and m.phases_s["allreduce"] > 0
+    assert np.isfinite(m.final_loss)
+
+
+def test_dlrm_runner_rejects_bad_inputs() -> None:
+    from dlrmsim.errors import DlrmsimError
+
+    w = _tiny(tables=2)
+    with pytest.raises(DlrmsimError, match="multiple of ranks"):
+        run_dlrm_iteration(w, batch=63, ranks=2)
+    with pytest.raises(DlrmsimError, match="exceed the 2 tables"):
+        run_dlrm_iteration(w, batch=64, ranks=4)
+    with pytest.raises(DlrmsimError, match="needs .* GB of tables"):
+        run_dlrm_iteration(load_workload("large"), batch=64, ranks=1)

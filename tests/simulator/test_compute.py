@@ -1,0 +1,135 @@
+"""Compute and memory: roofline times, core-limited bandwidth, shared memory domains, pinned cores, interference."""
+
+from __future__ import annotations
+
+import pytest
+
+from dlrmsim.errors import DlrmsimError
+from dlrmsim.simulator import CommSettings, Simulation, costs
+from dlrmsim.simulator.handmade import GB, simple_spec, two_node
+
+SPEC = simple_spec(cores=28, peak_flops=4.3e12, memory_bandwidth_Bps=100 * GB, saturation_cores=7)
+
+
+def ends_of(sim: Simulation) -> dict[str, float]:
+    return {r.name: r.end for r in sim.records}
+
+
+def test_compute_bound_task_takes_flops_over_peak() -> None:
+    sim = Simulation(two_node(spec=SPEC))
+    sim.compute(0, "gemm", flops=4.3e9, bytes=1e6)
+    sim.run()
+    assert sim.now == pytest.approx(1e-3, rel=1e-12)
+    assert sim.now == pytest.approx(costs.task_time(4.3e9, 1e6, SPEC))
+
+
+@pytest.mark.parametrize(("cores", "expected"), [(1, 7e-3), (3.5, 2e-3), (7, 1e-3), (14, 1e-3), (28, 1e-3)])
+def test_bandwidth_bound_task_scales_with_cores_until_saturation(cores: float, expected: float) -> None:
+    # achieved bandwidth = min(cores / saturation_cores, 1) * 100 GB/s
+    sim = Simulation(two_node(spec=SPEC))
+    sim.compute(0, "lookup", bytes=100e6, kind="lookup", cores=cores)
+    sim.run()
+    assert sim.now == pytest.approx(expected, rel=1e-12)
+
+
+def test_memory_bound_task_beside_a_gemm_shares_the_socket_bandwidth() -> None:
+    # GEMM on 14 cores: 2.15e9 flop at 2.15 Tflop/s over 60 MB -> wants 60 GB/s (1 ms alone).
+    # Lookup on 14 cores: 100 MB at up to 100 GB/s (1 ms alone). Together they need 160 GB/s of 100:
+    # max-min gives 50 GB/s each; the GEMM ends at 60e6/50e9 = 1.2 ms, the lookup then has 40 MB left
+    # at 100 GB/s: 1.2 + 0.4 = 1.6 ms. Adding the two times would give 2 ms; taking the max 1 ms.
+    sim = Simulation(two_node(spec=SPEC))
+    sim.compute(0, "gemm", flops=2.15e9, bytes=60e6, cores=14)
+    sim.compute(0, "lookup", bytes=100e6, kind="lookup", cores=14)
+    sim.run()
+    ends = ends_of(sim)
+    assert ends["gemm"] == pytest.approx(1.2e-3, rel=1e-12)
+    assert ends["lookup"] == pytest.approx(1.6e-3, rel=1e-12)
+    rates = costs.shared_bandwidth_rates([60e9, 100e9], 100e9)
+    assert rates == pytest.approx([50e9, 50e9])
+
+
+def test_tasks_on_other_sockets_do_not_share_bandwidth() -> None:
+    sim = Simulation(two_node(spec=SPEC))
+    sim.compute(0, "a", bytes=100e6, kind="lookup")
+    sim.compute(1, "b", bytes=100e6, kind="lookup")
+    sim.run()
+    assert sim.now == pytest.approx(1e-3, rel=1e-12)
+
+
+def test_tasks_wanting_all_cores_run_one_after_another() -> None:
+    sim = Simulation(two_node(spec=SPEC))
+    sim.compute(0, "g1", flops=4.3e9)
+    sim.compute(0, "g2", flops=4.3e9)
+    sim.run()
+    ends = ends_of(sim)
+    assert (ends["g1"], ends["g2"]) == pytest.approx((1e-3, 2e-3), rel=1e-12)
+    starts = {r.name: r.start for r in sim.records}
+    assert starts["g2"] == pytest.approx(1e-3, rel=1e-12)
+
+
+def test_pinned_comm_cores_leave_the_compute_pool() -> None:
+    sim = Simulation(two_node(spec=SPEC), comm=CommSettings(pinned_cores=4))
+    sim.compute(0, "gemm", flops=4.3e9)
+    sim.run()
+    assert sim.now == pytest.approx(1e-3 * 28 / 24, rel=1e-12)
+    with pytest.raises(DlrmsimError, match="asks for 25 cores"):
+        sim.compute(0, "too-wide", flops=1.0, cores=25)
+
+
+def test_unpinned_progress_thread_stretches_compute_and_communication_while_they_overlap() -> None:
+    # 1 ms GEMM on rank 0 beside a 10 MB transfer 0 -> 1 over 10 GB/s (1 us latency).
+    comm = CommSettings(progress_thread_unpinned=True, stolen_cores=1.0, comm_slowdown=2.0)
+    sim = Simulation(two_node(bw=10 * GB, lat=1e-6, spec=SPEC), comm=comm)
+    sim.compute(0, "gemm", flops=4.3e9)
+    sim.transfer(0, 1, 10e6, name="xfer")
+    sim.run()
+    ends = ends_of(sim)
+    share = 1 - 1 / 28  # the thread takes one of 28 cores' time while the flow is in flight
+    t_gemm = 1e-6 + (1e-3 - 1e-6) / share  # full speed until the flow starts at 1 us
+    sent = 5e9 * (t_gemm - 1e-6)  # the flow runs at 10 GB/s / 2 while the GEMM runs
+    t_flow = t_gemm + (10e6 - sent) / 10e9
+    assert ends["gemm"] == pytest.approx(t_gemm, rel=1e-12)
+    assert ends["xfer"] == pytest.approx(t_flow, rel=1e-12)
+
+
+def test_barrier_synchronized_kernels_lose_the_stolen_share_of_every_core() -> None:
+    comm = CommSettings(progress_thread_unpinned=True, stolen_cores=0.5, barrier_synchronized=True)
+    sim = Simulation(two_node(bw=10 * GB, lat=0.0, spec=SPEC), comm=comm)
+    sim.compute(0, "gemm", flops=4.3e9)
+    sim.transfer(0, 1, 100e6, name="xfer")  # 10 ms: longer than the GEMM
+    sim.run()
+    assert ends_of(sim)["gemm"] == pytest.approx(1e-3 / 0.5, rel=1e-12)
+
+
+def test_pinned_backend_has_no_interference() -> None:
+    sim = Simulation(two_node(bw=10 * GB, lat=1e-6, spec=SPEC), comm=CommSettings(pinned_cores=4))
+    sim.compute(0, "gemm", flops=4.3e9 * 24 / 28)
+    sim.transfer(0, 1, 10e6, name="xfer")
+    sim.run()
+    ends = ends_of(sim)
+    assert ends["gemm"] == pytest.approx(1e-3, rel=1e-12)
+    assert ends["xfer"] == pytest.approx(1e-6 + 1e-3, rel=1e-12)
+
+
+def test_in_order_completion_reports_a_later_message_after_an_earlier_one() -> None:
+    for in_order, expected_small in ((False, 1e-6 + 1e3 / 10e9), (True, 1e-6 + 100e6 / 10e9)):
+        sim = Simulation(two_node(bw=10 * GB, lat=1e-6, spec=SPEC), comm=CommSettings(in_order_completion=in_order))
+        seen: dict[str, float] = {}
+
+        def prog(s=sim, seen=seen):
+            big = s.transfer(0, 1, 100e6, name="big")
+            small = s.transfer(1, 0, 1e3, name="small")  # other direction: physically done almost at once
+            yield small
+            seen["small"] = s.now
+            yield big
+
+        sim.env.process(prog())
+        sim.run()
+        assert seen["small"] == pytest.approx(expected_small, rel=1e-9)
+
+
+def test_comm_pool_tasks_use_the_comm_cores() -> None:
+    sim = Simulation(two_node(spec=SPEC), comm=CommSettings(pinned_cores=4))
+    sim.compute(0, "pack", bytes=100e6, kind="copy", pool="comm")  # 4 cores of 7 for saturation
+    sim.run()
+    assert sim.now == pytest.approx(100e6 / (4 / 7 * 100e9), rel=1e-12)
