@@ -43,11 +43,13 @@ _register_optional()
 
 
 @app.command()
-def demo() -> None:
-    """The headline study on the built-in defaults (grows as the simulator does)."""
-    from dlrmsim.workloads.cli import list_cmd
+def demo(out: str = typer.Option("out", help="folder for report.html")) -> None:
+    """The headline study: Small, Large and MLPerf strong scaling on clx-64s-opa and skx-8s-upi."""
+    from pathlib import Path
 
-    list_cmd()
+    from dlrmsim.studies.demo import run_demo
+
+    run_demo(Path(out))
 
 
 def main(argv: list[str] | None = None) -> None:

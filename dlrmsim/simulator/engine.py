@@ -350,6 +350,8 @@ class _CollectiveRun:
         self.start_t = self.env.now
         self.done_event = self.env.event()
         self.rank_events = [self.env.event() for _ in range(p)]
+        if sim.comm.reduce_traffic_factor <= 0:
+            n_red = 0
         self.oid = sim.fluid.register(self, n_flows + n_red) if n_flows + n_red else -1
 
     def start(self) -> None:
@@ -403,6 +405,8 @@ class _CollectiveRun:
                 m = self.cur[ready] == k
                 red[m] = rb[ready[m]]
         need = red > 0
+        if self.sim.comm.reduce_traffic_factor <= 0:
+            need[:] = False  # reduction arithmetic modelled as free
         if need.any():
             self._start_reductions(ready[need], red[need])
         return ready[~need]
@@ -419,8 +423,6 @@ class _CollectiveRun:
             spec = sim.rank_resources[int(r)].spec
             cap[i] = costs.task_bandwidth_cap(spec, float(w), min(cores, spec.cores))
         mem = sim.network.mem[self.nodes[rs]]
-        if factor <= 0:
-            cap[:] = np.inf
         batch = Batch(
             work=work, cap=cap, cap_slow=cap, trig=np.full(n, TRIG_NONE, dtype=np.int64), rank_a=self.g[rs],
             rank_b=np.full(n, -1, dtype=np.int64), tag=-(rs + 1), e_act=np.arange(n, dtype=np.int64), e_res=mem.astype(np.int64),

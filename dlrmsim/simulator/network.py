@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from itertools import chain
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 
@@ -105,7 +105,7 @@ class Network:
         self._one_sided = one_sided
         # NIC ports
         nic_bw = np.zeros(n_nodes)
-        for rid, (a, b) in enumerate(self.links):
+        for rid, (a, _b) in enumerate(self.links):
             if not one_sided[rid]:
                 nic_bw[self.node_id[a]] += caps[rid]
         self.nic_out = np.full(n_nodes, -1, dtype=np.int64)

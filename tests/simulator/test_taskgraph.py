@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dlrmsim.simulator.taskgraph import IterationSettings, UpdateCosts, Post, Task, Wait, build_iteration, local_batches
+from dlrmsim.simulator.taskgraph import IterationSettings, Post, Task, UpdateCosts, Wait, build_iteration, local_batches
 from dlrmsim.workloads import load_workload, model
 from dlrmsim.workloads.placement import PlacementSpec, place
 

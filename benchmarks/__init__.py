@@ -1,0 +1,1 @@
+"""Performance benchmarks (run as modules: python -m benchmarks.bench_engine)."""

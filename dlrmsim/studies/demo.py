@@ -1,0 +1,84 @@
+"""The headline study `make demo` runs: strong scaling of Small, Large and MLPerf on the two CPU systems.
+
+Every rank count from the fewest sockets that hold the workload up to the most its table-wise placement
+or the topology allows, overlapping and blocking, printed as tables and written as one HTML report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from dlrmsim.output import console
+from dlrmsim.simulator.training import TrainingConfig, load_inputs, run_iteration
+from dlrmsim.studies.scaling import baseline_ranks
+from dlrmsim.workloads import load_workload
+from dlrmsim.workloads.placement import max_ranks
+
+TOPOLOGIES = ("clx-64s-opa", "skx-8s-upi")
+WORKLOADS = ("small", "large", "mlperf")
+
+
+@dataclass(frozen=True)
+class DemoPoint:
+    topology: str
+    workload: str
+    ranks: int
+    blocking: bool
+
+
+def rank_counts(base: TrainingConfig, topology_ranks: int) -> list[int]:
+    """Fewest ranks that fit, then powers of two, then the placement's limit."""
+    first = baseline_ranks(base)
+    top = min(topology_ranks, max_ranks(load_workload(base.workload), base.placement))
+    counts = {first, top}
+    p = 1
+    while p < top:
+        if p > first:
+            counts.add(p)
+        p *= 2
+    return sorted(c for c in counts if first <= c <= top)
+
+
+def demo_points(topologies: tuple[str, ...] = TOPOLOGIES, workloads: tuple[str, ...] = WORKLOADS) -> list[DemoPoint]:
+    from dlrmsim.topologies import load_topology
+
+    points = []
+    for topo in topologies:
+        n = load_topology(topo).num_ranks
+        for wl in workloads:
+            for r in rank_counts(TrainingConfig(topology=topo, workload=wl, ranks=1), n):
+                points.extend(DemoPoint(topo, wl, r, blocking) for blocking in (False, True))
+    return points
+
+
+def run_demo(out: Path = Path("out"), topologies: tuple[str, ...] = TOPOLOGIES, workloads: tuple[str, ...] = WORKLOADS) -> pd.DataFrame:
+    """Simulate every demo point, print one table per topology and workload, and write ``out/report.html``."""
+    from dlrmsim.simulator.cli import print_scaling_table
+    from dlrmsim.studies.derive import derive_scaling
+    from dlrmsim.studies.report import build_report, topology_figures
+
+    points = demo_points(topologies, workloads)
+    rows = []
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()]
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task("simulating", total=len(points))
+        for pt in points:
+            bar.update(task, description=f"{pt.workload} on {pt.topology}, {pt.ranks} ranks{' blocking' if pt.blocking else ''}")
+            cfg = TrainingConfig(topology=pt.topology, workload=pt.workload, ranks=pt.ranks, blocking=pt.blocking)
+            res = run_iteration(load_inputs(cfg), cfg)
+            rows.append({"topology": pt.topology, "workload": pt.workload, "scaling": "strong", "backend": cfg.backend,
+                         "placement": cfg.placement.strategy, "blocking": pt.blocking, "ranks": pt.ranks, "status": "ok",
+                         **res.to_row()})  # fmt: skip
+            bar.advance(task)
+    df = derive_scaling(pd.DataFrame(rows), group_columns=["topology", "workload", "scaling", "backend", "placement", "blocking"])
+    for (topo, wl), part in df[~df.blocking].groupby(["topology", "workload"], sort=False):
+        print_scaling_table(part, f"{wl} strong scaling on {topo} (ccl, table-wise, overlapping)")
+    out.mkdir(parents=True, exist_ok=True)
+    figs, notes = topology_figures(df)
+    path = build_report(df, out / "report.html", topology_figures=figs, title="dlrmsim: DLRM strong scaling on CLX-64S OPA and SKX-8S UPI", notes=notes)
+    console.print(f"report written to {path}")
+    return df
