@@ -27,6 +27,8 @@ def _register_optional() -> None:
     for module in (
         "dlrmsim.topologies.cli",
         "dlrmsim.simulator.cli",
+        "dlrmsim.simulator.serving_cli",
+        "dlrmsim.simulator.instances_cli",
         "dlrmsim.calibration.cli",
         "dlrmsim.studies.cli",
     ):

@@ -10,7 +10,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-console = Console()
+# Off a terminal (pipes, CI logs) rich would wrap tables at 80 columns; give them room instead.
+console = Console(width=None if sys.stdout.isatty() else 160)
 err_console = Console(stderr=True)
 
 

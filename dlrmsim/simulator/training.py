@@ -197,9 +197,9 @@ def update_costs(topo: Topology) -> UpdateCosts:
     """Cache-line conflict costs of the sparse update, from the processor's YAML (via the compute spec)."""
     spec = topo.compute(0)
     return UpdateCosts(
-        atomic_conflict_s=float(getattr(spec, "atomic_conflict_s", 0.0)),
-        rtm_conflict_s=float(getattr(spec, "rtm_conflict_s", 0.0)),
-        cache_line_bytes=int(getattr(spec, "cache_line_bytes", 64)),
+        atomic_conflict_s=spec.atomic_conflict_s,
+        rtm_conflict_s=spec.rtm_conflict_s,
+        cache_line_bytes=spec.cache_line_bytes,
         core_bandwidth_Bps=spec.memory_bandwidth_Bps / (spec.saturation_cores or spec.cores),
     )
 

@@ -226,6 +226,7 @@ def compute_spec(name: str, ctype: schema.Processor | schema.Card) -> tuple[Comp
         memory_efficiency=_table(mem.efficiency, "bytes"),
         saturation_cores=mem.saturation_cores,
         kind=ctype.kind,
+        **_sparse_update(ctype),
     )
     extra = {
         "model": model,
@@ -283,3 +284,15 @@ def check_graph(w: Wiring, source: str) -> None:
                 field=f"switches.{data['switch_type']}.ports",
                 fix=f"use a switch with at least {used} ports, or attach fewer endpoints to each switch",
             )
+
+
+def _sparse_update(ctype: schema.Processor) -> dict[str, float | int]:
+    """ComputeSpec fields for the sparse-update conflict model (absent in YAML: conflicts cost nothing)."""
+    su = ctype.sparse_update
+    if su is None:
+        return {}
+    return {
+        "cache_line_bytes": su.cache_line_bytes,
+        "atomic_conflict_s": su.atomic_conflict_us * 1e-6,
+        "rtm_conflict_s": su.rtm_conflict_us * 1e-6,
+    }

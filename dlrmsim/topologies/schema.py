@@ -83,6 +83,14 @@ class Memory(StrictModel):
         return self
 
 
+class SparseUpdate(StrictModel):
+    """Costs of conflicting sparse embedding updates (REFERENCE section 1, "Embedding update strategies")."""
+
+    cache_line_bytes: PositiveInt = 64
+    atomic_conflict_us: NonNegativeFloat = Field(description="one cache-line transfer between cores when two update the same row")
+    rtm_conflict_us: NonNegativeFloat = Field(description="one aborted and retried transaction on a shared row")
+
+
 class Processor(StrictModel):
     """A CPU socket (a training rank) or a host CPU (kind ``host``, runs CPU work next to accelerators)."""
 
@@ -95,6 +103,7 @@ class Processor(StrictModel):
     flops_per_cycle_per_core: dict[Precision, PositiveFloat] | Detect
     memory: Memory
     gemm_efficiency: list[GemmPoint] = Field(default_factory=list)
+    sparse_update: SparseUpdate | None = None
     power_W: PositiveFloat | None = None
     calibrated: bool = Field(True, description="false: the rates are placeholders until calibration overlays them")
 

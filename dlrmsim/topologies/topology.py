@@ -68,6 +68,10 @@ class ComputeSpec:
     memory_efficiency: EfficiencyTable = field(default_factory=lambda: EfficiencyTable.constant(1.0))
     saturation_cores: float | None = None
     kind: str = "socket"  # "socket" | "card" | "host"
+    # Sparse embedding update conflicts (seconds per conflicting cache-line update); 0 = not modelled.
+    cache_line_bytes: int = 64
+    atomic_conflict_s: float = 0.0
+    rtm_conflict_s: float = 0.0
     # Ranks sharing a memory domain share one memory-bandwidth resource in the engine (e.g. the ranks a
     # host is split into). None means the rank's own graph node name.
     memory_domain: str | None = None
