@@ -32,6 +32,7 @@ from dlrmsim.simulator.taskgraph import (
     Wait,
     build_iteration,
 )
+from dlrmsim.simulator.records import Record
 from dlrmsim.topologies.topology import Topology
 from dlrmsim.workloads import load_workload, model
 from dlrmsim.workloads.placement import Placement, PlacementSpec, max_ranks, place
@@ -292,7 +293,9 @@ def _rank_process(sim: Any, rank: int, graph: IterationGraph, coord: CollectiveC
             yield sim.compute(rank, step.name, flops=step.flops, bytes=step.bytes, kind=kind, precision=prec, category=step.category)
             if step.serial_s > env.now - t0:
                 # Conflicting row updates serialise on cache-line transfers; cores cannot shorten the chain.
-                yield env.timeout(step.serial_s - (env.now - t0))
+                t1 = env.now
+                yield env.timeout(step.serial_s - (t1 - t0))
+                sim.records.append(Record(rank, "conflicts", f"{step.name}.conflicts", step.category, t1, env.now))
             acc[step.category] += env.now - t0
         elif isinstance(step, Post):
             coord.post(step.collective)
