@@ -17,6 +17,15 @@ from dlrmsim.calibration.schema import Calibration, HostInfo, Measurement, save_
 from dlrmsim.output import err_console
 
 
+def _load_average() -> float:
+    import os
+
+    try:
+        return float(os.getloadavg()[0])
+    except (AttributeError, OSError):
+        return 0.0
+
+
 def default_out(host: HostInfo | None = None) -> Path:
     import socket
 
@@ -92,6 +101,7 @@ def run_calibration(quick: bool, backend: str | None, out: Path | None, progress
     host = detect_host(backend, quick, kernels.versions(), date="")
     out = Path(out) if out is not None else default_out(host)
     cache = PartialCache(partial_path(out), host_key(host))
+    load = _load_average()
     tasks = build_plan(kernels, quick, host.cores, implementation_for(backend))
     try:
         measurements = run_plan(tasks, cache, progress)
@@ -99,7 +109,12 @@ def run_calibration(quick: bool, backend: str | None, out: Path | None, progress
         err_console.print(f"interrupted: {len(cache.done)} finished benchmarks kept in {cache.path}; "
                           "run the same command again to resume", highlight=False, soft_wrap=True)
         raise
-    host = host.model_copy(update={"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")})
+    load = max(load, _load_average())
+    host = host.model_copy(update={"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "load_average": round(load, 2)})
+    if load > host.cores:
+        err_console.print(f"[bold yellow]warning:[/] load average {load:.1f} on {host.cores} cores: other jobs shared this host "
+                          "during calibration, so its rates are low and noisy (fix: calibrate on an idle machine)",
+                          highlight=False, soft_wrap=True)
     gemm = fit_gemm(measurements, host)
     memory = fit_memory(measurements, host)
     embedding = fit_embedding(measurements, memory)

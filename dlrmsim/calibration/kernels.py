@@ -103,7 +103,10 @@ class Kernels(ABC):
 
 
 def torch_available() -> bool:
-    return importlib.util.find_spec("torch") is not None
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):  # a blocked or broken torch counts as absent
+        return False
 
 
 def default_backend() -> str:

@@ -37,6 +37,9 @@ class HostInfo(StrictModel):
     libraries: dict[str, str]
     backend: Literal["numpy", "torch"]
     date: str = Field(description="ISO 8601 time the calibration finished")
+    load_average: Annotated[float, Field(ge=0)] = Field(
+        0.0, description="highest 1-minute load average seen at the start and end of the run (above cores: shared, noisy)"
+    )
     quick: bool
 
 
@@ -100,7 +103,7 @@ class CollectiveFit(StrictModel):
 
 
 class Measurement(StrictModel):
-    """One micro-benchmark: median time over repeats after warm-up."""
+    """One micro-benchmark: time per call over repeats after warm-up (median; best for memory streams)."""
 
     benchmark: Literal["gemm", "linear", "stream", "embedding", "allreduce", "alltoall"]
     name: str
@@ -108,7 +111,8 @@ class Measurement(StrictModel):
     params: dict[str, float | int | str] = {}
     flops: Annotated[float, Field(ge=0)] = 0.0
     bytes: Annotated[float, Field(ge=0)] = 0.0
-    time_s: Positive = Field(description="median over repeats")
+    time_s: Positive = Field(description="median over repeats (streams: the minimum, STREAM's best-rate convention)")
+    statistic: Literal["median", "min"] = "median"
     spread_pct: Annotated[float, Field(ge=0)] = Field(0.0, description="(max - min) / median over repeats, %")
     repeats: Annotated[int, Field(gt=0)]
 

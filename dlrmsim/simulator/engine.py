@@ -26,7 +26,7 @@ from dlrmsim.simulator import costs
 from dlrmsim.simulator.collectives import CollectiveContext, Phase, get_algorithm
 from dlrmsim.simulator.fluid import TRIG_COMM, TRIG_COMPUTE, TRIG_NONE, Batch, FluidScheduler
 from dlrmsim.simulator.network import Network
-from dlrmsim.simulator.records import Record
+from dlrmsim.simulator.records import Record, RecordLog
 from dlrmsim.simulator.resources import CommSettings, RankResources
 from dlrmsim.topologies.topology import Topology
 
@@ -48,13 +48,15 @@ class Simulation:
         self.seed = seed
         self.rng = np.random.default_rng(seed)
         self.env = simpy.Environment()
-        self.records: list[Record] = []
+        self._log = RecordLog()
         self.record_flows = record_flows
         self.network = Network(topology, self.comm)
         self.fluid = FluidScheduler(self.env, self.network.capacity, topology.num_ranks)
         self.rank_resources = [RankResources(self.env, r, topology.compute(r), self.comm) for r in range(topology.num_ranks)]
         self._collective_seq = 0
         self._last_comm: dict[int, simpy.Event] = {}
+        self._task_cache: dict[tuple, tuple[float, float, float, int, int]] = {}
+        self._reduce_cache: dict[tuple, float] = {}
 
     # ---- basics -----------------------------------------------------------------------------------
     @property
@@ -64,12 +66,24 @@ class Simulation:
 
     def run(self, until: float | simpy.Event | None = None) -> None:
         """Run until no events are left, or until a time (s) or an event."""
-        self.env.run(until=until)
+        try:
+            self.env.run(until=until)
+        finally:
+            self._log.records  # noqa: B018 - materialise, so that lists held from before see every record
+
+    @property
+    def records(self) -> list[Record]:
+        """Finished records in the order they finished (one list object for the whole simulation)."""
+        return self._log.records
+
+    @records.setter
+    def records(self, value: list[Record]) -> None:
+        self._log = RecordLog(value)
 
     @property
     def stats(self) -> dict[str, int]:
         """Counters: activities started/finished, rate solves, solver wake-ups, SimPy-visible records."""
-        return dict(self.fluid.stats, records=len(self.records))
+        return dict(self.fluid.stats, records=len(self._log))
 
     def _check_rank(self, rank: int) -> None:
         if not 0 <= rank < self.topology.num_ranks:
@@ -116,16 +130,22 @@ class Simulation:
         yield container.get(cores)
         start = self.env.now
         done = self.env.event()
-        owner = _EventOwner(done)
-        batch = self.task_batch(rank, flops, nbytes, precision, cores, interferable=pool == "compute")
-        batch.owner = self.fluid.register(owner, 1)
-        self.fluid.add(batch)
+        fluid = self.fluid
+        oid = fluid.register(_EventOwner(done), 1)
+        work, cap, cap_s, trig, res = self._task_params(rank, flops, nbytes, precision, cores, pool == "compute")
+        fluid.add_one(work, cap, cap_s, trig, rank, -1, 0, res, oid)
         yield done
         yield container.put(cores)
-        self.records.append(Record(rank, kind, name, category, start, self.env.now, nbytes, flops, resource=pool))
+        self._log.add((rank, kind, name, category, start, self.env.now, nbytes, flops, -1, pool, None))
 
-    def task_batch(self, rank: int, flops: float, nbytes: float, precision: str, cores: float, interferable: bool = True) -> Batch:
-        """The fluid activity of one task (rate caps from the roofline; see :mod:`dlrmsim.simulator.costs`)."""
+    def _task_params(
+        self, rank: int, flops: float, nbytes: float, precision: str, cores: float, interferable: bool
+    ) -> tuple[float, float, float, int, int]:
+        """(work, cap, slowed cap, trigger, memory resource or -1) of a task; cached, as ranks repeat tasks."""
+        key = (rank, flops, nbytes, precision, cores, interferable)
+        got = self._task_cache.get(key)
+        if got is not None:
+            return got
         rr = self.rank_resources[rank]
         spec = rr.spec
         share = rr.interfered_share if interferable else 1.0
@@ -137,16 +157,35 @@ class Simulation:
             cap = min(bw, nbytes * fr / flops) if flops > 0 else bw
             cap_s = min(bw_s, nbytes * fr_s / flops) if flops > 0 else bw_s
             work = nbytes
-            mem = self.network.mem[self.network.rank_node[rank]]
-            e_act, e_res, e_w = np.zeros(1, dtype=np.int64), np.array([mem], dtype=np.int64), np.ones(1)
+            res = int(self.network.mem[self.network.rank_node[rank]])
         else:
             cap, cap_s, work = fr, fr_s, flops
+            res = -1
+        got = (work, cap, cap_s, TRIG_COMPUTE if interferable else TRIG_NONE, res)
+        self._task_cache[key] = got
+        return got
+
+    def task_batch(self, rank: int, flops: float, nbytes: float, precision: str, cores: float, interferable: bool = True) -> Batch:
+        """The fluid activity of one task (rate caps from the roofline; see :mod:`dlrmsim.simulator.costs`)."""
+        work, cap, cap_s, trig, res = self._task_params(rank, flops, nbytes, precision, cores, interferable)
+        if res >= 0:
+            e_act, e_res, e_w = np.zeros(1, dtype=np.int64), np.array([res], dtype=np.int64), np.ones(1)
+        else:
             e_act, e_res, e_w = _I0, _I0, np.zeros(0)
         return Batch(
             work=np.array([work]), cap=np.array([cap]), cap_slow=np.array([cap_s]),
-            trig=np.array([TRIG_COMPUTE if interferable else TRIG_NONE]), rank_a=np.array([rank]), rank_b=np.array([-1]),
+            trig=np.array([trig]), rank_a=np.array([rank]), rank_b=np.array([-1]),
             tag=np.zeros(1, dtype=np.int64), e_act=e_act, e_res=e_res, e_w=e_w,
         )
+
+    def reduction_cap(self, rank: int, nbytes: float, cores: float) -> float:
+        """Bandwidth cap (B/s) of a reduction streaming ``nbytes`` on ``cores`` cores of ``rank``; cached."""
+        key = (rank, nbytes, cores)
+        got = self._reduce_cache.get(key)
+        if got is None:
+            spec = self.rank_resources[rank].spec
+            got = self._reduce_cache[key] = costs.task_bandwidth_cap(spec, nbytes, min(cores, spec.cores))
+        return got
 
     # ---- flows ----------------------------------------------------------------------------------------
     def flow_batch(self, src_nodes: np.ndarray, dst_nodes: np.ndarray, nbytes: np.ndarray, tags: np.ndarray) -> tuple[Batch, np.ndarray]:
@@ -300,7 +339,12 @@ class _TransferOwner:
 
 
 class _CollectiveRun:
-    """Drives one collective's phases per rank (see :mod:`dlrmsim.simulator.collectives` for semantics)."""
+    """Drives one collective's phases per rank (see :mod:`dlrmsim.simulator.collectives` for semantics).
+
+    All phases' flows sit in one flat table (a flow's tag is its index there, phase by phase); per
+    (phase, rank) keys ``k * p + r`` index CSR lists of the flows a rank sends and receives in a phase, the
+    flows it still waits for and the bytes it then reduces, so every step is a few vectorized gathers.
+    """
 
     def __init__(
         self, sim: Simulation, op: str, ranks: list[int], phases: list[Phase], name: str, category: str, cid: int, nbytes: float,
@@ -317,41 +361,39 @@ class _CollectiveRun:
         self.phases = phases
         self.K = len(phases)
         K = self.K
-        self.order: list[np.ndarray] = []
-        self.ptr: list[np.ndarray] = []
-        self.dorder: list[np.ndarray] = []
-        self.dptr: list[np.ndarray] = []
         self.rendezvous = sim.comm.rendezvous
-        self.remaining = np.zeros((max(K, 1), p), dtype=np.int64)
-        n_flows = 0
-        n_red = 0
-        offs = [0]
+        counts = [len(ph.src) for ph in phases]
+        n_flows = sum(counts)
+        if K:
+            self.fsrc = np.concatenate([np.asarray(ph.src, dtype=np.int64) for ph in phases])
+            self.fdst = np.concatenate([np.asarray(ph.dst, dtype=np.int64) for ph in phases])
+            self.fnb = np.concatenate([np.asarray(ph.nbytes, dtype=float) for ph in phases])
+        else:
+            self.fsrc, self.fdst, self.fnb = _I0, _I0, np.zeros(0)
+        self.fk = np.repeat(np.arange(K, dtype=np.int64), counts)
+        key_s = self.fk * p + self.fsrc
+        key_d = self.fk * p + self.fdst
+        cnt_s = np.bincount(key_s, minlength=K * p)
+        cnt_d = np.bincount(key_d, minlength=K * p)
+        self.s_order = np.argsort(key_s, kind="stable")
+        self.s_ptr = np.zeros(K * p + 1, dtype=np.int64)
+        np.cumsum(cnt_s, out=self.s_ptr[1:])
+        self.d_order = np.argsort(key_d, kind="stable")
+        self.d_ptr = np.zeros(K * p + 1, dtype=np.int64)
+        np.cumsum(cnt_d, out=self.d_ptr[1:])
+        self.remaining = cnt_s + cnt_d  # flows each (phase, rank) still waits for
+        self.red = np.zeros(K * p)  # bytes each (phase, rank) reduces once its flows are in
         for k, ph in enumerate(phases):
-            o = np.argsort(ph.src, kind="stable")
-            self.order.append(o)
-            cnt = np.bincount(ph.src, minlength=p)
-            ptr = np.zeros(p + 1, dtype=np.int64)
-            np.cumsum(cnt, out=ptr[1:])
-            self.ptr.append(ptr)
-            dcnt = np.bincount(ph.dst, minlength=p)
-            self.remaining[k] = cnt + dcnt
-            self.dorder.append(np.argsort(ph.dst, kind="stable"))
-            dptr = np.zeros(p + 1, dtype=np.int64)
-            np.cumsum(dcnt, out=dptr[1:])
-            self.dptr.append(dptr)
-            n_flows += len(ph.src)
-            offs.append(n_flows)
             if ph.reduce_bytes is not None:
-                n_red += int((ph.reduce_bytes > 0).sum())
-        self.offs = np.asarray(offs, dtype=np.int64)
+                self.red[k * p : (k + 1) * p] = ph.reduce_bytes
+        self.reduce_on = sim.comm.reduce_traffic_factor > 0 and bool((self.red > 0).any())
+        n_red = int((self.red > 0).sum()) if self.reduce_on else 0
         self.cur = np.full(p, -1, dtype=np.int64)
         self.in_reduction = np.zeros(p, dtype=bool)
         self.n_done = 0
         self.start_t = self.env.now
         self.done_event = self.env.event()
         self.rank_events = [self.env.event() for _ in range(p)]
-        if sim.comm.reduce_traffic_factor <= 0:
-            n_red = 0
         self.oid = sim.fluid.register(self, n_flows + n_red) if n_flows + n_red else -1
 
     def start(self) -> None:
@@ -360,56 +402,59 @@ class _CollectiveRun:
     # phase machinery
     def _advance(self, rs: np.ndarray) -> None:
         """Move ranks ``rs`` (which finished their current phase) into their next phase."""
+        p, K, cur = self.p, self.K, self.cur
         while rs.size:
-            self.cur[rs] += 1
-            fin = rs[self.cur[rs] >= self.K]
-            if fin.size:
-                self._ranks_finished(fin)
-            rs = rs[self.cur[rs] < self.K]
-            if not rs.size:
-                return
-            ks = self.cur[rs]
-            for k in np.unique(ks):
-                self._start_sends(int(k), rs[ks == k])
-            ready = rs[self.remaining[ks, rs] == 0]
+            cur[rs] += 1
+            ks = cur[rs]
+            fin = ks >= K
+            if fin.any():
+                self._ranks_finished(rs[fin])
+                keep = ~fin
+                rs, ks = rs[keep], ks[keep]
+                if not rs.size:
+                    return
+            self._start_sends(ks, rs)
+            ready = rs[self.remaining[ks * p + rs] == 0]
             rs = self._flows_complete(ready)
 
-    def _start_sends(self, k: int, grp: np.ndarray) -> None:
-        """Start phase-k flows of ranks ``grp`` that just entered phase k.
+    def _start_sends(self, ks: np.ndarray, grp: np.ndarray) -> None:
+        """Start the flows of ranks ``grp`` that just entered phases ``ks`` (one phase per rank).
 
         Eager: a rank's sends start when it enters the phase. Rendezvous: a flow starts when both its ends
         have entered the phase, so sends from ``grp`` to ranks still behind wait, and sends already waiting
         on ``grp`` start now.
         """
-        ph = self.phases[k]
-        fidx = _gather(self.ptr[k], self.order[k], grp)
+        if ks.size > 1 and ks.min() != ks.max():
+            o = np.argsort(ks, kind="stable")  # phase by phase, ranks in the order given
+            ks, grp = ks[o], grp[o]
+        keys = ks * self.p + grp
+        fidx = _gather(self.s_ptr, self.s_order, keys)
         if self.rendezvous:
-            fidx = fidx[self.cur[ph.dst[fidx]] >= k]
-            inc = _gather(self.dptr[k], self.dorder[k], grp)
-            inc = inc[self.cur[ph.src[inc]] >= k]
-            fidx = np.unique(np.concatenate([fidx, inc]))
+            cur, fk = self.cur, self.fk
+            fidx = fidx[cur[self.fdst[fidx]] >= fk[fidx]]
+            inc = _gather(self.d_ptr, self.d_order, keys)
+            inc = inc[cur[self.fsrc[inc]] >= fk[inc]]
+            if inc.size:
+                fidx = np.concatenate([fidx, inc])
+            if fidx.size > 1:
+                fidx = np.sort(fidx)
+                fidx = fidx[np.concatenate([[True], fidx[1:] != fidx[:-1]])]
         if not fidx.size:
             return
-        batch, delay = self.sim.flow_batch(self.nodes[ph.src[fidx]], self.nodes[ph.dst[fidx]], ph.nbytes[fidx], self.offs[k] + fidx)
+        batch, delay = self.sim.flow_batch(self.nodes[self.fsrc[fidx]], self.nodes[self.fdst[fidx]], self.fnb[fidx], fidx)
         batch.owner = self.oid
         self.sim.fluid.add(batch, delay)
 
     def _flows_complete(self, ready: np.ndarray) -> np.ndarray:
         """Ranks whose current phase's flows are all done: start reductions; return ranks free to advance."""
-        if not ready.size:
-            return ready
-        red = np.zeros(ready.size)
-        for k in np.unique(self.cur[ready]):
-            rb = self.phases[int(k)].reduce_bytes
-            if rb is not None:
-                m = self.cur[ready] == k
-                red[m] = rb[ready[m]]
+        if not ready.size or not self.reduce_on:
+            return ready  # no reductions, or reduction arithmetic modelled as free
+        red = self.red[self.cur[ready] * self.p + ready]
         need = red > 0
-        if self.sim.comm.reduce_traffic_factor <= 0:
-            need[:] = False  # reduction arithmetic modelled as free
         if need.any():
             self._start_reductions(ready[need], red[need])
-        return ready[~need]
+            return ready[~need]
+        return ready
 
     def _start_reductions(self, rs: np.ndarray, red: np.ndarray) -> None:
         sim = self.sim
@@ -418,69 +463,60 @@ class _CollectiveRun:
         self.in_reduction[rs] = True
         n = rs.size
         work = red * factor
-        cap = np.empty(n)
-        for i, (r, w) in enumerate(zip(self.g[rs], work, strict=True)):
-            spec = sim.rank_resources[int(r)].spec
-            cap[i] = costs.task_bandwidth_cap(spec, float(w), min(cores, spec.cores))
+        g = self.g[rs]
+        cap = np.array([sim.reduction_cap(r, w, cores) for r, w in zip(g.tolist(), work.tolist(), strict=True)])
         mem = sim.network.mem[self.nodes[rs]]
         batch = Batch(
-            work=work, cap=cap, cap_slow=cap, trig=np.full(n, TRIG_NONE, dtype=np.int64), rank_a=self.g[rs],
+            work=work, cap=cap, cap_slow=cap, trig=np.full(n, TRIG_NONE, dtype=np.int64), rank_a=g,
             rank_b=np.full(n, -1, dtype=np.int64), tag=-(rs + 1), e_act=np.arange(n, dtype=np.int64), e_res=mem.astype(np.int64),
             e_w=np.ones(n), owner=self.oid,
         )
         sim.fluid.add(batch)
 
     def on_done(self, tags: np.ndarray, t_issue: np.ndarray, now: float) -> None:
-        is_red = tags < 0
+        p = self.p
         advance: list[np.ndarray] = []
-        if is_red.any():
+        ft, ti = tags, t_issue
+        if tags.min() < 0:
+            is_red = tags < 0
             rs = -tags[is_red] - 1
             self.in_reduction[rs] = False
             if self.sim.record_flows:
-                g = self.g
                 f = self.sim.comm.reduce_traffic_factor
-                for r, t0 in zip(rs, t_issue[is_red], strict=True):
-                    rb = self.phases[int(self.cur[r])].reduce_bytes
-                    self.sim.records.append(
-                        Record(int(g[r]), "reduce", self.name, self.category, float(t0), now, float(rb[r]) * f, collective_id=self.cid)
-                    )
+                rb = self.red[self.cur[rs] * p + rs]
+                self.sim._log.add_many("reduce", self.name, self.category, self.cid, self.g[rs], None, rb * f, t_issue[is_red], now)
             advance.append(rs)
-        ft = tags[~is_red]
+            keep = ~is_red
+            ft, ti = tags[keep], t_issue[keep]
         if ft.size:
-            k = np.searchsorted(self.offs, ft, side="right") - 1
-            i = ft - self.offs[k]
-            src = np.empty(ft.size, dtype=np.int64)
-            dst = np.empty(ft.size, dtype=np.int64)
-            nb = np.empty(ft.size)
-            for kk in np.unique(k):
-                m = k == kk
-                ph = self.phases[int(kk)]
-                src[m], dst[m], nb[m] = ph.src[i[m]], ph.dst[i[m]], ph.nbytes[i[m]]
-            np.subtract.at(self.remaining, (k, src), 1)
-            np.subtract.at(self.remaining, (k, dst), 1)
+            src, dst = self.fsrc[ft], self.fdst[ft]
+            kp = self.fk[ft] * p
+            np.subtract.at(self.remaining, kp + src, 1)
+            np.subtract.at(self.remaining, kp + dst, 1)
             if self.sim.record_flows:
-                self._record_flows(src, dst, nb, t_issue[~is_red], now)
-            cand = np.unique(np.concatenate([src, dst]))
-            cand = cand[(self.cur[cand] < self.K) & ~self.in_reduction[cand]]
-            cand = cand[self.remaining[self.cur[cand], cand] == 0]
+                self._record_flows(src, dst, self.fnb[ft], ti, now)
+            touched = np.zeros(p, dtype=bool)
+            touched[src] = True
+            touched[dst] = True
+            cand = np.flatnonzero(touched)
+            ks = self.cur[cand]
+            ok = (ks < self.K) & ~self.in_reduction[cand]
+            if not ok.all():
+                cand, ks = cand[ok], ks[ok]
+            cand = cand[self.remaining[ks * p + cand] == 0]
             advance.append(self._flows_complete(cand))
         if advance:
-            self._advance(np.concatenate(advance))
+            self._advance(advance[0] if len(advance) == 1 else np.concatenate(advance))
 
     def _record_flows(self, src: np.ndarray, dst: np.ndarray, nb: np.ndarray, t0: np.ndarray, now: float) -> None:
         g = self.g
-        name, cat, cid = self.name, self.category, self.cid
-        self.sim.records.extend(
-            Record(s, "flow", name, cat, t, now, b, 0.0, d, None, cid)
-            for s, d, b, t in zip(g[src].tolist(), g[dst].tolist(), nb.tolist(), t0.tolist(), strict=True)
-        )
+        self.sim._log.add_many("flow", self.name, self.category, self.cid, g[src], g[dst], nb, t0, now)
 
     def _ranks_finished(self, rs: np.ndarray) -> None:
         now = self.env.now
         for r in rs.tolist():
-            self.sim.records.append(
-                Record(self.global_ranks[r], self.op, self.name, self.category, self.start_t, now, self.nbytes, collective_id=self.cid,
-                       resource=self.algo)
+            self.sim._log.add(
+                (self.global_ranks[r], self.op, self.name, self.category, self.start_t, now, self.nbytes, 0.0, -1, self.algo, self.cid)
             )
             self.rank_events[r].succeed(now)
         self.n_done += len(rs)

@@ -48,40 +48,40 @@ def maxmin_rates(
     if n_act == 0:
         return rate
     n_res = len(res_cap)
-    used = np.zeros(n_res)
-    ids = np.arange(n_act)
-    ea, er, ew = e_act, e_res, e_w
-    mark = np.zeros(n_act, dtype=bool)
-    while ids.size:
+    used: np.ndarray | None = None  # what frozen activities draw from each resource
+    free = np.ones(n_act, dtype=bool)  # not frozen yet
+    ea, er, ew = e_act, e_res, e_w  # entries of unfrozen activities
+    t_res = np.empty(n_res)
+    while True:
         if ea.size:
             wsum = np.bincount(er, weights=ew, minlength=n_res)
-            has = wsum > 0
-            t_res = np.full(n_res, np.inf)
-            t_res[has] = np.maximum(res_cap[has] - used[has], 0.0) / wsum[has]
+            left = res_cap if used is None else np.maximum(res_cap - used, 0.0)
+            t_res.fill(np.inf)
+            np.divide(left, wsum, out=t_res, where=wsum > 0)
             t_r = t_res.min()
         else:
-            t_res = None
             t_r = np.inf
-        caps = act_cap[ids]
-        t_c = caps.min()
+        t_c = act_cap.min(where=free, initial=np.inf)
         level = min(t_r, t_c)
         if not np.isfinite(level):
-            rate[ids] = np.inf
+            rate[free] = np.inf
             break
         thresh = level * (1.0 + LEVEL_REL_EPS) + 1e-300
-        mark[:] = False
-        mark[ids[caps <= thresh]] = True
-        if t_res is not None and t_r <= thresh:
-            sat = t_res <= thresh
-            mark[ea[sat[er]]] = True
-        newly = ids[mark[ids]]
+        mark = act_cap <= thresh
+        mark &= free
+        if t_r <= thresh:
+            mark[ea[(t_res <= thresh)[er]]] = True
+        newly = np.flatnonzero(mark)
         rate[newly] = np.minimum(act_cap[newly], level)
+        free[newly] = False
+        if not free.any():
+            break
         if ea.size:
             sel = mark[ea]
-            used += np.bincount(er[sel], weights=ew[sel] * rate[ea[sel]], minlength=n_res)
+            add = np.bincount(er[sel], weights=ew[sel] * rate[ea[sel]], minlength=n_res)
+            used = add if used is None else used + add
             keep = ~sel
             ea, er, ew = ea[keep], er[keep], ew[keep]
-        ids = ids[~mark[ids]]
     return rate
 
 
@@ -114,8 +114,19 @@ class Batch:
         return len(self.work)
 
 
+# rows of the scheduler's float and int state tables
+_WORK, _REM, _RATE, _ISSUE, _CAP, _SLOW = range(6)
+_TRIG, _RA, _RB, _TAG, _OWNER = range(5)
+
+
 class FluidScheduler:
-    """Keeps the set of running activities, their rates and the SimPy wake-up at the next completion."""
+    """Keeps the set of running activities, their rates and the SimPy wake-up at the next completion.
+
+    State lives in two column-per-activity tables (floats: work, remaining, rate, issue time, cap, slowed
+    cap; ints: trigger, ranks, tag, owner) and one table of resource entries, all with spare capacity, so
+    that starting and finishing activities costs a few array copies however many fields there are.
+    Activities keep their start order (finished ones are squeezed out), which fixes the order owners hear.
+    """
 
     def __init__(self, env: simpy.Environment, res_cap: np.ndarray, n_ranks: int) -> None:
         self.env = env
@@ -125,20 +136,36 @@ class FluidScheduler:
         self._owner_left: dict[int, int] = {}
         self._next_owner = 0
         self._t = 0.0
-        z = np.zeros(0)
-        zi = np.zeros(0, dtype=np.int64)
-        self.work, self.rem, self.rate, self.t_issue = z, z, z, z
-        self.cap, self.cap_slow = z, z
-        self.trig, self.rank_a, self.rank_b, self.tag, self.owner = zi, zi, zi, zi, zi
-        self.e_act, self.e_res, self.e_w = zi, zi, z
-        self._pending: list[Batch] = []
-        self._delayed: list[tuple[float, int, Batch]] = []
+        self._F = np.zeros((6, 64))
+        self._I = np.zeros((5, 64), dtype=np.int64)
+        self._E = np.zeros((2, 256), dtype=np.int64)  # e_act, e_res
+        self._EW = np.zeros(256)
+        self._n = 0
+        self._m = 0
+        self._pending: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        self._delayed: list[tuple[float, int, tuple]] = []
         self._seq = 0
         self._wake: simpy.Event | None = None
         self._wake_at = np.inf
         self._flush_scheduled = False
         self.stats = {"activities": 0, "finished": 0, "solves": 0, "wakeups": 0}
         self.resource_load: np.ndarray | None = None
+
+    # ---- views of the running activities (read-only by convention) ---------------------------
+    work = property(lambda self: self._F[_WORK, : self._n])
+    rem = property(lambda self: self._F[_REM, : self._n])
+    rate = property(lambda self: self._F[_RATE, : self._n])
+    t_issue = property(lambda self: self._F[_ISSUE, : self._n])
+    cap = property(lambda self: self._F[_CAP, : self._n])
+    cap_slow = property(lambda self: self._F[_SLOW, : self._n])
+    trig = property(lambda self: self._I[_TRIG, : self._n])
+    rank_a = property(lambda self: self._I[_RA, : self._n])
+    rank_b = property(lambda self: self._I[_RB, : self._n])
+    tag = property(lambda self: self._I[_TAG, : self._n])
+    owner = property(lambda self: self._I[_OWNER, : self._n])
+    e_act = property(lambda self: self._E[0, : self._m])
+    e_res = property(lambda self: self._E[1, : self._m])
+    e_w = property(lambda self: self._EW[: self._m])
 
     # ---- public -------------------------------------------------------------------------------
     def register(self, owner: Owner, count: int) -> int:
@@ -154,30 +181,83 @@ class FluidScheduler:
 
     def add(self, batch: Batch, delay: np.ndarray | float = 0.0) -> None:
         """Start the batch's activities after ``delay`` seconds (per activity or one value)."""
-        if batch.n == 0:
+        n = batch.n
+        if n == 0:
             return
-        batch.t_issue = self.env.now
-        delay = np.broadcast_to(np.asarray(delay, dtype=float), (batch.n,))
-        if not np.any(delay > 0):
-            self._pending.append(batch)
+        now = self.env.now
+        batch.t_issue = now
+        if isinstance(delay, (int, float)):
+            if delay > 0:
+                self._push_delayed(float(delay), self._pack(batch, now))
+            else:
+                self._pending.append(self._pack(batch, now))
+                self._request_flush()
+            return
+        delay = np.asarray(delay, dtype=float)
+        if delay.ndim == 0:
+            self.add(batch, float(delay))
+            return
+        delay = np.broadcast_to(delay, (n,))
+        d_max = delay.max()
+        if not d_max > 0:
+            self._pending.append(self._pack(batch, now))
             self._request_flush()
             return
-        uniq = np.unique(delay)
-        for d in uniq:
-            sub = batch if len(uniq) == 1 else _subset(batch, delay == d)
+        if delay.min() == d_max:
+            self._push_delayed(float(d_max), self._pack(batch, now))
+            return
+        packed = self._pack(batch, now)
+        for d in np.unique(delay).tolist():
+            sub = _subset_packed(packed, delay == d)
             if d <= 0:
                 self._pending.append(sub)
                 self._request_flush()
             else:
-                self._seq += 1
-                heapq.heappush(self._delayed, (self.env.now + float(d), self._seq, sub))
-                self._schedule_wake(self.env.now + float(d))
+                self._push_delayed(d, sub)
+
+    def add_one(
+        self, work: float, cap: float, cap_slow: float, trig: int, rank_a: int, rank_b: int, tag: int, res: int, owner: int
+    ) -> None:
+        """Start one activity now (the common case of a compute task): ``res`` the one resource it draws
+        ``1 * rate`` from, or -1 for none. Same as :meth:`add` of a one-activity :class:`Batch`."""
+        now = self.env.now
+        fb = np.array([[work], [work], [0.0], [now], [cap], [cap_slow]])
+        ib = np.array([[trig], [rank_a], [rank_b], [tag], [owner]], dtype=np.int64)
+        if res >= 0:
+            self._pending.append((fb, ib, _ZERO1, np.array([res], dtype=np.int64), _ONE1))
+        else:
+            self._pending.append((fb, ib, _I0, _I0, _F0))
+        self._request_flush()
 
     @property
     def n_active(self) -> int:
-        return len(self.work)
+        return self._n
 
     # ---- internals ----------------------------------------------------------------------------
+    @staticmethod
+    def _pack(b: Batch, now: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        n = b.n
+        fb = np.empty((6, n))
+        fb[_WORK] = b.work
+        fb[_REM] = fb[_WORK]
+        fb[_RATE] = 0.0
+        fb[_ISSUE] = now
+        fb[_CAP] = b.cap
+        fb[_SLOW] = b.cap_slow
+        ib = np.empty((5, n), dtype=np.int64)
+        ib[_TRIG] = b.trig
+        ib[_RA] = b.rank_a
+        ib[_RB] = b.rank_b
+        ib[_TAG] = b.tag
+        ib[_OWNER] = b.owner
+        return fb, ib, np.asarray(b.e_act, dtype=np.int64), np.asarray(b.e_res, dtype=np.int64), np.asarray(b.e_w, dtype=float)
+
+    def _push_delayed(self, d: float, packed: tuple) -> None:
+        self._seq += 1
+        t = self.env.now + d
+        heapq.heappush(self._delayed, (t, self._seq, packed))
+        self._schedule_wake(t)
+
     def _request_flush(self) -> None:
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -207,26 +287,36 @@ class FluidScheduler:
     def _advance(self) -> None:
         now = self.env.now
         dt = now - self._t
-        if self.rem.size:
-            fin = np.isfinite(self.rate)
-            if dt > 0:
-                with np.errstate(invalid="ignore"):
-                    self.rem = np.where(fin, self.rem - self.rate * dt, 0.0)
-            elif not fin.all():
-                self.rem = np.where(fin, self.rem, 0.0)
+        n = self._n
+        if n:
+            rate = self._F[_RATE, :n]
+            rem = self._F[_REM, :n]
+            fin = np.isfinite(rate)
+            if fin.all():
+                if dt > 0:
+                    rem -= rate * dt
+            else:
+                if dt > 0:
+                    with np.errstate(invalid="ignore"):
+                        rem -= rate * dt
+                rem[~fin] = 0.0
         self._t = now
 
     def _step(self) -> None:
         """Advance to now, start due activities, finish completed ones, re-solve and reschedule."""
         self._advance()
         now = self.env.now
-        while self._delayed and self._delayed[0][0] <= now * (1 + 1e-15) + 1e-18:
-            self._pending.append(heapq.heappop(self._delayed)[2])
+        delayed = self._delayed
+        while delayed and delayed[0][0] <= now * (1 + 1e-15) + 1e-18:
+            self._pending.append(heapq.heappop(delayed)[2])
         # Owners' callbacks may add activities at this same instant; loop until nothing new finishes.
+        F = self._F
         for _ in range(1000):
             if self._pending:
                 self._merge_pending()
-            done = self.rem <= DONE_REL_EPS * self.work
+                F = self._F
+            n = self._n
+            done = F[_REM, :n] <= DONE_REL_EPS * F[_WORK, :n]
             if not done.any():
                 break
             self._finish(done)
@@ -234,84 +324,134 @@ class FluidScheduler:
 
     def _merge_pending(self) -> None:
         batches, self._pending = self._pending, []
-        n0 = len(self.work)
-        offs = np.cumsum([n0] + [b.n for b in batches])
-        cat = np.concatenate
-        self.work = cat([self.work] + [b.work for b in batches])
-        self.rem = cat([self.rem] + [b.work.astype(float) for b in batches])
-        self.rate = cat([self.rate] + [np.zeros(b.n) for b in batches])
-        self.t_issue = cat([self.t_issue] + [np.full(b.n, b.t_issue) for b in batches])
-        self.cap = cat([self.cap] + [b.cap for b in batches])
-        self.cap_slow = cat([self.cap_slow] + [b.cap_slow for b in batches])
-        self.trig = cat([self.trig] + [b.trig for b in batches])
-        self.rank_a = cat([self.rank_a] + [b.rank_a for b in batches])
-        self.rank_b = cat([self.rank_b] + [b.rank_b for b in batches])
-        self.tag = cat([self.tag] + [b.tag for b in batches])
-        self.owner = cat([self.owner] + [np.full(b.n, b.owner, dtype=np.int64) for b in batches])
-        self.e_act = cat([self.e_act] + [b.e_act + o for b, o in zip(batches, offs[:-1], strict=True)])
-        self.e_res = cat([self.e_res] + [b.e_res for b in batches])
-        self.e_w = cat([self.e_w] + [b.e_w for b in batches])
-        self.stats["activities"] += int(offs[-1] - n0)
+        n0, m0 = self._n, self._m
+        n1 = n0 + sum(b[0].shape[1] for b in batches)
+        m1 = m0 + sum(len(b[2]) for b in batches)
+        if n1 > self._F.shape[1]:
+            size = max(2 * self._F.shape[1], n1)
+            F = np.zeros((6, size))
+            F[:, :n0] = self._F[:, :n0]
+            I = np.zeros((5, size), dtype=np.int64)  # noqa: E741
+            I[:, :n0] = self._I[:, :n0]
+            self._F, self._I = F, I
+        if m1 > len(self._EW):
+            size = max(2 * len(self._EW), m1)
+            E = np.zeros((2, size), dtype=np.int64)
+            E[:, :m0] = self._E[:, :m0]
+            EW = np.zeros(size)
+            EW[:m0] = self._EW[:m0]
+            self._E, self._EW = E, EW
+        F, I, E, EW = self._F, self._I, self._E, self._EW  # noqa: E741
+        n, m = n0, m0
+        for fb, ib, ea, er, ew in batches:
+            k = fb.shape[1]
+            F[:, n : n + k] = fb
+            I[:, n : n + k] = ib
+            j = len(ea)
+            if j:
+                np.add(ea, n, out=E[0, m : m + j])
+                E[1, m : m + j] = er
+                EW[m : m + j] = ew
+                m += j
+            n += k
+        self._n, self._m = n1, m1
+        self.stats["activities"] += n1 - n0
 
     def _finish(self, done: np.ndarray) -> None:
         now = self.env.now
+        n, m = self._n, self._m
         idx = np.flatnonzero(done)
-        owners, tags, issued = self.owner[idx], self.tag[idx], self.t_issue[idx]
+        F, I, E = self._F, self._I, self._E  # noqa: E741
+        owners, tags, issued = I[_OWNER, idx], I[_TAG, idx], F[_ISSUE, idx]
         keep = ~done
-        newpos = np.cumsum(keep) - 1
-        ekeep = keep[self.e_act]
-        self.e_act = newpos[self.e_act[ekeep]]
-        self.e_res = self.e_res[ekeep]
-        self.e_w = self.e_w[ekeep]
-        for name in ("work", "rem", "rate", "t_issue", "cap", "cap_slow", "trig", "rank_a", "rank_b", "tag", "owner"):
-            setattr(self, name, getattr(self, name)[keep])
+        n1 = n - len(idx)
+        F[:, :n1] = F[:, :n][:, keep]
+        I[:, :n1] = I[:, :n][:, keep]
+        if m:
+            newpos = np.cumsum(keep) - 1
+            ekeep = keep[E[0, :m]]
+            kept = E[:, :m][:, ekeep]
+            m1 = kept.shape[1]
+            E[0, :m1] = newpos[kept[0]]
+            E[1, :m1] = kept[1]
+            self._EW[:m1] = self._EW[:m][ekeep]
+            self._m = m1
+        self._n = n1
         self.stats["finished"] += len(idx)
-        order = np.argsort(owners, kind="stable")
-        owners, tags, issued = owners[order], tags[order], issued[order]
-        uniq, starts = np.unique(owners, return_index=True)
-        bounds = list(starts) + [len(owners)]
-        for k, oid in enumerate(uniq):
-            sl = slice(bounds[k], bounds[k + 1])
-            oid = int(oid)
+        if len(idx) == 1 or owners.min() == owners.max():
+            groups = [(int(owners[0]), tags, issued)]
+        else:
+            order = np.argsort(owners, kind="stable")
+            owners, tags, issued = owners[order], tags[order], issued[order]
+            uniq, starts = np.unique(owners, return_index=True)
+            bounds = starts.tolist() + [len(owners)]
+            groups = [(oid, tags[bounds[k] : bounds[k + 1]], issued[bounds[k] : bounds[k + 1]]) for k, oid in enumerate(uniq.tolist())]
+        for oid, tg, iss in groups:
             owner = self._owners[oid]
-            self._owner_left[oid] -= bounds[k + 1] - bounds[k]
+            self._owner_left[oid] -= len(tg)
             if self._owner_left[oid] <= 0:
                 del self._owners[oid]
                 del self._owner_left[oid]
-            owner.on_done(tags[sl], issued[sl], now)
+            owner.on_done(tg, iss, now)
 
     def effective_caps(self) -> np.ndarray:
         """Per-activity caps now: the slowed cap where interference applies (see :data:`TRIG_COMPUTE`)."""
-        cap = self.cap
-        if not np.any(self.trig):
-            return cap
-        nr = self.n_ranks + 1  # slot nr-1 collects rank -1
-        is_comm = self.trig == TRIG_COMM
-        is_comp = self.trig == TRIG_COMPUTE
-        comm_on = np.bincount(np.where(is_comm, self.rank_a, nr - 1), minlength=nr)
-        comm_on += np.bincount(np.where(is_comm, self.rank_b, nr - 1), minlength=nr)
-        comp_on = np.bincount(np.where(is_comp, self.rank_a, nr - 1), minlength=nr)
+        n = self._n
+        cap = self._F[_CAP, :n]
+        cap_slow = self._F[_SLOW, :n]
+        differs = cap_slow != cap
+        if not differs.any():
+            return cap  # interference would change nothing
+        trig = self._I[_TRIG, :n]
+        rank_a = self._I[_RA, :n]
+        rank_b = self._I[_RB, :n]
+        nr = self.n_ranks + 1  # slot nr-1 collects rank -1 (a flow end that is not a rank)
+        ra = np.where(rank_a < 0, nr - 1, rank_a)
+        rb = np.where(rank_b < 0, nr - 1, rank_b)
+        is_comm = trig == TRIG_COMM
+        is_comp = trig == TRIG_COMPUTE
+        comm_on = np.bincount(ra[is_comm], minlength=nr) + np.bincount(rb[is_comm], minlength=nr)
+        comp_on = np.bincount(ra[is_comp], minlength=nr)
         comm_on[-1] = 0
         comp_on[-1] = 0
-        slow = (is_comp & (comm_on[self.rank_a] > 0)) | (is_comm & ((comp_on[self.rank_a] > 0) | (comp_on[self.rank_b] > 0)))
-        return np.where(slow, self.cap_slow, cap)
+        slow = (is_comp & (comm_on[ra] > 0)) | (is_comm & ((comp_on[ra] > 0) | (comp_on[rb] > 0)))
+        slow &= differs
+        return np.where(slow, cap_slow, cap)
 
     def _solve(self) -> None:
-        n = len(self.work)
+        n = self._n
         if n:
+            m = self._m
             self.stats["solves"] += 1
-            self.rate = maxmin_rates(n, self.e_act, self.e_res, self.e_w, self.res_cap, self.effective_caps())
-            with np.errstate(divide="ignore", invalid="ignore"):
-                t_left = np.where(self.rate > 0, self.rem / self.rate, np.inf)
+            rate = maxmin_rates(n, self._E[0, :m], self._E[1, :m], self._EW[:m], self.res_cap, self.effective_caps())
+            self._F[_RATE, :n] = rate
+            t_left = np.full(n, np.inf)
+            np.divide(self._F[_REM, :n], rate, out=t_left, where=rate > 0)
             t_next = float(t_left.min())
-            if np.isfinite(t_next):
+            if t_next < np.inf:
                 self._schedule_wake(self.env.now + max(t_next, 0.0))
         if self._delayed:
             self._schedule_wake(self._delayed[0][0])
 
     def load(self) -> np.ndarray:
         """Current load of every resource (units/s): what the latest rates draw."""
-        return np.bincount(self.e_res, weights=self.e_w * self.rate[self.e_act], minlength=len(self.res_cap))
+        m = self._m
+        return np.bincount(self._E[1, :m], weights=self._EW[:m] * self._F[_RATE, : self._n][self._E[0, :m]], minlength=len(self.res_cap))
+
+
+def _subset_packed(packed: tuple, mask: np.ndarray) -> tuple:
+    """The activities of a packed batch (see ``FluidScheduler._pack``) where ``mask`` holds, renumbered."""
+    fb, ib, ea, er, ew = packed
+    idx = np.flatnonzero(mask)
+    em = mask[ea]
+    newpos = np.cumsum(mask) - 1
+    return fb[:, idx], ib[:, idx], newpos[ea[em]], er[em], ew[em]
+
+
+_I0 = np.zeros(0, dtype=np.int64)
+_F0 = np.zeros(0)
+_ZERO1 = np.zeros(1, dtype=np.int64)
+_ONE1 = np.ones(1)
 
 
 def _subset(b: Batch, mask: np.ndarray) -> Batch:

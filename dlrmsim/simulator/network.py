@@ -139,6 +139,17 @@ class Network:
         self.node_rank = np.full(n_nodes, -1, dtype=np.int64)
         self.node_rank[self.rank_node] = np.arange(len(self.rank_node))
         self._routes: dict[int, SourceRoutes] = {}
+        # flow templates per node pair (see _add_pairs); rows of _pair_tab are allocated per source node
+        self._src_row = np.full(n_nodes, -1, dtype=np.int64)
+        self._n_rows = 0
+        self._pair_tab = np.full((0, n_nodes), -1, dtype=np.int64)
+        self._n_pairs = 0
+        self._pair_cap = np.zeros(0)
+        self._pair_delay = np.zeros(0)
+        self._pair_same = np.zeros(0, dtype=bool)
+        self._pair_ptr = np.zeros(1, dtype=np.int64)
+        self._pair_res = np.zeros(0, dtype=np.int64)
+        self._pair_w = np.zeros(0)
 
     # ---- routes --------------------------------------------------------------------------------
     def source_routes(self, src: int) -> SourceRoutes:
@@ -290,71 +301,136 @@ class Network:
         return [self.resource_names[r] for r in sr.res[sr.ptr[dst] : sr.ptr[dst + 1]]]
 
     # ---- flows ---------------------------------------------------------------------------------
-    def build_flows(self, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray) -> FlowArrays:
-        """Fluid arrays for flows between node ids ``src[i]`` -> ``dst[i]`` of ``nbytes[i]`` bytes."""
-        src = np.asarray(src, dtype=np.int64)
-        dst = np.asarray(dst, dtype=np.int64)
-        nbytes = np.asarray(nbytes, dtype=float)
+    def _pair_ids(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """Ids into the pair tables (:meth:`_add_pairs`) of node pairs ``src[i] -> dst[i]``, computing new pairs."""
+        rows = self._src_row[src]
+        if (rows < 0).any():
+            for s in np.unique(src[rows < 0]).tolist():
+                self._src_row[s] = self._n_rows
+                self._n_rows += 1
+            if self._n_rows > len(self._pair_tab):
+                tab = np.full((max(2 * len(self._pair_tab), self._n_rows, 8), len(self.nodes)), -1, dtype=np.int64)
+                tab[: len(self._pair_tab)] = self._pair_tab
+                self._pair_tab = tab
+            rows = self._src_row[src]
+        pid = self._pair_tab[rows, dst]
+        miss = pid < 0
+        if miss.any():
+            self._add_pairs(src[miss], dst[miss])
+            pid = self._pair_tab[rows, dst]
+        return pid
+
+    def _add_pairs(self, src: np.ndarray, dst: np.ndarray) -> None:
+        """Store the flow template of new node pairs: rate cap, start delay and resource entries.
+
+        A pair's entries are its route's directed links (with their ECMP fractions), then, if a path crosses
+        a NIC stack, the injection and ejection ports (weight 1) and the copy traffic on both memory domains.
+        """
+        n_nodes = len(self.nodes)
+        key = np.unique(src * n_nodes + dst)
+        src, dst = key // n_nodes, key % n_nodes
         nf = len(src)
         cap = np.empty(nf)
         delay = np.empty(nf)
         nic = np.empty(nf, dtype=bool)
-        e_act_parts: list[np.ndarray] = []
-        e_res_parts: list[np.ndarray] = []
-        e_w_parts: list[np.ndarray] = []
-        order = np.argsort(src, kind="stable")
-        s_sorted = src[order]
-        uniq, starts = np.unique(s_sorted, return_index=True)
+        acts: list[np.ndarray] = []
+        ress: list[np.ndarray] = []
+        ws: list[np.ndarray] = []
+        uniq, starts = np.unique(src, return_index=True)  # src is sorted
         bounds = np.append(starts, nf)
-        for k, s in enumerate(uniq):
-            idx = order[bounds[k] : bounds[k + 1]]
-            sr = self.source_routes(int(s))
+        for k, s in enumerate(uniq.tolist()):
+            idx = np.arange(bounds[k], bounds[k + 1])
+            sr = self.source_routes(s)
             d = dst[idx]
             if not sr.reachable[d].all():
                 bad = self.nodes[int(d[~sr.reachable[d]][0])]
                 from dlrmsim.errors import DlrmsimError
 
-                raise DlrmsimError(f"no route from '{self.nodes[int(s)]}' to '{bad}'", source=self.topology.source)
+                raise DlrmsimError(f"no route from '{self.nodes[s]}' to '{bad}'", source=self.topology.source)
             cap[idx] = sr.lane_cap[d]
             delay[idx] = sr.latency[d] + sr.overhead[d]
             nic[idx] = sr.nic[d]
             lo = sr.ptr[d]
-            ln = sr.ptr[d + 1] - lo
-            tot = int(ln.sum())
+            n_l = sr.ptr[d + 1] - lo
+            tot = int(n_l.sum())
             if tot:
-                rep_start = np.repeat(lo - (np.cumsum(ln) - ln), ln)
-                pos = rep_start + np.arange(tot)
-                e_act_parts.append(np.repeat(idx, ln))
-                e_res_parts.append(sr.res[pos].astype(np.int64))
-                e_w_parts.append(sr.w[pos])
+                pos = np.repeat(lo - (np.cumsum(n_l) - n_l), n_l) + np.arange(tot)
+                acts.append(np.repeat(idx, n_l))
+                ress.append(sr.res[pos].astype(np.int64))
+                ws.append(sr.w[pos])
         delay += self.comm.message_overhead_s
-        # NIC ports and the NIC-stack copy at both ends
+        same = src == dst
+        cap[same] = np.inf
         fi = np.flatnonzero(nic)
         if fi.size:
             copy = self.comm.copy_traffic_factor
-            for res_of, node in ((self.nic_out, src), (self.nic_in, dst)):
+            ends = [(self.nic_out, src, 1.0), (self.nic_in, dst, 1.0)]
+            if copy > 0:
+                ends += [(self.mem, src, copy), (self.mem, dst, copy)]
+            for res_of, node, wt in ends:
                 r = res_of[node[fi]]
                 ok = r >= 0
-                e_act_parts.append(fi[ok])
-                e_res_parts.append(r[ok])
-                e_w_parts.append(np.ones(int(ok.sum())))
-            if copy > 0:
-                for node in (src, dst):
-                    r = self.mem[node[fi]]
-                    ok = r >= 0
-                    e_act_parts.append(fi[ok])
-                    e_res_parts.append(r[ok])
-                    e_w_parts.append(np.full(int(ok.sum()), copy))
+                acts.append(fi[ok])
+                ress.append(r[ok])
+                ws.append(np.full(int(ok.sum()), wt))
+        if acts:
+            e_act = np.concatenate(acts)
+            order = np.argsort(e_act, kind="stable")  # group by pair, keeping links before ports and copies
+            e_res, e_w = np.concatenate(ress)[order], np.concatenate(ws)[order]
+            cnt = np.bincount(e_act, minlength=nf)
+        else:
+            e_res, e_w, cnt = np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(nf, dtype=np.int64)
+        first = self._n_pairs
+        n_ent = int(self._pair_ptr[first])
+        self._reserve(first + nf, n_ent + len(e_res))
+        self._pair_cap[first : first + nf] = cap
+        self._pair_delay[first : first + nf] = delay
+        self._pair_same[first : first + nf] = same
+        self._pair_ptr[first + 1 : first + nf + 1] = n_ent + np.cumsum(cnt)
+        self._pair_res[n_ent : n_ent + len(e_res)] = e_res
+        self._pair_w[n_ent : n_ent + len(e_res)] = e_w
+        self._n_pairs = first + nf
+        self._pair_tab[self._src_row[src], dst] = np.arange(first, first + nf)
+
+    def _reserve(self, n_pairs: int, n_entries: int) -> None:
+        """Grow the pair tables (capacity doubling) to hold ``n_pairs`` pairs and ``n_entries`` entries."""
+        if n_pairs + 1 > len(self._pair_ptr):
+            size = max(2 * len(self._pair_ptr), n_pairs + 1)
+            for name in ("_pair_cap", "_pair_delay", "_pair_same", "_pair_ptr"):
+                old = getattr(self, name)
+                new = np.zeros(size, dtype=old.dtype)
+                new[: len(old)] = old
+                setattr(self, name, new)
+        if n_entries > len(self._pair_res):
+            size = max(2 * len(self._pair_res), n_entries)
+            for name in ("_pair_res", "_pair_w"):
+                old = getattr(self, name)
+                new = np.zeros(size, dtype=old.dtype)
+                new[: len(old)] = old
+                setattr(self, name, new)
+
+    def build_flows(self, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray) -> FlowArrays:
+        """Fluid arrays for flows between node ids ``src[i]`` -> ``dst[i]`` of ``nbytes[i]`` bytes.
+
+        Each flow's template (rate cap, start delay, resource entries) is computed once per node pair and
+        cached; a batch is then a handful of gathers.
+        """
+        src = np.asarray(src, dtype=np.int64)
+        dst = np.asarray(dst, dtype=np.int64)
+        nbytes = np.asarray(nbytes, dtype=float)
+        pid = self._pair_ids(src, dst)
+        lo = self._pair_ptr[pid]
+        ln = self._pair_ptr[pid + 1] - lo
+        tot = int(ln.sum())
+        if tot:
+            csum = np.cumsum(ln)
+            pos = np.repeat(lo - (csum - ln), ln) + np.arange(tot)
+            e_act = np.repeat(np.arange(len(pid)), ln)
+            e_res = self._pair_res[pos]
+            e_w = self._pair_w[pos]
+        else:
+            e_act, e_res, e_w = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0)
+        same = self._pair_same[pid]
         # a node sending to itself moves nothing over the network: it finishes after its delay
-        same = src == dst
-        if same.any():
-            cap[same] = np.inf
-            nbytes = np.where(same, 0.0, nbytes)
-        cat = np.concatenate
-        z = np.zeros(0, dtype=np.int64)
-        return FlowArrays(
-            work=nbytes, cap=cap, delay=delay,
-            e_act=cat(e_act_parts) if e_act_parts else z,
-            e_res=cat(e_res_parts) if e_res_parts else z,
-            e_w=cat(e_w_parts) if e_w_parts else np.zeros(0),
-        )
+        work = np.where(same, 0.0, nbytes) if same.any() else nbytes
+        return FlowArrays(work=work, cap=self._pair_cap[pid], delay=self._pair_delay[pid], e_act=e_act, e_res=e_res, e_w=e_w)

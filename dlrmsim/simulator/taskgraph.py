@@ -14,6 +14,7 @@ wait for it; the dense optimizer waits for every allreduce.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Literal
 
 import numpy as np
@@ -162,7 +163,7 @@ def embedding_backward_update_tasks(
     grad_row_bytes = columns * 4.0
     pooled_grad_bytes = batch * columns * w.element_bytes
     expand_bytes = lookups * grad_row_bytes  # write one gradient row per lookup
-    unique = model.expected_unique_rows(rows, lookups, w.index_distribution)
+    unique = _expected_unique_rows(rows, lookups, w.index_distribution)
     row_bytes = columns * w.table_element_bytes
     update_bytes = unique * 2 * row_bytes + lookups * (w.index_bytes)
     tasks: list[Task] = []
@@ -176,15 +177,41 @@ def embedding_backward_update_tasks(
     if s.update_strategy in ("atomic", "rtm"):
         per_conflict = s.update_costs.atomic_conflict_s if s.update_strategy == "atomic" else s.update_costs.rtm_conflict_s
         lines = max(1.0, np.ceil(grad_row_bytes / s.update_costs.cache_line_bytes))
-        hottest = model.hottest_row_share(rows, w.index_distribution) * lookups
+        hottest = _hottest_row_share(rows, w.index_distribution) * lookups
         # Only duplicates on different cores conflict; one thread's repeated updates stay in its cache.
         cross_core = 1.0 - 1.0 / max(1, s.threads)
         serial_s = max(0.0, hottest - 1.0) * lines * per_conflict * cross_core
     elif s.threads > 1:
-        hottest = model.hottest_row_share(rows, w.index_distribution) * lookups
+        hottest = _hottest_row_share(rows, w.index_distribution) * lookups
         serial_s = hottest * grad_row_bytes / s.update_costs.core_bandwidth_Bps
     tasks.append(Task(f"{name}.update", "update", flops=flops, bytes=update_bytes, serial_s=serial_s))
     return tasks
+
+
+def _expected_unique_rows(rows: int, draws: float, dist: object) -> float:
+    """:func:`model.expected_unique_rows`, memoized: every rank and rank count asks for the same tables."""
+    try:
+        return _unique_rows_cached(rows, draws, dist)
+    except TypeError:  # an unhashable distribution
+        return model.expected_unique_rows(rows, draws, dist)  # type: ignore[arg-type]
+
+
+def _hottest_row_share(rows: int, dist: object) -> float:
+    """:func:`model.hottest_row_share`, memoized."""
+    try:
+        return _hottest_cached(rows, dist)
+    except TypeError:
+        return model.hottest_row_share(rows, dist)  # type: ignore[arg-type]
+
+
+@lru_cache(maxsize=4096)
+def _unique_rows_cached(rows: int, draws: float, dist: object) -> float:
+    return model.expected_unique_rows(rows, draws, dist)  # type: ignore[arg-type]
+
+
+@lru_cache(maxsize=4096)
+def _hottest_cached(rows: int, dist: object) -> float:
+    return model.hottest_row_share(rows, dist)  # type: ignore[arg-type]
 
 
 def copy_task(name: str, nbytes: float, passes: float) -> Task | None:

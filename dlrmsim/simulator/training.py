@@ -18,6 +18,7 @@ from pydantic import Field
 from dlrmsim.config import StrictModel
 from dlrmsim.errors import DlrmsimError
 from dlrmsim.simulator.backends import Backend, load_backend
+from dlrmsim.simulator.records import Record
 from dlrmsim.simulator.taskgraph import (
     OPTIMIZER_STATE_BYTES_PER_PARAM,
     Collective,
@@ -32,7 +33,6 @@ from dlrmsim.simulator.taskgraph import (
     Wait,
     build_iteration,
 )
-from dlrmsim.simulator.records import Record
 from dlrmsim.topologies.topology import Topology
 from dlrmsim.workloads import load_workload, model
 from dlrmsim.workloads.placement import Placement, PlacementSpec, max_ranks, place
@@ -144,16 +144,22 @@ class Inputs:
     settings: IterationSettings
 
 
-def load_inputs(cfg: TrainingConfig) -> Inputs:
-    """Load YAMLs, apply what-ifs and calibration, check placement and memory; refuse what cannot run."""
+def load_inputs(cfg: TrainingConfig, workload: Workload | None = None, topology: Topology | None = None) -> Inputs:
+    """Load YAMLs, apply what-ifs and calibration, check placement and memory; refuse what cannot run.
+
+    ``workload`` / ``topology`` objects, when given, replace loading ``cfg.workload`` / ``cfg.topology``
+    (validation builds its small workloads in memory).
+    """
     from dlrmsim.topologies import load_topology
 
     wl_over = dict(cfg.workload_overrides)
     if cfg.precision is not None:
         wl_over["precision"] = cfg.precision
-    w = load_workload(cfg.workload, wl_over or None)
-    topo_params: dict[str, Any] = {}
-    topo = load_topology(cfg.topology, cfg.topology_overrides or None, **topo_params)
+    if workload is not None:
+        w = workload.model_copy(update={"precision": cfg.precision}) if cfg.precision else workload
+    else:
+        w = load_workload(cfg.workload, wl_over or None)
+    topo = topology if topology is not None else load_topology(cfg.topology, cfg.topology_overrides or None)
     if cfg.calibration:
         from dlrmsim.calibration import apply_calibration, load_calibration
 

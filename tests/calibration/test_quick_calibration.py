@@ -85,6 +85,11 @@ def test_two_quick_runs_agree(quick_cal: Calibration, tmp_path: Path) -> None:
     """
     again = run_calibration(quick=True, backend="numpy", out=tmp_path / "again.yaml", progress=False)
     a, b = quick_cal, again
+    # The calibration's own processes load at most ~cores; beyond twice the cores, other jobs held the
+    # CPUs for most of a run and the two runs measured different machines' worth of CPU: not comparable.
+    busiest = max(a.host.load_average, b.host.load_average)
+    if busiest > 2 * a.host.cores:
+        pytest.skip(f"host oversubscribed by other jobs (1-min load {busiest:.1f} on {a.host.cores} cores)")
     assert b.gemm.peak_efficiency == pytest.approx(a.gemm.peak_efficiency, rel=0.30)
     assert b.memory.bandwidth_GBps == pytest.approx(a.memory.bandwidth_GBps, rel=0.50)
     for op in ("allreduce", "alltoall"):

@@ -17,7 +17,7 @@ GB = 1e9
 
 
 def test_preset_names() -> None:
-    assert topology_names() == ["clx-64s-opa", "cpx-64s", "host", "skx-8s-upi", "yosemite-v2-sled"]
+    assert topology_names() == ["clx-2s-56c", "clx-64s-opa", "cpx-64s", "host", "skx-8s-upi", "yosemite-v2-sled"]
 
 
 # ---- 8-socket SKX node --------------------------------------------------------------------------------

@@ -1,0 +1,195 @@
+"""End-to-end validation: real DLRM iterations on this host against the calibrated simulator's prediction.
+
+The simulator sees only the micro-benchmark calibration; the DLRM runs it is compared with are never
+fitted to. Each case also gets a per-phase comparison, so a miss points at the part of the model that is
+wrong (GEMMs, embedding ops, collectives, optimizer) rather than at a number to nudge.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, PositiveInt
+
+from dlrmsim import config
+from dlrmsim.config import StrictModel
+from dlrmsim.workloads.schema import Workload
+
+CASES_FILE = Path(__file__).resolve().parent / "validation_cases.yaml"
+
+
+class CaseSpec(StrictModel):
+    name: str
+    batch: PositiveInt
+    ranks: PositiveInt = 1
+    threads: PositiveInt | None = None
+    workload: dict[str, Any] = Field(default_factory=dict)
+
+
+class CasesFile(StrictModel):
+    base: dict[str, Any]
+    cases: list[CaseSpec] = Field(min_length=1)
+
+
+@dataclass(frozen=True)
+class ValidationCase:
+    """One configuration to run for real and to predict."""
+
+    name: str
+    workload: Workload
+    batch: int
+    ranks: int
+    threads: int
+
+
+@dataclass
+class CaseResult:
+    name: str
+    measured_s: float
+    predicted_s: float
+    error: float  # (predicted - measured) / measured
+    ranks: int
+    threads: int
+    batch: int
+    measured_phases_s: dict[str, float] = field(default_factory=dict)
+    predicted_phases_s: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class ValidationReport:
+    cases: list[CaseResult]
+    calibration: str
+    backend: str
+
+    @property
+    def median_abs_error(self) -> float:
+        return statistics.median(abs(c.error) for c in self.cases)
+
+    @property
+    def max_abs_error(self) -> float:
+        return max(abs(c.error) for c in self.cases)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "calibration": self.calibration,
+            "backend": self.backend,
+            "cases": [asdict(c) for c in self.cases],
+            "median_abs_error": self.median_abs_error,
+            "max_abs_error": self.max_abs_error,
+        }
+
+
+def load_cases(path: Path = CASES_FILE, only: list[str] | None = None) -> list[ValidationCase]:
+    """Validation cases from YAML: ``base`` workload fields, each case's overrides on top."""
+    from dlrmsim.calibration.host import usable_cores
+
+    spec = config.validate(CasesFile, config.read_yaml(path), path.name)
+    cores = usable_cores()
+    out = []
+    for i, c in enumerate(spec.cases):
+        if only and c.name not in only:
+            continue
+        data = {**spec.base, **c.workload, "name": c.name}
+        w = config.validate(Workload, data, f"{path.name}: cases.{i}")
+        threads = c.threads or max(1, cores // c.ranks)
+        out.append(ValidationCase(c.name, w, c.batch, c.ranks, threads))
+    return out
+
+
+# Simulator task names -> the runner's phase names (see dlrm_runner.PHASES).
+def sim_phase(name: str, kind: str, category: str) -> str:
+    if category in ("allreduce", "alltoall") or name.startswith(("allreduce", "a2a", "scatter")):
+        return "allreduce" if "allreduce" in name or category == "allreduce" else "alltoall"
+    if name.startswith("bot"):
+        return "bottom_mlp_fwd" if name.endswith(".fwd") else "bottom_mlp_bwd"
+    if name.startswith("top"):
+        return "top_mlp_fwd" if name.endswith(".fwd") else "top_mlp_bwd"
+    if name.startswith("interaction"):
+        return "interaction_fwd" if name.endswith(".fwd") else "interaction_bwd"
+    if name.startswith("emb"):
+        if name.endswith(".fwd"):
+            return "embedding_fwd"
+        return "embedding_update" if ".update" in name else "embedding_bwd"
+    if name == "optimizer":
+        return "mlp_update"
+    return "other"
+
+
+def predict(case: ValidationCase, calibration_path: Path) -> tuple[float, dict[str, float]]:
+    """Simulated iteration time (s) and per-phase times of ``case`` on the calibrated host model."""
+    from dlrmsim.calibration import apply_calibration, load_calibration
+    from dlrmsim.simulator.records import records_frame
+    from dlrmsim.simulator.training import TrainingConfig, load_inputs, run_iteration
+    from dlrmsim.topologies import load_topology
+
+    cal = load_calibration(calibration_path)
+    topo = load_topology("host", {"compute.host-cpu.cores": case.ranks * case.threads}, ranks=case.ranks)
+    topo = apply_calibration(topo, cal)
+    cfg = TrainingConfig(
+        topology="host",
+        workload=case.workload.name,
+        ranks=case.ranks,
+        scaling="strong",
+        backend="shm",
+        blocking=True,  # the runner waits on every collective from its compute thread
+        workload_overrides={"minibatch.strong_global": case.batch},
+    )
+    w = case.workload.model_copy(update={"minibatch": case.workload.minibatch.model_copy(update={"strong_global": case.batch})})
+    res = run_iteration(load_inputs(cfg, workload=w, topology=topo), cfg)
+    df = records_frame(res.records)
+    phases: dict[str, float] = {}
+    if not df.empty:
+        tasks = df[df["kind"].isin(["gemm", "embedding", "interaction", "update", "optimizer", "copy", "conflicts"])]
+        for (rank, name, kind, cat), part in tasks.groupby(["rank", "name", "kind", "category"]):
+            if rank != 0:
+                continue
+            ph = sim_phase(str(name), str(kind), str(cat))
+            phases[ph] = phases.get(ph, 0.0) + float((part["end"] - part["start"]).sum())
+    for cid, t in res.wait_per_collective_s.items():
+        ph = "allreduce" if cid.startswith("allreduce") else "alltoall"
+        phases[ph] = phases.get(ph, 0.0) + t
+    return res.iteration_s, phases
+
+
+def measure(case: ValidationCase, backend: str, iterations: int, warmup: int) -> tuple[float, dict[str, float]]:
+    from dlrmsim.calibration import run_dlrm_iteration
+
+    m = run_dlrm_iteration(case.workload, case.batch, ranks=case.ranks, threads=case.threads, backend=backend,
+                           iterations=iterations, warmup=warmup)  # fmt: skip
+    phases = dict(m.phases_s)
+    merged = {"alltoall": phases.pop("alltoall_fwd", 0.0) + phases.pop("alltoall_bwd", 0.0)}
+    merged.update(phases)
+    return m.iteration_s, merged
+
+
+def run_validation(
+    calibration_path: Path,
+    backend: str = "numpy",
+    only: list[str] | None = None,
+    iterations: int = 5,
+    warmup: int = 2,
+    progress: bool = True,
+) -> ValidationReport:
+    """Run every case for real and in the simulator; the report holds both and the relative errors."""
+    from rich.progress import Progress
+
+    from dlrmsim.calibration import load_calibration
+    from dlrmsim.output import err_console
+
+    load_calibration(calibration_path)  # validate (and warn about another host) before any run
+    cases = load_cases(only=only)
+    results = []
+    with Progress(console=err_console, transient=True, disable=not progress) as bar:
+        task = bar.add_task("validating", total=len(cases))
+        for case in cases:
+            bar.update(task, description=f"{case.name}: running")
+            measured, mphases = measure(case, backend, iterations, warmup)
+            bar.update(task, description=f"{case.name}: simulating")
+            predicted, pphases = predict(case, calibration_path)
+            results.append(CaseResult(case.name, measured, predicted, (predicted - measured) / measured, case.ranks,
+                                      case.threads, case.batch, mphases, pphases))  # fmt: skip
+            bar.advance(task)
+    return ValidationReport(results, str(calibration_path), backend)
