@@ -66,5 +66,40 @@ def calibrate(
     console.print(f"wrote {out} in {elapsed:.0f} s")
 
 
+def validate(
+    calibration: Path = typer.Option(..., "--calibration", "-c", help="calibration YAML from `dlrmsim calibrate`"),
+    backend: str = typer.Option("numpy", help="numpy | torch: what the real DLRM iterations run on"),
+    case: list[str] = typer.Option([], "--case", help="run only these cases (repeatable)"),
+    iterations: int = typer.Option(5, min=1, help="timed iterations per case (median kept)"),
+    warmup: int = typer.Option(2, min=0, help="untimed iterations first"),
+    phases: bool = typer.Option(False, "--phases", help="also print measured vs predicted time per phase"),
+    json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
+) -> None:
+    """Run small DLRM training iterations for real and compare them with the calibrated simulator."""
+    from dlrmsim.calibration.validate import run_validation
+    from dlrmsim.output import console, print_json, print_table
+
+    report = run_validation(calibration, backend=backend, only=case or None, iterations=iterations, warmup=warmup,
+                            progress=not json_out)  # fmt: skip
+    if json_out:
+        data = report.to_json()
+        data["cases"] = [{k: c[k] for k in ("name", "measured_s", "predicted_s", "error", "ranks", "threads", "batch")}
+                         | ({"measured_phases_s": c["measured_phases_s"], "predicted_phases_s": c["predicted_phases_s"]} if phases else {})
+                         for c in data["cases"]]  # fmt: skip
+        print_json(data)
+        return
+    print_table(f"Validation on this host ({backend}), calibration {calibration}",
+                ["case", "ranks", "threads", "batch", "measured ms", "predicted ms", "error %"],
+                [(c.name, c.ranks, c.threads, c.batch, c.measured_s * 1e3, c.predicted_s * 1e3, 100 * c.error)
+                 for c in report.cases])  # fmt: skip
+    if phases:
+        for c in report.cases:
+            names = sorted(set(c.measured_phases_s) | set(c.predicted_phases_s))
+            print_table(f"{c.name}: per phase", ["phase", "measured ms", "predicted ms"],
+                        [(n, c.measured_phases_s.get(n, 0.0) * 1e3, c.predicted_phases_s.get(n, 0.0) * 1e3) for n in names])
+    console.print(f"median |error| {100 * report.median_abs_error:.1f}%, max |error| {100 * report.max_abs_error:.1f}%")
+
+
 def register(app: typer.Typer) -> None:
     app.command("calibrate")(calibrate)
+    app.command("validate")(validate)

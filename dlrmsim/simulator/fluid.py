@@ -23,6 +23,11 @@ DONE_REL_EPS = 1e-9
 # Levels within this relative distance of the current fill level saturate together.
 LEVEL_REL_EPS = 1e-9
 
+# Solves with at most this many resource entries are memoized (key: the entry and cap arrays' bytes); the
+# memo is emptied when its keys and rates pass MEMO_BYTES.
+MEMO_MAX_ENTRIES = 20_000
+MEMO_BYTES = 32 * 2**20
+
 TRIG_NONE = 0  # rate cap never changes
 TRIG_COMPUTE = 1  # a compute task: slowed while communication is in flight on its rank
 TRIG_COMM = 2  # a flow: slowed while compute runs on either end rank
@@ -148,7 +153,9 @@ class FluidScheduler:
         self._wake: simpy.Event | None = None
         self._wake_at = np.inf
         self._flush_scheduled = False
-        self.stats = {"activities": 0, "finished": 0, "solves": 0, "wakeups": 0}
+        self.stats = {"activities": 0, "finished": 0, "solves": 0, "wakeups": 0, "reused": 0}
+        self._memo: dict[tuple[bytes, bytes, bytes], np.ndarray] = {}
+        self._memo_bytes = 0
         self.resource_load: np.ndarray | None = None
 
     # ---- views of the running activities (read-only by convention) ---------------------------
@@ -423,7 +430,24 @@ class FluidScheduler:
         if n:
             m = self._m
             self.stats["solves"] += 1
-            rate = maxmin_rates(n, self._E[0, :m], self._E[1, :m], self._EW[:m], self.res_cap, self.effective_caps())
+            caps = self.effective_caps()
+            if m <= MEMO_MAX_ENTRIES:
+                # The allocation is a pure function of the entries and caps, and collectives repeat the same
+                # states phase after phase: reuse the rates of an identical earlier solve.
+                key = (self._E[:, :m].tobytes(), self._EW[:m].tobytes(), caps.tobytes())
+                rate = self._memo.get(key)
+                if rate is None:
+                    rate = maxmin_rates(n, self._E[0, :m], self._E[1, :m], self._EW[:m], self.res_cap, caps)
+                    size = 32 * m + 16 * n
+                    if self._memo_bytes + size > MEMO_BYTES:
+                        self._memo.clear()
+                        self._memo_bytes = 0
+                    self._memo[key] = rate
+                    self._memo_bytes += size
+                else:
+                    self.stats["reused"] += 1
+            else:
+                rate = maxmin_rates(n, self._E[0, :m], self._E[1, :m], self._EW[:m], self.res_cap, caps)
             self._F[_RATE, :n] = rate
             t_left = np.full(n, np.inf)
             np.divide(self._F[_REM, :n], rate, out=t_left, where=rate > 0)
