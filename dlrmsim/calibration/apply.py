@@ -36,7 +36,24 @@ def calibrated_compute(spec: ComputeSpec, cal: Calibration) -> ComputeSpec:
         memory_bandwidth_Bps=cal.memory.bandwidth_GBps * 1e9,
         memory_efficiency=EfficiencyTable.constant(1.0),
         saturation_cores=float(cal.memory.saturation_cores),
+        bandwidth_fraction_by_kind=embedding_fractions(cal),
     )
+
+
+# Simulator task kinds of the embedding ops (dlrmsim.simulator.taskgraph); their bytes follow the same
+# conventions as the calibration kernels' (kernels.embedding_bytes), so fitted rates transfer directly.
+EMBEDDING_KINDS = {"forward": "embedding", "backward": "embedding_bwd", "update": "update"}
+
+
+def embedding_fractions(cal: Calibration, distribution: str = "uniform") -> dict[str, float]:
+    """Achieved embedding-op bandwidth as a fraction of the saturated stream bandwidth, per task kind."""
+    out: dict[str, float] = {}
+    for op, kind in EMBEDDING_KINDS.items():
+        try:
+            out[kind] = cal.embedding_bandwidth(op, distribution) / cal.memory.bandwidth_GBps
+        except KeyError:
+            continue
+    return out
 
 
 def calibrated_link(link: Link, cal: Calibration) -> Link:

@@ -43,8 +43,16 @@ def domain_bandwidth(spec: ComputeSpec) -> float:
     return spec.memory_bandwidth_Bps * spec.memory_efficiency(math.inf)
 
 
-def task_time(flops: float, nbytes: float, spec: ComputeSpec, cores: float | None = None, precision: str = "fp32") -> float:
+def stream_equivalent_bytes(spec: ComputeSpec, kind: str, nbytes: float) -> float:
+    """Bytes a task of ``kind`` costs the memory system: ``nbytes / bandwidth_fraction_by_kind[kind]`` (default 1)."""
+    return nbytes / spec.bandwidth_fraction_by_kind.get(kind, 1.0)
+
+
+def task_time(
+    flops: float, nbytes: float, spec: ComputeSpec, cores: float | None = None, precision: str = "fp32", kind: str = ""
+) -> float:
     """Roofline time (s) of a task running alone: max(flops / flop rate, bytes / bandwidth cap)."""
+    nbytes = stream_equivalent_bytes(spec, kind, nbytes)
     c = spec.cores if cores is None else cores
     t_f = flops / task_flop_rate(spec, flops, c, precision) if flops > 0 else 0.0
     t_b = nbytes / min(task_bandwidth_cap(spec, nbytes, c), domain_bandwidth(spec)) if nbytes > 0 else 0.0

@@ -132,7 +132,10 @@ class Simulation:
         done = self.env.event()
         fluid = self.fluid
         oid = fluid.register(_EventOwner(done), 1)
-        work, cap, cap_s, trig, res = self._task_params(rank, flops, nbytes, precision, cores, pool == "compute")
+        # A kind that reaches only a fraction of stream bandwidth (random row gathers, scatter-adds) costs
+        # the memory system as many stream-equivalent bytes; the record keeps the real bytes.
+        stream_bytes = costs.stream_equivalent_bytes(self.rank_resources[rank].spec, kind, nbytes)
+        work, cap, cap_s, trig, res = self._task_params(rank, flops, stream_bytes, precision, cores, pool == "compute")
         fluid.add_one(work, cap, cap_s, trig, rank, -1, 0, res, oid)
         yield done
         yield container.put(cores)

@@ -72,7 +72,7 @@ class Task:
     """A unit of work on one rank's compute stream (flops in op, bytes of memory traffic)."""
 
     name: str
-    kind: str  # gemm | embedding | interaction | update | optimizer | copy
+    kind: str  # gemm | embedding | embedding_bwd | interaction | update | optimizer | copy
     flops: float
     bytes: float
     category: str = "compute"  # compute | prepost
@@ -170,7 +170,7 @@ def embedding_backward_update_tasks(
     if s.fuse_backward_update:
         update_bytes += pooled_grad_bytes
     else:
-        tasks.append(Task(f"{name}.bwd", "embedding", flops=0.0, bytes=pooled_grad_bytes + expand_bytes))
+        tasks.append(Task(f"{name}.bwd", "embedding_bwd", flops=0.0, bytes=pooled_grad_bytes + expand_bytes))
         update_bytes += expand_bytes  # read the gradient rows back
     flops = lookups * columns * 2  # scale and add per gradient element
     serial_s = 0.0
@@ -416,7 +416,7 @@ def _rank_program(
         for task in embedding_backward_update_tasks(w, f"emb{sh.table}.c{sh.col_offset}", sh.rows, n_global, sh.columns, s, frac):
             add(task)
     for t in placement.replicated_tables:
-        add(Task(f"emb{t}.replica.bwd", "embedding", 0.0, n * w.lookups_per_sample * w.embedding_dim * 4.0 + n * w.embedding_dim * w.element_bytes))
+        add(Task(f"emb{t}.replica.bwd", "embedding_bwd", 0.0, n * w.lookups_per_sample * w.embedding_dim * 4.0 + n * w.embedding_dim * w.element_bytes))
     pending = [i for i, (names, _) in enumerate(buckets) if "replicated_tables" in names and names[-1] == "replicated_tables"]
     for i in pending:
         add(copy_task(f"allreduce{i}.pre", buckets[i][1], s.allreduce_prepost_passes / 3))

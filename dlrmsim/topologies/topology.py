@@ -68,6 +68,9 @@ class ComputeSpec:
     memory_efficiency: EfficiencyTable = field(default_factory=lambda: EfficiencyTable.constant(1.0))
     saturation_cores: float | None = None
     kind: str = "socket"  # "socket" | "card" | "host"
+    # Achieved fraction of stream bandwidth by task kind (e.g. "embedding": random row gathers), from
+    # calibration; kinds not listed stream at the full achieved bandwidth.
+    bandwidth_fraction_by_kind: dict[str, float] = field(default_factory=dict)
     # Sparse embedding update conflicts (seconds per conflicting cache-line update); 0 = not modelled.
     cache_line_bytes: int = 64
     atomic_conflict_s: float = 0.0

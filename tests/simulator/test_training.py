@@ -28,7 +28,7 @@ def test_one_rank_iteration_is_the_sum_of_its_task_times() -> None:
     for t in graph.programs[0]:
         assert isinstance(t, Task)
         prec = inputs.workload.precision if t.kind in ("gemm", "interaction") else "fp32"
-        expected += max(costs.task_time(t.flops, t.bytes, spec, cores, precision=prec), t.serial_s)
+        expected += max(costs.task_time(t.flops, t.bytes, spec, cores, precision=prec, kind=t.kind), t.serial_s)
     assert res.iteration_s == pytest.approx(expected, rel=1e-9)
     assert res.breakdown.exposed_allreduce_s == res.breakdown.exposed_alltoall_s == 0.0
     assert res.breakdown.compute_s + res.breakdown.prepost_s == pytest.approx(res.iteration_s)
