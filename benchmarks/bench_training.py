@@ -125,10 +125,6 @@ def main(argv: list[str] | None = None) -> list[Result]:
     ap.add_argument("--blocking", action="store_true", help="add the blocking strong-scaling points to the study")
     ap.add_argument("--repeat", type=int, default=3, help="runs per single iteration (the fastest is shown)")
     args = ap.parse_args(argv)
-    t0 = time.perf_counter()
-    import dlrmsim.topologies  # noqa: F401 - warm imports so the first scenario does not pay for them
-
-    print(f"imports: {time.perf_counter() - t0:.2f} s")
     print(HEADER)
     results = []
     for ranks in (26, 64):

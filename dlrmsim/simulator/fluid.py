@@ -45,9 +45,15 @@ def maxmin_rates(
 
     Entry ``i`` says activity ``e_act[i]`` draws ``e_w[i] * rate`` from resource ``e_res[i]`` (capacity
     ``res_cap`` in units/s). All unfrozen activities rise together; an activity freezes when it reaches its
-    cap (``act_cap``, may be ``inf``) or when a resource it uses saturates. Each loop iteration is O(entries
-    left) numpy work and freezes at least one bottleneck level. Returns rates (units/s); an activity with
-    neither a finite cap nor a resource gets ``inf``.
+    cap (``act_cap``, may be ``inf``) or when a resource it uses saturates. Returns rates (units/s); an
+    activity with neither a finite cap nor a resource gets ``inf``.
+
+    Each round is O(entries left) numpy work. A resource's saturation level ``(cap - used) / (sum of unfrozen
+    weights)`` can only rise while other activities freeze at or below it, so every resource none of whose
+    activities stops earlier (at its own cap or at another resource) saturates exactly at its current level:
+    a round freezes all of them at once, not just the lowest (levels within ``LEVEL_REL_EPS`` count as
+    equal), along with every activity whose cap comes first. Independent bottlenecks thus cost one round
+    together instead of one each, with the same rates as one-level-at-a-time filling.
     """
     rate = np.zeros(n_act)
     if n_act == 0:
@@ -55,38 +61,44 @@ def maxmin_rates(
     n_res = len(res_cap)
     used: np.ndarray | None = None  # what frozen activities draw from each resource
     free = np.ones(n_act, dtype=bool)  # not frozen yet
+    n_free = n_act
     ea, er, ew = e_act, e_res, e_w  # entries of unfrozen activities
-    t_res = np.empty(n_res)
-    while True:
-        if ea.size:
-            wsum = np.bincount(er, weights=ew, minlength=n_res)
-            left = res_cap if used is None else np.maximum(res_cap - used, 0.0)
-            t_res.fill(np.inf)
-            np.divide(left, wsum, out=t_res, where=wsum > 0)
-            t_r = t_res.min()
-        else:
-            t_r = np.inf
-        t_c = act_cap.min(where=free, initial=np.inf)
-        level = min(t_r, t_c)
-        if not np.isfinite(level):
-            rate[free] = np.inf
-            break
-        thresh = level * (1.0 + LEVEL_REL_EPS) + 1e-300
-        mark = act_cap <= thresh
-        mark &= free
-        if t_r <= thresh:
-            mark[ea[(t_res <= thresh)[er]]] = True
-        newly = np.flatnonzero(mark)
-        rate[newly] = np.minimum(act_cap[newly], level)
-        free[newly] = False
-        if not free.any():
-            break
-        if ea.size:
-            sel = mark[ea]
-            add = np.bincount(er[sel], weights=ew[sel] * rate[ea[sel]], minlength=n_res)
-            used = add if used is None else used + add
-            keep = ~sel
-            ea, er, ew = ea[keep], er[keep], ew[keep]
+    grow = 1.0 + LEVEL_REL_EPS
+    with np.errstate(divide="ignore", invalid="ignore"):
+        while True:
+            # lvl: where each unfrozen activity would stop if nothing else froze (its cap, or its first resource)
+            lvl = act_cap.copy() if used is None else np.where(free, act_cap, np.inf)
+            if ea.size:
+                wsum = np.bincount(er, weights=ew, minlength=n_res)
+                left = res_cap if used is None else np.maximum(res_cap - used, 0.0)
+                t_res = left / wsum  # x/0 only for resources no unfrozen entry uses (never read below)
+                t_e = t_res[er]
+                np.minimum.at(lvl, ea, t_e)
+                # a resource saturates now unless one of its activities stops below its level
+                early = lvl[ea] * grow < t_e
+                settled = np.ones(n_res, dtype=bool)
+                settled[er[early]] = False
+                mark = act_cap <= lvl * grow  # capped before any resource
+                mark &= free
+                mark[ea[settled[er]]] = True
+            else:
+                mark = free.copy()
+            mark &= lvl < np.inf
+            newly = np.flatnonzero(mark)
+            if not newly.size:
+                rate[free] = np.inf  # no finite cap and no resource
+                break
+            rate[newly] = lvl[newly]
+            free[newly] = False
+            n_free -= len(newly)
+            if not n_free:
+                break
+            if ea.size:
+                sel = mark[ea]
+                add = np.bincount(er[sel], weights=ew[sel] * rate[ea[sel]], minlength=n_res)
+                used = add if used is None else used + add
+                keep = ~sel
+                ea, er, ew = ea[keep], er[keep], ew[keep]
     return rate
 
 
@@ -371,17 +383,18 @@ class FluidScheduler:
         F, I, E = self._F, self._I, self._E  # noqa: E741
         owners, tags, issued = I[_OWNER, idx], I[_TAG, idx], F[_ISSUE, idx]
         keep = ~done
-        n1 = n - len(idx)
-        F[:, :n1] = F[:, :n][:, keep]
-        I[:, :n1] = I[:, :n][:, keep]
+        kidx = np.flatnonzero(keep)
+        n1 = len(kidx)
+        F[:, :n1] = F[:, :n].take(kidx, axis=1)
+        I[:, :n1] = I[:, :n].take(kidx, axis=1)
         if m:
             newpos = np.cumsum(keep) - 1
-            ekeep = keep[E[0, :m]]
-            kept = E[:, :m][:, ekeep]
-            m1 = kept.shape[1]
+            ekidx = np.flatnonzero(keep[E[0, :m]])
+            kept = E[:, :m].take(ekidx, axis=1)
+            m1 = len(ekidx)
             E[0, :m1] = newpos[kept[0]]
             E[1, :m1] = kept[1]
-            self._EW[:m1] = self._EW[:m][ekeep]
+            self._EW[:m1] = self._EW[:m].take(ekidx)
             self._m = m1
         self._n = n1
         self.stats["finished"] += len(idx)

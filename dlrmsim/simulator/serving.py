@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,10 @@ except ImportError:  # pragma: no cover - engine internals renamed
     TRIG_NONE = 0
 
 SCORE_BYTES = 4.0  # one fp32 score per item back to the host
+# Engine work shorter than max(MIN_ENGINE_TASK_S, ENGINE_TIME_RESOLUTION * now) runs as a closed-form delay (see
+# _Server._compute): the fluid solver needs a task's time to exceed ~1e9 float spacings of the clock (2.2e-16 * now).
+MIN_ENGINE_TASK_S = 1e-5
+ENGINE_TIME_RESOLUTION = 1e-6
 
 
 class _HostFlowSimulation(Simulation):
@@ -91,6 +95,9 @@ class ServeOptions:
     arrival_times: tuple[float, ...] | None = None
     nodes: int | None = None
     cpu_baseline: bool = False
+    # Stop as soon as more than 1% of the requests expected in the window have exceeded this latency (s): the
+    # run can no longer meet a p99 budget (used by find_max_qps to cut overloaded probes short).
+    stop_when_late_s: float | None = None
 
     def check(self) -> None:
         if self.arrival_times is None:
@@ -151,6 +158,7 @@ class ServeResult:
     batches: int
     records: list[Record] = field(repr=False, default_factory=list)
     sim_stats: dict[str, int] = field(default_factory=dict)
+    stopped_early: bool = False  # stop_when_late_s fired: p99 is beyond it, latencies_s holds only finished requests
 
     def percentile_ms(self, q: float) -> float:
         if not len(self.latencies_s):
@@ -218,8 +226,6 @@ def host_topology(topo: Topology) -> Topology:
     if not topo.hosts:
         raise DlrmsimError(f"topology '{topo.name}' has no host CPUs for a CPU baseline", field="--cpu-baseline",
                            fix="use a topology whose ranks are sockets (e.g. skx-8s-upi) instead")
-    from dataclasses import replace
-
     g = nx.Graph()
     for h in topo.hosts:
         attrs = dict(topo.graph.nodes[h])
@@ -392,6 +398,10 @@ class _Server:
             self.arrivals = poisson_arrivals(opts.qps, opts.duration_s, rng)
         self.items, self.lookups = draw_requests(w, len(self.arrivals), rng)
         self.exponential = w.assumptions.service_time == "exponential"
+        self.stop = self.env.event()
+        self.late = 0
+        in_window = int(np.count_nonzero(self.arrivals >= opts.warmup_s))
+        self.late_limit = max(int(0.01 * in_window), 1)
 
     # messages: the per-command cost of every message after the first, paid in sequence on one DMA queue
     def _command_delay(self, src: str, dst: str, messages: int) -> float:
@@ -402,25 +412,58 @@ class _Server:
         per = max((lk.overhead_s for lk in links), default=0.0) + self.sim.comm.message_overhead_s + self.topo.path_latency_s(path)
         return (messages - 1) * per
 
+    def _tiny(self, alone_s: float) -> bool:
+        """Work too short for the engine's clock resolution at this simulated time (see :meth:`_compute`)."""
+        return alone_s < max(MIN_ENGINE_TASK_S, ENGINE_TIME_RESOLUTION * self.env.now)
+
     def _send(self, src: str, dst: str, nbytes: float, messages: int, name: str) -> simpy.Process:
         def proc():  # noqa: ANN202
             delay = self._command_delay(src, dst, messages) if not self.w.partitioning.command_batching else 0.0
             if delay > 0:
                 yield self.env.timeout(delay)
-            net = self.sim.network.node_rank
-            s, d = self.sim.network.node_id[src], self.sim.network.node_id[dst]
-            if net[s] >= 0 and net[d] >= 0:
-                yield self.sim.transfer(int(net[s]), int(net[d]), nbytes, name=name, kind=name, category="serving")
+            net = self.sim.network
+            s, d = net.node_id[src], net.node_id[dst]
+            rs, rd = int(net.node_rank[s]), int(net.node_rank[d])
+            path = self.topo.node_routes(src, dst)[0]
+            links = self.topo.path_links(path)
+            bottleneck = min(lk.bandwidth_Bps / lk.lanes for lk in links)
+            if self._tiny(nbytes / bottleneck):
+                # Closed form (latency + per-message overheads + bytes / bottleneck): contention-free, recorded like a flow.
+                start = self.env.now
+                t = self.topo.path_latency_s(path) + max(lk.overhead_s for lk in links) + self.sim.comm.message_overhead_s + nbytes / bottleneck
+                yield self.env.timeout(t)
+                both = rs >= 0 and rd >= 0
+                self.sim.records.append(Record(rs, name, name, "serving", start, self.env.now, float(nbytes), peer=rd,
+                                               resource=None if both else f"{src}->{dst}"))
+            elif rs >= 0 and rd >= 0:
+                yield self.sim.transfer(rs, rd, nbytes, name=name, kind=name, category="serving")
             else:
                 yield self.sim.transfer_nodes(src, dst, nbytes, name=name, kind=name, category="serving")
 
         return self.env.process(proc())
 
+    def _compute(self, rank: int, name: str, flops: float, nbytes: float, precision: str, cores: int):  # noqa: ANN202
+        """An engine task, or a closed-form roofline delay when it is shorter than the engine's time resolution.
+
+        Work-around: the fluid solver cannot finish an activity whose remaining time is below the float spacing of
+        the simulated clock (it wakes at the same instant forever), so tasks under ``max(MIN_ENGINE_TASK_S,
+        ENGINE_TIME_RESOLUTION * now)`` bypass it; they are too short to matter for memory-bandwidth sharing.
+        """
+        spec = self.sim.rank_resources[rank].spec
+        alone = costs.task_time(flops, nbytes, spec, cores, precision)
+        if self._tiny(alone):
+            start = self.env.now
+            yield self.env.timeout(alone)
+            self.sim.records.append(Record(rank, name, name, "serving", start, self.env.now, float(nbytes), float(flops), resource="compute"))
+        else:
+            yield self.sim.compute(rank, name, flops=flops, bytes=nbytes, kind=name, precision=precision, cores=cores, category="serving")
+
     def run(self) -> None:
         self.env.process(self._arrivals())
         for u in self.units:
             self.env.process(self._batcher(u))
-        self.sim.run()
+        self.sim.run(until=self.stop)
+        self.stopped_early = len(self.done) < len(self.arrivals)
 
     def _arrivals(self):  # noqa: ANN202
         n_units = len(self.units)
@@ -467,6 +510,11 @@ class _Server:
         for i in batch:
             self.done[i] = now
             self.sim.records.append(Record(rank, "request", f"req{i}", "serving", float(self.arrivals[i]), now, flops=float(self.items[i])))
+            lim = self.opts.stop_when_late_s
+            if lim is not None and now - self.arrivals[i] > lim and self.arrivals[i] >= self.opts.warmup_s:
+                self.late += 1
+        if not self.stop.triggered and (len(self.done) == len(self.arrivals) or self.late > self.late_limit):
+            self.stop.succeed()
 
     def _exponential_batch(self, u: _Unit, batch: list[int]):  # noqa: ANN202
         """Testing hook: the whole batch is one task of Exp(service_mean_ms) on the unit's first card."""
@@ -477,7 +525,7 @@ class _Server:
         with u.dense_server[0].request() as req:
             yield req
             rate = costs.task_flop_rate(spec, 1.0, self.k_dense, prec)
-            yield self.sim.compute(rank, "service", flops=t * rate, kind="dense", precision=prec, cores=self.k_dense, category="serving")
+            yield self.env.process(self._compute(rank, "dense", t * rate, 0.0, prec, self.k_dense))
         self._finish(batch, rank)
 
     def _batch(self, u: _Unit, batch: list[int]):  # noqa: ANN202
@@ -499,8 +547,8 @@ class _Server:
         prec = m.dense_precision
         with u.dense_server[d].request() as req:
             yield req
-            yield self.sim.compute(rank, "dense", flops=dense_flops(m, items), bytes=dense_bytes(m, items, w.batching.dense_batch_items),
-                                   kind="dense", precision=prec, cores=self.k_dense, category="serving")
+            yield self.env.process(self._compute(rank, "dense", dense_flops(m, items), dense_bytes(m, items, w.batching.dense_batch_items),
+                                                 prec, self.k_dense))
         u.pending_dense[d] -= 1
         if self.mode == "accelerator":
             assert u.host is not None
@@ -527,8 +575,7 @@ class _Server:
             rank = u.ranks[c]
             with u.lookup_server[c].request() as req:
                 yield req
-                yield self.sim.compute(rank, "lookup", flops=n_lookups * m.embedding_dim, bytes=n_lookups * self.lookup_B,
-                                       kind="lookup", precision="fp16", cores=self.k_lookup, category="serving")
+                yield self.env.process(self._compute(rank, "lookup", n_lookups * m.embedding_dim, n_lookups * self.lookup_B, "fp16", self.k_lookup))
             if accel and c != d:
                 out = (cap_items if fixed else items) * n_t * self.pooled_B
                 if self.w.partitioning.transfer == "p2p":
@@ -575,6 +622,7 @@ class _Server:
             achieved_qps=completed / window, latencies_s=lat, window_s=(t0, t1), cards=cards, links=links,
             placements=[u.placement for u in self.units], lookup_cores=self.k_lookup, dense_cores=self.k_dense,
             requests=len(arr), batches=self.batches, records=self.sim.records, sim_stats=self.sim.stats,
+            stopped_early=self.stopped_early,
         )
 
 
@@ -628,18 +676,33 @@ class MaxQpsResult:
     probes: list[tuple[float, float, bool]]
 
 
+def capacity_bound_qps(topology: Topology, workload: ServingWorkload, options: ServeOptions) -> float:
+    """Upper bound on QPS from memory bandwidth alone: units x ranks x bandwidth / mean memory bytes per request
+    (mean lookups, and the FC passes of a full batch shared by its requests)."""
+    w, m = workload, workload.model
+    topo = prepare_topology(topology, w, options.cpu_baseline)
+    env = simpy.Environment()
+    units, _ = _units(topo, w, env, options.nodes)
+    items = 0.5 * (w.requests.items_low + w.requests.items_high)
+    look = items * sum(t.mean_pooling for t in tables(m)) * lookup_bytes(m, w.assumptions.access_bytes)
+    k = w.batching.max_requests
+    dense = dense_bytes(m, round(items * k), w.batching.dense_batch_items) / k
+    bw = sum(costs.domain_bandwidth(topo.compute(r)) for u in units for r in u.ranks)
+    return bw / (look + dense)
+
+
 def find_max_qps(
     make_topology: Callable[[], Topology],
     workload: ServingWorkload,
     options: ServeOptions,
     budget_ms: float,
-    start_qps: float = 50.0,
+    start_qps: float | None = None,
     rel_tol: float = 0.05,
     max_probes: int = 14,
 ) -> MaxQpsResult:
     """Bisect on QPS (fixed seed and duration; every probe a full simulation) for the highest QPS whose p99 latency
-    stays within ``budget_ms``. Doubles from ``start_qps`` until a probe fails, then halves the bracket until it
-    is within ``rel_tol``."""
+    stays within ``budget_ms``. Doubles from ``start_qps`` (default: 1/8 of :func:`capacity_bound_qps`) until a
+    probe fails, then halves the bracket until it is within ``rel_tol``."""
     if not budget_ms > 0:
         raise DlrmsimError(f"latency budget must be positive, got {budget_ms}", field="--latency-budget-ms")
     probes: list[tuple[float, float, bool]] = []
@@ -647,16 +710,22 @@ def find_max_qps(
 
     def probe(q: float) -> bool:
         nonlocal best
-        res = simulate_serving(make_topology(), workload, _with_qps(options, q))
-        ok = bool(len(res.latencies_s)) and res.p99_ms <= budget_ms
+        res = simulate_serving(make_topology(), workload, replace(options, qps=q, arrival_times=None, stop_when_late_s=budget_ms * 1e-3))
+        ok = not res.stopped_early and bool(len(res.latencies_s)) and res.p99_ms <= budget_ms
         probes.append((q, res.p99_ms, ok))
         if ok and (best is None or q > best.offered_qps):
             best = res
         return ok
 
-    lo, hi = 0.0, start_qps
+    bound = capacity_bound_qps(make_topology(), workload, options)
+    if start_qps is None:
+        start_qps = max(bound / 8, 1.0)
+    lo, hi = 0.0, min(start_qps, bound)
     while len(probes) < max_probes and probe(hi):
-        lo, hi = hi, hi * 2
+        lo = hi
+        if hi >= bound:  # the memory-bandwidth bound itself met the budget
+            return MaxQpsResult(lo, best, budget_ms, probes)
+        hi = min(hi * 2, bound)
     while len(probes) < max_probes and hi - lo > rel_tol * max(lo, 1e-9):
         mid = 0.5 * (lo + hi)
         if probe(mid):
@@ -664,9 +733,3 @@ def find_max_qps(
         else:
             hi = mid
     return MaxQpsResult(lo, best, budget_ms, probes)
-
-
-def _with_qps(o: ServeOptions, qps: float) -> ServeOptions:
-    from dataclasses import replace
-
-    return replace(o, qps=qps, arrival_times=None)

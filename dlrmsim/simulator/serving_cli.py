@@ -60,7 +60,7 @@ def register(app: typer.Typer) -> None:
         workload: str = typer.Option("recsys-inference", "--workload", "-w", help="serving workload preset or YAML path"),
         qps: float | None = typer.Option(None, "--qps", help="Poisson arrival rate (requests/s)"),
         arrivals: Path | None = typer.Option(None, "--arrivals", help="CSV of request timestamps (s) to replay instead of --qps"),
-        duration: float = typer.Option(2.0, "--duration", help="simulated seconds of arrivals"),
+        duration: float | None = typer.Option(None, "--duration", help="simulated seconds of arrivals (default 2; 1 per --find-max-qps probe)"),
         warmup: float = typer.Option(0.25, "--warmup", help="seconds of arrivals left out of the statistics"),
         seed: int = typer.Option(0, "--seed"),
         sleds: int | None = typer.Option(None, "--sleds", help="sleds in the rack (sled topologies)"),
@@ -80,12 +80,14 @@ def register(app: typer.Typer) -> None:
         budget = latency_budget_ms if latency_budget_ms is not None else w.latency_budget_ms
         make = _topology_factory(topology, sleds, _parse_sets(topo_set, "--topology-set"))
         times = serving.read_arrivals_csv(arrivals) if arrivals is not None else None
+        if duration is None:
+            duration = 1.0 if find_max_qps else 2.0
         if find_max_qps:
             if times is not None:
                 raise DlrmsimError("--find-max-qps sets the QPS itself; it cannot replay --arrivals", field="--arrivals")
             opts = serving.ServeOptions(qps=1.0, duration_s=duration, warmup_s=warmup, seed=seed, nodes=nodes, cpu_baseline=cpu_baseline)
             opts.check()
-            found = serving.find_max_qps(make, w, opts, budget, start_qps=qps or 50.0)
+            found = serving.find_max_qps(make, w, opts, budget, start_qps=qps)
             if json_out:
                 best = found.result.to_json() if found.result is not None else None
                 print_json({"max_qps": found.qps, "latency_budget_ms": budget,

@@ -200,7 +200,7 @@ def place_tables(w: ServingWorkload, cards: int, capacity_bytes: float, unit_nam
     for t in order:
         fits = np.flatnonzero(held + sizes[t] <= room)
         if fits.size == 0:
-            raise refuse(f"; table {t} ({ts[t].group}, {sizes[t] / GB:.2f} GB) fits on no {unit_name} (largest free {room - held.min():.3g} B)")
+            raise refuse(f"; table {t} ({ts[t].group}, {sizes[t] / GB:.2f} GB) fits on no {unit_name} (most room left on one: {(room - held.min()) / GB:.2f} GB)")
         if w.partitioning.placement == "size":
             c = int(fits[np.argmin(held[fits])])
         else:
