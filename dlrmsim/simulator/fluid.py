@@ -226,7 +226,9 @@ class FluidScheduler:
             self._push_delayed(float(d_max), self._pack(batch, now))
             return
         packed = self._pack(batch, now)
-        for d in np.unique(delay).tolist():
+        uniq = np.sort(delay)
+        uniq = uniq[np.concatenate([[True], uniq[1:] != uniq[:-1]])]
+        for d in uniq.tolist():
             sub = _subset_packed(packed, delay == d)
             if d <= 0:
                 self._pending.append(sub)

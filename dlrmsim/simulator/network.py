@@ -327,7 +327,7 @@ class Network:
         a NIC stack, the injection and ejection ports (weight 1) and the copy traffic on both memory domains.
         """
         n_nodes = len(self.nodes)
-        key = np.unique(src * n_nodes + dst)
+        key = _sorted_unique(src * n_nodes + dst)
         src, dst = key // n_nodes, key % n_nodes
         nf = len(src)
         cap = np.empty(nf)
@@ -336,7 +336,8 @@ class Network:
         acts: list[np.ndarray] = []
         ress: list[np.ndarray] = []
         ws: list[np.ndarray] = []
-        uniq, starts = np.unique(src, return_index=True)  # src is sorted
+        starts = np.flatnonzero(np.concatenate([[True], src[1:] != src[:-1]]))  # src is sorted
+        uniq = src[starts]
         bounds = np.append(starts, nf)
         for k, s in enumerate(uniq.tolist()):
             idx = np.arange(bounds[k], bounds[k + 1])
@@ -434,3 +435,9 @@ class Network:
         # a node sending to itself moves nothing over the network: it finishes after its delay
         work = np.where(same, 0.0, nbytes) if same.any() else nbytes
         return FlowArrays(work=work, cap=self._pair_cap[pid], delay=self._pair_delay[pid], e_act=e_act, e_res=e_res, e_w=e_w)
+
+
+def _sorted_unique(a: np.ndarray) -> np.ndarray:
+    """``np.unique`` of a 1-d array by sorting (faster than hashing for the large integer keys here)."""
+    a = np.sort(a)
+    return a[np.concatenate([[True], a[1:] != a[:-1]])] if a.size else a
