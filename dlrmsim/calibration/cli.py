@@ -68,7 +68,7 @@ def calibrate(
 
 def validate(
     calibration: Path = typer.Option(..., "--calibration", "-c", help="calibration YAML from `dlrmsim calibrate`"),
-    backend: str = typer.Option("numpy", help="numpy | torch: what the real DLRM iterations run on"),
+    backend: str | None = typer.Option(None, help="numpy | torch (default: the backend the calibration measured)"),
     case: list[str] = typer.Option([], "--case", help="run only these cases (repeatable)"),
     iterations: int = typer.Option(5, min=1, help="timed iterations per case (median kept)"),
     warmup: int = typer.Option(2, min=0, help="untimed iterations first"),

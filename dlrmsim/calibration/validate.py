@@ -142,7 +142,7 @@ def predict(case: ValidationCase, calibration_path: Path) -> tuple[float, dict[s
     df = records_frame(res.records)
     phases: dict[str, float] = {}
     if not df.empty:
-        tasks = df[df["kind"].isin(["gemm", "embedding", "interaction", "update", "optimizer", "copy", "conflicts"])]
+        tasks = df[df["kind"].isin(["gemm", "elementwise", "embedding", "embedding_bwd", "interaction", "update", "optimizer", "copy", "conflicts"])]
         for (rank, name, kind, cat), part in tasks.groupby(["rank", "name", "kind", "category"]):
             if rank != 0:
                 continue
@@ -167,7 +167,7 @@ def measure(case: ValidationCase, backend: str, iterations: int, warmup: int) ->
 
 def run_validation(
     calibration_path: Path,
-    backend: str = "numpy",
+    backend: str | None = None,
     only: list[str] | None = None,
     iterations: int = 5,
     warmup: int = 2,
@@ -179,7 +179,9 @@ def run_validation(
     from dlrmsim.calibration import load_calibration
     from dlrmsim.output import err_console
 
-    load_calibration(calibration_path)  # validate (and warn about another host) before any run
+    cal = load_calibration(calibration_path)  # validate (and warn about another host) before any run
+    # The fitted rates describe the calibration's kernels; compare against runs of the same kernels.
+    backend = backend or cal.host.backend
     cases = load_cases(only=only)
     results = []
     with Progress(console=err_console, transient=True, disable=not progress) as bar:

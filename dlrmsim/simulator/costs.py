@@ -10,14 +10,25 @@ import math
 
 from dlrmsim.topologies.topology import ComputeSpec
 
+# Kinds whose arithmetic is a few operations per byte streamed (lookups, scatter-adds, activations, copies,
+# optimizer sweeps): the GEMM efficiency table, which describes blocked matrix kernels, does not apply to
+# them; their flops run at the vector peak and memory bandwidth decides their time.
+STREAMING_KINDS = frozenset(
+    {"embedding", "embedding_bwd", "update", "elementwise", "activation", "batchnorm", "copy", "optimizer", "reduce", "lookup"}
+)
 
-def task_flop_rate(spec: ComputeSpec, flops: float, cores: float, precision: str = "fp32", share: float = 1.0) -> float:
-    """Achieved flop/s of a task on ``cores`` of ``spec``: cores/spec.cores * peak * gemm_efficiency(flops) * share.
 
+def task_flop_rate(
+    spec: ComputeSpec, flops: float, cores: float, precision: str = "fp32", share: float = 1.0, kind: str = "gemm"
+) -> float:
+    """Achieved flop/s of a task on ``cores`` of ``spec``: cores/spec.cores * peak * efficiency * share.
+
+    The efficiency is ``gemm_efficiency(flops)`` for matrix kinds and 1 for :data:`STREAMING_KINDS`.
     ``share`` (0..1] is the fraction of each core's time the task's threads get (an unpinned progress
     thread takes the rest while communication is in flight).
     """
-    return cores / spec.cores * spec.flops_rate(precision) * spec.gemm_efficiency(flops) * share
+    eff = 1.0 if kind in STREAMING_KINDS else spec.gemm_efficiency(flops)
+    return cores / spec.cores * spec.flops_rate(precision) * eff * share
 
 
 def saturation_fraction(spec: ComputeSpec, cores: float) -> float:
@@ -54,7 +65,7 @@ def task_time(
     """Roofline time (s) of a task running alone: max(flops / flop rate, bytes / bandwidth cap)."""
     nbytes = stream_equivalent_bytes(spec, kind, nbytes)
     c = spec.cores if cores is None else cores
-    t_f = flops / task_flop_rate(spec, flops, c, precision) if flops > 0 else 0.0
+    t_f = flops / task_flop_rate(spec, flops, c, precision, kind=kind) if flops > 0 else 0.0
     t_b = nbytes / min(task_bandwidth_cap(spec, nbytes, c), domain_bandwidth(spec)) if nbytes > 0 else 0.0
     return max(t_f, t_b)
 

@@ -135,24 +135,25 @@ class Simulation:
         # A kind that reaches only a fraction of stream bandwidth (random row gathers, scatter-adds) costs
         # the memory system as many stream-equivalent bytes; the record keeps the real bytes.
         stream_bytes = costs.stream_equivalent_bytes(self.rank_resources[rank].spec, kind, nbytes)
-        work, cap, cap_s, trig, res = self._task_params(rank, flops, stream_bytes, precision, cores, pool == "compute")
+        work, cap, cap_s, trig, res = self._task_params(rank, flops, stream_bytes, precision, cores, pool == "compute", kind)
         fluid.add_one(work, cap, cap_s, trig, rank, -1, 0, res, oid)
         yield done
         yield container.put(cores)
         self._log.add((rank, kind, name, category, start, self.env.now, nbytes, flops, -1, pool, None))
 
     def _task_params(
-        self, rank: int, flops: float, nbytes: float, precision: str, cores: float, interferable: bool
+        self, rank: int, flops: float, nbytes: float, precision: str, cores: float, interferable: bool, kind: str = "gemm"
     ) -> tuple[float, float, float, int, int]:
         """(work, cap, slowed cap, trigger, memory resource or -1) of a task; cached, as ranks repeat tasks."""
-        key = (rank, flops, nbytes, precision, cores, interferable)
+        kind = kind if kind in costs.STREAMING_KINDS else "gemm"  # only the efficiency class matters here
+        key = (rank, flops, nbytes, precision, cores, interferable, kind)
         got = self._task_cache.get(key)
         if got is not None:
             return got
         rr = self.rank_resources[rank]
         spec = rr.spec
         share = rr.interfered_share if interferable else 1.0
-        fr = costs.task_flop_rate(spec, flops, cores, precision) if flops > 0 else 0.0
+        fr = costs.task_flop_rate(spec, flops, cores, precision, kind=kind) if flops > 0 else 0.0
         fr_s = fr * share
         if nbytes > 0:
             bw = costs.task_bandwidth_cap(spec, nbytes, cores)

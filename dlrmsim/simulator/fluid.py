@@ -20,6 +20,11 @@ import simpy
 # Activities whose remaining work is within this fraction of their total are finished together, so that
 # symmetric collectives (whose flows end together up to rounding) cost one rate recomputation, not many.
 DONE_REL_EPS = 1e-9
+# An activity whose remaining time is within this many float spacings of the simulated clock (``np.spacing(now)``,
+# 2.2e-16 * now) cannot move the clock forward: it is finished at once. Completion times are rounded, so a short
+# activity at a large ``now`` is left with such a residue (a relative one above ``DONE_REL_EPS`` when its whole time
+# is under ~1e9 spacings, e.g. 2 us at t = 8 s), and waking for it at ``now + residue == now`` would loop forever.
+DONE_ULPS = 4.0
 # Levels within this relative distance of the current fill level saturate together.
 LEVEL_REL_EPS = 1e-9
 
@@ -332,12 +337,15 @@ class FluidScheduler:
             self._pending.append(heapq.heappop(delayed)[2])
         # Owners' callbacks may add activities at this same instant; loop until nothing new finishes.
         F = self._F
+        t_eps = DONE_ULPS * float(np.spacing(now))  # s; rates are the ones that applied up to now (0 for new ones)
         for _ in range(1000):
             if self._pending:
                 self._merge_pending()
                 F = self._F
             n = self._n
-            done = F[_REM, :n] <= DONE_REL_EPS * F[_WORK, :n]
+            rem = F[_REM, :n]
+            done = rem <= DONE_REL_EPS * F[_WORK, :n]
+            done |= rem <= t_eps * F[_RATE, :n]
             if not done.any():
                 break
             self._finish(done)
@@ -468,7 +476,12 @@ class FluidScheduler:
             np.divide(self._F[_REM, :n], rate, out=t_left, where=rate > 0)
             t_next = float(t_left.min())
             if t_next < np.inf:
-                self._schedule_wake(self.env.now + max(t_next, 0.0))
+                now = self.env.now
+                t = now + max(t_next, 0.0)
+                if not t > now:
+                    # below the clock's resolution: wake one spacing later, when the activity is certainly done
+                    t = float(np.nextafter(now, np.inf))
+                self._schedule_wake(t)
         if self._delayed:
             self._schedule_wake(self._delayed[0][0])
 

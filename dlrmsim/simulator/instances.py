@@ -383,7 +383,7 @@ class _Run:
         self.compute_end = [[0.0] * len(self.parts) for _ in range(self.n_iter)]
         self.delays: list[float] = []
         self.cores_of: dict[str, float] = {}
-        self.alone = {i: sum(costs.task_time(t.flops, t.bytes, self.spec, lay.cores, self._prec(t)) for t in ps[0].tasks)
+        self.alone = {i: sum(costs.task_time(t.flops, t.bytes, self.spec, lay.cores, self._prec(t), kind=t.kind) for t in ps[0].tasks)
                       for i, ps in self.by_instance.items()}
         self._seq = 0
 

@@ -7,6 +7,7 @@ Backend YAML presets are validated into it. :class:`RankResources` is the SimPy 
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import simpy
@@ -62,6 +63,56 @@ class CommSettings(StrictModel):
         return self.reduction_cores if self.reduction_cores is not None else float(max(self.pinned_cores, 1))
 
 
+CORE_UNIT = 2.0**-20  # cores: the grain in which core pools count
+
+
+class CorePool(simpy.Container):
+    """A simpy.Container of cores that counts in whole units of :data:`CORE_UNIT` internally.
+
+    With float levels, uneven shares (27/7 cores) drift: after a few gets and puts in varying order the level
+    is a few ulps off, so a returning task's put exceeds the capacity (and blocks for ever, silently ending the
+    run) or the last share no longer fits. Here a get and its put move the same integer number of units (the
+    amount rounded down), so the level comes back exactly and ``k`` shares of ``capacity / k`` always fit
+    together. ``level`` reads in cores; the rounding (under 1e-6 cores per task) does not affect task speed,
+    which the engine takes from the task's own ``cores``.
+    """
+
+    def __init__(self, env: simpy.Environment, cores: float) -> None:
+        super().__init__(env, capacity=cores, init=cores)
+        self._cap_units = self._units(cores)
+        self._level_units = self._cap_units
+
+    @staticmethod
+    def _units(amount: float) -> int:
+        # floor, except that a share within 1e-6 units above or below a whole unit (a dyadic share such as 13.5,
+        # or one a rounding step away from it) counts as that unit
+        x = amount / CORE_UNIT
+        r = round(x)
+        return int(r) if abs(x - r) <= 1e-6 else math.floor(x)
+
+    @property
+    def level(self) -> float:
+        return self._level_units * CORE_UNIT
+
+    def _do_put(self, event: simpy.resources.container.ContainerPut) -> bool | None:
+        u = self._units(event.amount)
+        if self._level_units + u <= self._cap_units:
+            self._level_units += u
+            self._level = self._level_units * CORE_UNIT
+            event.succeed()
+            return True
+        return None
+
+    def _do_get(self, event: simpy.resources.container.ContainerGet) -> bool | None:
+        u = self._units(event.amount)
+        if self._level_units >= u:
+            self._level_units -= u
+            self._level = self._level_units * CORE_UNIT
+            event.succeed()
+            return True
+        return None
+
+
 class RankResources:
     """Core pools of one rank: ``compute`` (cores - pinned) and ``comm`` (pinned, or 1 helper thread)."""
 
@@ -78,8 +129,8 @@ class RankResources:
         self.compute_cores = float(n_compute)
         self.comm_cores = float(max(comm.pinned_cores, 1))
         self.pools = {
-            "compute": simpy.Container(env, capacity=self.compute_cores, init=self.compute_cores),
-            "comm": simpy.Container(env, capacity=self.comm_cores, init=self.comm_cores),
+            "compute": CorePool(env, self.compute_cores),
+            "comm": CorePool(env, self.comm_cores),
         }
         # Share of each compute core left to compute threads while the unpinned progress thread is busy.
         if comm.progress_thread_unpinned and comm.barrier_synchronized:

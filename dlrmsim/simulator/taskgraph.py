@@ -136,6 +136,12 @@ def gemm_task(w: Workload, layer: Layer, batch: int, which: Pass) -> Task | None
     return Task(f"{layer.name}.{which.value}", "gemm", flops, g.bytes_moved(w.element_bytes))
 
 
+def activation_task(w: Workload, layer: Layer, batch: int, backward: bool = False) -> Task:
+    """ReLU (or the final sigmoid) after a layer's GEMM, or its gradient in backward: bandwidth-bound."""
+    nbytes = model.activation_bytes(batch, layer.fan_out, w.element_bytes, backward)
+    return Task(f"{layer.name}.act.{'bwd' if backward else 'fwd'}", "elementwise", float(batch * layer.fan_out), nbytes)
+
+
 def embedding_forward_task(w: Workload, name: str, batch: int, columns: int, lookup_fraction: float = 1.0) -> Task:
     """Pooled lookups of one table (or slice): P rows summed per sample; ``lookup_fraction`` for row shards."""
     lookups = batch * w.lookups_per_sample * lookup_fraction
@@ -364,16 +370,24 @@ def _rank_program(
     # 1. Embedding lookups: own shards over the global batch (row shards see 1/p of the lookups),
     #    replicated tables over the local batch.
     shards = placement.shards_on(r)
-    for sh in shards:
-        frac = sh.rows / w.table_rows[sh.table] if row_wise else 1.0
-        add(embedding_forward_task(w, f"emb{sh.table}.c{sh.col_offset}.fwd", n_global, sh.columns, frac))
-        if s.comm == "scatter-list" and not row_wise and p > 1:
+    scatter_list = s.comm == "scatter-list" and not row_wise and p > 1
+    if scatter_list:
+        # ScatterList: every rank walks the tables in the same order and calls each table's scatter (the
+        # owner as root, the others to receive); the owner computes that table's lookups just before, so
+        # each scatter can start while later tables are still being looked up.
+        for sh in sorted(placement.shards, key=lambda x: (x.table, x.col_offset)):
             cid = f"scatter_fwd.t{sh.table}.c{sh.col_offset}"
+            if sh.rank == r:
+                add(embedding_forward_task(w, f"emb{sh.table}.c{sh.col_offset}.fwd", n_global, sh.columns))
             exchange_prepost([cid], cid)
             post(cid)
+    else:
+        for sh in shards:
+            frac = sh.rows / w.table_rows[sh.table] if row_wise else 1.0
+            add(embedding_forward_task(w, f"emb{sh.table}.c{sh.col_offset}.fwd", n_global, sh.columns, frac))
     for t in placement.replicated_tables:
         add(embedding_forward_task(w, f"emb{t}.replica.fwd", n, w.embedding_dim))
-    if s.comm != "scatter-list" or row_wise:
+    if not scatter_list:
         if fwd_ids:
             exchange_prepost(fwd_ids, "a2a_fwd")
         for cid in fwd_ids:
@@ -381,16 +395,19 @@ def _rank_program(
     # 2. Bottom MLP forward overlaps the forward exchange.
     for layer in model.bottom_layers(w):
         add(gemm_task(w, layer, n, Pass.FORWARD))
+        add(activation_task(w, layer, n))
     for cid in fwd_ids:
         wait(cid)
     # 3. Interaction and top MLP.
     add(Task("interaction.fwd", "interaction", model.interaction_flops(w, n), model.interaction_bytes(w, n)))
     for layer in model.top_layers(w):
         add(gemm_task(w, layer, n, Pass.FORWARD))
+        add(activation_task(w, layer, n))
     # 4. Top MLP backward; post each bucket when its last layer's weight gradient is done.
     last_in_bucket = {names[-1]: i for i, (names, _) in enumerate(buckets)}
 
     def backward(layer: Layer) -> None:
+        add(activation_task(w, layer, n, backward=True))
         add(gemm_task(w, layer, n, Pass.BACKWARD_WEIGHTS))
         add(gemm_task(w, layer, n, Pass.BACKWARD_DATA))
         if layer.name in last_in_bucket:

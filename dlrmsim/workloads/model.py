@@ -112,9 +112,28 @@ def interaction_flops(w: Workload, batch: int, backward: bool = False) -> float:
 
 
 def interaction_bytes(w: Workload, batch: int) -> float:
-    """Bytes read and written by the interaction: (S+1) vectors of E in, the interaction output out."""
+    """Memory traffic of the forward interaction as frameworks run it, unfused (bytes).
+
+    dot: stack the S+1 vectors into one tensor (read + write), the batched Z = X X^T (read X, write Z),
+    gather the (S+1)S/2 distinct pairs of Z (read + write), concatenate them with the bottom output (read +
+    write the output). cat: one concatenation (read + write the output).
+    """
     eb = w.element_bytes
-    return eb * batch * ((w.num_tables + 1) * w.embedding_dim + interaction_width(w))
+    width = interaction_width(w)
+    if w.interaction == "cat":
+        return eb * batch * 2 * width
+    f = w.num_tables + 1
+    pairs = f * (f - 1) // 2
+    return eb * batch * (2 * f * w.embedding_dim + f * w.embedding_dim + f * f + 2 * pairs + 2 * width)
+
+
+def activation_bytes(batch: int, width: int, element_bytes: float, backward: bool = False) -> float:
+    """An unfused element-wise activation over a (batch, width) tensor (bytes).
+
+    Forward reads the GEMM output and writes the activation (2 passes); backward reads the incoming
+    gradient and the saved activation and writes the gradient (3 passes).
+    """
+    return (3.0 if backward else 2.0) * batch * width * element_bytes
 
 
 def flops_per_sample(w: Workload) -> tuple[float, float]:

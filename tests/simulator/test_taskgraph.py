@@ -124,3 +124,17 @@ def test_row_wise_uses_reduce_scatter_of_eq2() -> None:
 def test_local_batches_sum() -> None:
     assert sum(local_batches(16384, 26)) == 16384
     assert np.ptp(local_batches(16384, 26)) <= 1
+
+
+@pytest.mark.parametrize("comm", ["alltoall", "fused-scatter", "scatter-list"])
+@pytest.mark.parametrize("strategy", ["table_wise", "column_wise", "row_wise"])
+def test_every_rank_posts_and_waits_on_every_collective_once(comm: str, strategy: str) -> None:
+    # A collective starts only when all ranks have posted it; a rank that skips one deadlocks the run.
+    g, _ = graph(MLPERF, 12, strategy=strategy, comm=comm, replicate=2048)
+    for prog in g.programs:
+        posts = [s.collective for s in prog if isinstance(s, Post)]
+        waits = [s.collective for s in prog if isinstance(s, Wait)]
+        assert sorted(posts) == sorted(g.collectives) == sorted(waits)
+        order = {(type(s).__name__, s.collective): i for i, s in enumerate(prog) if isinstance(s, Post | Wait)}
+        for cid in g.collectives:  # waited on only after it was posted
+            assert order[("Post", cid)] < order[("Wait", cid)]
