@@ -2,46 +2,92 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import click
 import typer
+from typer.core import TyperGroup
 
 from dlrmsim.errors import EXIT_USAGE, DlrmsimError
 from dlrmsim.output import err_console
-from dlrmsim.workloads.cli import app as workload_app
+
+# Sub-command -> the subsystem module whose ``register(app)`` adds it. Modules are imported only for the command
+# being run (their imports cost up to a second); listing the commands (``dlrmsim --help``) imports them all. A
+# command missing here still works, only slower: an unknown name loads every module before giving up.
+SUBCOMMANDS: dict[str, str] = {
+    "workload": "dlrmsim.workloads.cli",
+    "topology": "dlrmsim.topologies.cli",
+    "simulate": "dlrmsim.simulator.cli",
+    "scaling": "dlrmsim.simulator.cli",
+    "serve": "dlrmsim.simulator.serving_cli",
+    "instances": "dlrmsim.simulator.instances_cli",
+    "calibrate": "dlrmsim.calibration.cli",
+    "validate": "dlrmsim.calibration.cli",
+    "sweep": "dlrmsim.studies.cli",
+    "report": "dlrmsim.studies.cli",
+}
+MODULES: tuple[str, ...] = tuple(dict.fromkeys(SUBCOMMANDS.values()))
+
+
+def _workload_register(root: typer.Typer) -> None:
+    from dlrmsim.workloads.cli import app as workload_app
+
+    root.add_typer(workload_app, name="workload")
+
+
+class LazyGroup(TyperGroup):
+    """The root command group: imports a subsystem's cli module when one of its commands is first asked for."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self._loaded: set[str] = set()
+
+    def _load(self, module: str) -> None:
+        if module in self._loaded:
+            return
+        self._loaded.add(module)
+        if module == "dlrmsim.workloads.cli":  # a sub-app, not a register() module
+            register = _workload_register
+        else:
+            try:
+                register = importlib.import_module(module).register
+            except ModuleNotFoundError as exc:
+                if exc.name == module:  # subsystem not installed
+                    return
+                raise
+        sub = typer.Typer()
+        register(sub)
+        for name, cmd in typer.main.get_group(sub).commands.items():
+            self.commands.setdefault(name, cmd)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands:
+            module = SUBCOMMANDS.get(cmd_name)
+            for m in [module] if module else MODULES:
+                self._load(m)
+        return self.commands.get(cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        for m in MODULES:
+            self._load(m)
+        order = {name: i for i, name in enumerate(SUBCOMMANDS)}
+        return sorted(self.commands, key=lambda name: order.get(name, len(order)))
+
 
 app = typer.Typer(
+    cls=LazyGroup,
     help="dlrmsim: what-if performance studies of DLRM training and serving clusters.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-app.add_typer(workload_app, name="workload")
 
 
-def _register_optional() -> None:
-    """Attach the sub-commands of the other subsystems (each module owns its own commands)."""
-    import importlib
-
-    for module in (
-        "dlrmsim.topologies.cli",
-        "dlrmsim.simulator.cli",
-        "dlrmsim.simulator.serving_cli",
-        "dlrmsim.simulator.instances_cli",
-        "dlrmsim.calibration.cli",
-        "dlrmsim.studies.cli",
-    ):
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name == module:
-                continue
-            raise
-        mod.register(app)
-
-
-_register_optional()
+@app.callback()
+def _root() -> None:
+    """dlrmsim: what-if performance studies of DLRM training and serving clusters."""
+    # (a callback keeps the root a group of LazyGroup while `demo` is its only eager command)
 
 
 @app.command()
@@ -54,6 +100,12 @@ def demo(out: str = typer.Option("out", help="folder for report.html")) -> None:
     run_demo(Path(out))
 
 
+# Typer >= 0.26 raises its own vendored click's exceptions; older ones raise click's. Catch both.
+_EXIT = tuple({click.exceptions.Exit, typer.Exit})
+_ABORT = tuple({click.exceptions.Abort, typer.Abort})
+_USAGE = tuple({click.ClickException, getattr(typer, "TyperException", click.ClickException)})
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: run the app, turning user errors into one line and exit code 2."""
     try:
@@ -61,12 +113,15 @@ def main(argv: list[str] | None = None) -> None:
     except DlrmsimError as exc:
         err_console.print(f"[bold red]error:[/] {exc.one_line()}", highlight=False, soft_wrap=True)
         sys.exit(EXIT_USAGE)
-    except click.exceptions.Exit as exc:
+    except _EXIT as exc:
         sys.exit(exc.exit_code)
-    except click.ClickException as exc:
-        exc.show()
+    except _USAGE as exc:
+        if hasattr(exc, "show"):
+            exc.show()
+        else:  # pragma: no cover - a TyperException without show()
+            err_console.print(f"error: {exc}", highlight=False, soft_wrap=True)
         sys.exit(EXIT_USAGE)
-    except click.exceptions.Abort:
+    except _ABORT:
         err_console.print("aborted")
         sys.exit(130)
 

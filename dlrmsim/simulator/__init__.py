@@ -4,11 +4,32 @@ Public entry points: :class:`Simulation`, :class:`CommSettings`, :class:`Record`
 :func:`write_chrome_trace`, and the collective registry (:data:`ALGORITHMS`, :func:`algorithm`).
 """
 
-from dlrmsim.simulator.collectives import ALGORITHMS, CollectiveContext, FlowSpec, Phase, algorithm
-from dlrmsim.simulator.engine import Simulation
-from dlrmsim.simulator.records import Record, records_frame
-from dlrmsim.simulator.resources import CommSettings
-from dlrmsim.simulator.trace import write_chrome_trace
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dlrmsim.simulator.collectives import ALGORITHMS, CollectiveContext, FlowSpec, Phase, algorithm
+    from dlrmsim.simulator.engine import Simulation
+    from dlrmsim.simulator.records import Record, records_frame
+    from dlrmsim.simulator.resources import CommSettings
+    from dlrmsim.simulator.trace import write_chrome_trace
+
+# Exports load on first use (PEP 562), so that importing a submodule (e.g. a CLI module) does not import the
+# whole package.
+_EXPORTS: dict[str, str] = {
+    "ALGORITHMS": "dlrmsim.simulator.collectives",
+    "CollectiveContext": "dlrmsim.simulator.collectives",
+    "FlowSpec": "dlrmsim.simulator.collectives",
+    "Phase": "dlrmsim.simulator.collectives",
+    "algorithm": "dlrmsim.simulator.collectives",
+    "Simulation": "dlrmsim.simulator.engine",
+    "Record": "dlrmsim.simulator.records",
+    "records_frame": "dlrmsim.simulator.records",
+    "CommSettings": "dlrmsim.simulator.resources",
+    "write_chrome_trace": "dlrmsim.simulator.trace",
+}
 
 __all__ = [
     "ALGORITHMS",
@@ -22,3 +43,16 @@ __all__ = [
     "records_frame",
     "write_chrome_trace",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

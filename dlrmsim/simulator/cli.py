@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-import yaml
 
-from dlrmsim.config import validate
 from dlrmsim.errors import DlrmsimError
 from dlrmsim.output import console, print_json, print_table
-from dlrmsim.simulator.training import TrainingConfig, TrainingResult, simulate_training
+
+if TYPE_CHECKING:  # imported inside the commands: `dlrmsim --help` should not load the engine
+    from dlrmsim.simulator.training import TrainingConfig, TrainingResult
 
 COMMON = {
     "topology": typer.Option("clx-64s-opa", "--topology", "-t", help="topology preset or YAML path"),
@@ -21,6 +21,8 @@ COMMON = {
 
 def parse_sets(sets: list[str], flag: str) -> dict[str, Any]:
     """`--set a.b.c=value` pairs; values are read as YAML scalars (numbers, booleans, lists)."""
+    import yaml
+
     out: dict[str, Any] = {}
     for item in sets:
         if "=" not in item:
@@ -31,6 +33,9 @@ def parse_sets(sets: list[str], flag: str) -> dict[str, Any]:
 
 
 def make_config(**kw: Any) -> TrainingConfig:
+    from dlrmsim.config import validate
+    from dlrmsim.simulator.training import TrainingConfig
+
     placement = {"strategy": kw.pop("placement"), "replicate_below_rows": kw.pop("replicate_below_rows")}
     kw["placement"] = placement
     kw["topology_overrides"] = parse_sets(kw.pop("topo_set"), "--topology-set")
@@ -93,6 +98,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Simulate one training iteration and print its time and breakdown."""
         cfg = make_config(**{k: v for k, v in locals().items() if k not in ("json_out", "trace")})
+        from dlrmsim.simulator.training import simulate_training
+
         res = simulate_training(cfg)
         if trace is not None:
             from dlrmsim.simulator.trace import write_chrome_trace

@@ -256,10 +256,9 @@ def make_layout(k: int, per: Per, sockets: int, cores: int, reserved: int = 0) -
     else:
         ips, spi = k // sockets, 1
     n = k * sockets if per == "socket" else k
-    # Fluid time-sharing when the cores left do not divide evenly (a parameter server takes one). Rounded
-    # down to a multiple of 2^-20 so that the engine's float core pool adds and subtracts shares exactly
-    # (a share that drifts above the pool's capacity would block its return forever).
-    c = math.floor((cores - reserved) / ips * 2**20) / 2**20
+    # Fluid time-sharing when the cores left do not divide evenly (a parameter server takes one); the engine's
+    # core pools take uneven shares such as 27/7 back exactly.
+    c = (cores - reserved) / ips
     return Layout(n, sockets, spi, ips, c, reserved)
 
 

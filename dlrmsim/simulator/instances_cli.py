@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
 
-from dlrmsim.config import validate
 from dlrmsim.errors import DlrmsimError
 from dlrmsim.output import console, print_json, print_table
-from dlrmsim.simulator.instances import SYNC_SCHEMES, InstancePoint, InstancesConfig, InstancesResult, run_instances
+
+if TYPE_CHECKING:  # imported inside the command: `dlrmsim --help` should not load the engine
+    from dlrmsim.simulator.instances import InstancePoint, InstancesResult
 
 
 def _ints(text: str, flag: str) -> list[int]:
@@ -21,6 +24,8 @@ def _ints(text: str, flag: str) -> list[int]:
 
 
 def _syncs(text: str) -> list[str]:
+    from dlrmsim.simulator.instances import SYNC_SCHEMES
+
     names = [x.strip() for x in text.split(",") if x.strip()]
     if names == ["all"]:
         return list(SYNC_SCHEMES[:3])
@@ -81,6 +86,9 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="print one JSON document"),
     ) -> None:
         """Throughput, memory-bandwidth and core use, and sync time of k instances per socket."""
+        from dlrmsim.config import validate
+        from dlrmsim.simulator.instances import InstancesConfig, run_instances
+
         counts = _ints(instances, "--instances")
         results = []
         for s in _syncs(sync):

@@ -51,32 +51,7 @@ from dlrmsim.simulator.serving_model import (
 from dlrmsim.topologies.topology import Topology
 from dlrmsim.workloads.serving.schema import ServingWorkload
 
-try:  # see _HostFlowSimulation
-    from dlrmsim.simulator.fluid import TRIG_NONE
-except ImportError:  # pragma: no cover - engine internals renamed
-    TRIG_NONE = 0
-
 SCORE_BYTES = 4.0  # one fp32 score per item back to the host
-# Engine work shorter than max(MIN_ENGINE_TASK_S, ENGINE_TIME_RESOLUTION * now) runs as a closed-form delay (see
-# _Server._compute): the fluid solver needs a task's time to exceed ~1e9 float spacings of the clock (2.2e-16 * now).
-MIN_ENGINE_TASK_S = 1e-5
-ENGINE_TIME_RESOLUTION = 1e-6
-
-
-class _HostFlowSimulation(Simulation):
-    """Simulation that can carry flows to and from non-rank nodes (host CPUs).
-
-    Work-around: the engine's interference bookkeeping (``FluidScheduler.effective_caps``) indexes per-rank counters
-    with a flow's end ranks and fails on -1 (a host end of ``transfer_nodes``). Interference never applies to a
-    host end, so such flows are marked as non-interfering. Remove once the engine handles rank -1.
-    """
-
-    def flow_batch(self, src_nodes: np.ndarray, dst_nodes: np.ndarray, nbytes: np.ndarray, tags: np.ndarray) -> Any:
-        batch, delay = super().flow_batch(src_nodes, dst_nodes, nbytes, tags)
-        off_rank = (np.asarray(batch.rank_a) < 0) | (np.asarray(batch.rank_b) < 0)
-        if off_rank.any():
-            batch.trig[off_rank] = TRIG_NONE
-        return batch, delay
 
 
 # --- options and results ----------------------------------------------------------------------------------
@@ -377,7 +352,7 @@ class _Server:
 
     def __init__(self, topo: Topology, w: ServingWorkload, opts: ServeOptions) -> None:
         self.topo, self.w, self.opts = topo, w, opts
-        self.sim = _HostFlowSimulation(topo, seed=opts.seed, comm=CommSettings(), record_flows=False)
+        self.sim = Simulation(topo, seed=opts.seed, comm=CommSettings(), record_flows=False)
         self.env = self.sim.env
         self.units, self.mode = _units(topo, w, self.env, opts.nodes)
         cores = topo.compute(self.units[0].ranks[0]).cores
@@ -412,51 +387,23 @@ class _Server:
         per = max((lk.overhead_s for lk in links), default=0.0) + self.sim.comm.message_overhead_s + self.topo.path_latency_s(path)
         return (messages - 1) * per
 
-    def _tiny(self, alone_s: float) -> bool:
-        """Work too short for the engine's clock resolution at this simulated time (see :meth:`_compute`)."""
-        return alone_s < max(MIN_ENGINE_TASK_S, ENGINE_TIME_RESOLUTION * self.env.now)
-
     def _send(self, src: str, dst: str, nbytes: float, messages: int, name: str) -> simpy.Process:
         def proc():  # noqa: ANN202
             delay = self._command_delay(src, dst, messages) if not self.w.partitioning.command_batching else 0.0
             if delay > 0:
                 yield self.env.timeout(delay)
             net = self.sim.network
-            s, d = net.node_id[src], net.node_id[dst]
-            rs, rd = int(net.node_rank[s]), int(net.node_rank[d])
-            path = self.topo.node_routes(src, dst)[0]
-            links = self.topo.path_links(path)
-            bottleneck = min(lk.bandwidth_Bps / lk.lanes for lk in links)
-            if self._tiny(nbytes / bottleneck):
-                # Closed form (latency + per-message overheads + bytes / bottleneck): contention-free, recorded like a flow.
-                start = self.env.now
-                t = self.topo.path_latency_s(path) + max(lk.overhead_s for lk in links) + self.sim.comm.message_overhead_s + nbytes / bottleneck
-                yield self.env.timeout(t)
-                both = rs >= 0 and rd >= 0
-                self.sim.records.append(Record(rs, name, name, "serving", start, self.env.now, float(nbytes), peer=rd,
-                                               resource=None if both else f"{src}->{dst}"))
-            elif rs >= 0 and rd >= 0:
+            rs, rd = int(net.node_rank[net.node_id[src]]), int(net.node_rank[net.node_id[dst]])
+            if rs >= 0 and rd >= 0:
                 yield self.sim.transfer(rs, rd, nbytes, name=name, kind=name, category="serving")
             else:
                 yield self.sim.transfer_nodes(src, dst, nbytes, name=name, kind=name, category="serving")
 
         return self.env.process(proc())
 
-    def _compute(self, rank: int, name: str, flops: float, nbytes: float, precision: str, cores: int):  # noqa: ANN202
-        """An engine task, or a closed-form roofline delay when it is shorter than the engine's time resolution.
-
-        Work-around: the fluid solver cannot finish an activity whose remaining time is below the float spacing of
-        the simulated clock (it wakes at the same instant forever), so tasks under ``max(MIN_ENGINE_TASK_S,
-        ENGINE_TIME_RESOLUTION * now)`` bypass it; they are too short to matter for memory-bandwidth sharing.
-        """
-        spec = self.sim.rank_resources[rank].spec
-        alone = costs.task_time(flops, nbytes, spec, cores, precision)
-        if self._tiny(alone):
-            start = self.env.now
-            yield self.env.timeout(alone)
-            self.sim.records.append(Record(rank, name, name, "serving", start, self.env.now, float(nbytes), float(flops), resource="compute"))
-        else:
-            yield self.sim.compute(rank, name, flops=flops, bytes=nbytes, kind=name, precision=precision, cores=cores, category="serving")
+    def _compute(self, rank: int, name: str, flops: float, nbytes: float, precision: str, cores: int) -> simpy.Process:
+        """An engine task of ``flops`` and ``nbytes`` on ``cores`` cores of ``rank`` (recorded by the engine)."""
+        return self.sim.compute(rank, name, flops=flops, bytes=nbytes, kind=name, precision=precision, cores=cores, category="serving")
 
     def run(self) -> None:
         self.env.process(self._arrivals())
@@ -525,7 +472,7 @@ class _Server:
         with u.dense_server[0].request() as req:
             yield req
             rate = costs.task_flop_rate(spec, 1.0, self.k_dense, prec)
-            yield self.env.process(self._compute(rank, "dense", t * rate, 0.0, prec, self.k_dense))
+            yield self._compute(rank, "dense", t * rate, 0.0, prec, self.k_dense)
         self._finish(batch, rank)
 
     def _batch(self, u: _Unit, batch: list[int]):  # noqa: ANN202
@@ -547,8 +494,7 @@ class _Server:
         prec = m.dense_precision
         with u.dense_server[d].request() as req:
             yield req
-            yield self.env.process(self._compute(rank, "dense", dense_flops(m, items), dense_bytes(m, items, w.batching.dense_batch_items),
-                                                 prec, self.k_dense))
+            yield self._compute(rank, "dense", dense_flops(m, items), dense_bytes(m, items, w.batching.dense_batch_items), prec, self.k_dense)
         u.pending_dense[d] -= 1
         if self.mode == "accelerator":
             assert u.host is not None
@@ -575,7 +521,7 @@ class _Server:
             rank = u.ranks[c]
             with u.lookup_server[c].request() as req:
                 yield req
-                yield self.env.process(self._compute(rank, "lookup", n_lookups * m.embedding_dim, n_lookups * self.lookup_B, "fp16", self.k_lookup))
+                yield self._compute(rank, "lookup", n_lookups * m.embedding_dim, n_lookups * self.lookup_B, "fp16", self.k_lookup)
             if accel and c != d:
                 out = (cap_items if fixed else items) * n_t * self.pooled_B
                 if self.w.partitioning.transfer == "p2p":

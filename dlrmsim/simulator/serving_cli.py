@@ -6,13 +6,14 @@ from pathlib import Path
 from typing import Any
 
 import typer
-import yaml
 
 from dlrmsim.errors import DlrmsimError
 from dlrmsim.output import console, print_json, print_table
 
 
 def _parse_sets(sets: list[str], flag: str) -> dict[str, Any]:
+    import yaml
+
     out: dict[str, Any] = {}
     for item in sets:
         if "=" not in item:

@@ -11,11 +11,34 @@ everything the simulator asks. ``summarize`` and ``figure`` describe a topology 
 
 from __future__ import annotations
 
-from dlrmsim.topologies.builder import PRESET_DIR, build_graph, build_topology, load_spec, load_topology, topology_names
-from dlrmsim.topologies.draw import figure
-from dlrmsim.topologies.routing import FatTreeTopology
-from dlrmsim.topologies.summary import TopologySummary, summarize
-from dlrmsim.topologies.topology import ComputeSpec, EfficiencyTable, Link, Topology
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dlrmsim.topologies.builder import PRESET_DIR, build_graph, build_topology, load_spec, load_topology, topology_names
+    from dlrmsim.topologies.draw import figure
+    from dlrmsim.topologies.routing import FatTreeTopology
+    from dlrmsim.topologies.summary import TopologySummary, summarize
+    from dlrmsim.topologies.topology import ComputeSpec, EfficiencyTable, Link, Topology
+
+# Exports load on first use (PEP 562), so that importing a submodule (e.g. a CLI module) does not import the
+# whole package.
+_EXPORTS: dict[str, str] = {
+    "PRESET_DIR": "dlrmsim.topologies.builder",
+    "build_graph": "dlrmsim.topologies.builder",
+    "build_topology": "dlrmsim.topologies.builder",
+    "load_spec": "dlrmsim.topologies.builder",
+    "load_topology": "dlrmsim.topologies.builder",
+    "topology_names": "dlrmsim.topologies.builder",
+    "figure": "dlrmsim.topologies.draw",
+    "FatTreeTopology": "dlrmsim.topologies.routing",
+    "TopologySummary": "dlrmsim.topologies.summary",
+    "summarize": "dlrmsim.topologies.summary",
+    "ComputeSpec": "dlrmsim.topologies.topology",
+    "EfficiencyTable": "dlrmsim.topologies.topology",
+    "Link": "dlrmsim.topologies.topology",
+    "Topology": "dlrmsim.topologies.topology",
+}
 
 __all__ = [
     "PRESET_DIR",
@@ -33,3 +56,16 @@ __all__ = [
     "summarize",
     "topology_names",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

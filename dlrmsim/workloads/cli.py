@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 import typer
 
 from dlrmsim.output import print_json, print_table
-from dlrmsim.workloads import load_workload, model, workload_names
-from dlrmsim.workloads.placement import STRATEGIES, PlacementSpec, max_ranks, place
-from dlrmsim.workloads.schema import Workload
+
+if TYPE_CHECKING:  # imported inside the functions: `dlrmsim --help` should not load numpy and the schema
+    from dlrmsim.workloads.schema import Workload
 
 app = typer.Typer(help="DLRM workload presets and their derived sizes.", no_args_is_help=True)
 
@@ -39,6 +40,9 @@ class WorkloadSummary:
 
 
 def summarize(w: Workload) -> WorkloadSummary:
+    from dlrmsim.workloads import model
+    from dlrmsim.workloads.placement import PlacementSpec, max_ranks
+
     fwd, bwd = model.flops_per_sample(w)
     return WorkloadSummary(
         name=w.name,
@@ -62,6 +66,8 @@ def summarize(w: Workload) -> WorkloadSummary:
 @app.command("list")
 def list_cmd() -> None:
     """List the built-in workload presets."""
+    from dlrmsim.workloads import load_workload, workload_names
+
     rows = []
     for name in workload_names():
         s = summarize(load_workload(name))
@@ -74,15 +80,18 @@ def show_cmd(
     workload: str = typer.Argument(..., help="preset name or YAML path"),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
     ranks: int | None = typer.Option(None, help="also place the tables on this many ranks"),
-    placement: str = typer.Option("table_wise", help=f"placement strategy: {', '.join(STRATEGIES)}"),
+    placement: str = typer.Option("table_wise", help="placement strategy: table_wise, column_wise, row_wise"),
     replicate_below_rows: int | None = typer.Option(None, help="replicate tables with fewer rows than this"),
 ) -> None:
     """Summarise a workload: table memory, Eq. 1 allreduce and Eq. 2 alltoall volumes, placement limits, flops."""
+    from dlrmsim.workloads import load_workload
+
     w = load_workload(workload)
     s = summarize(w)
     out = asdict(s)
     if ranks is not None:
         from dlrmsim.config import validate
+        from dlrmsim.workloads.placement import PlacementSpec, place
 
         spec = validate(PlacementSpec, {"strategy": placement, "replicate_below_rows": replicate_below_rows}, "--placement")
         p = place(w, spec, ranks)

@@ -1,0 +1,74 @@
+"""The root CLI: sub-commands load lazily (start-up time), the command table is complete, errors exit 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import typer
+
+from dlrmsim import cli as root
+from tests.conftest import assert_one_line_error
+
+HEAVY = ("numpy", "networkx", "simpy", "pandas", "dlrmsim.simulator.engine")
+
+
+def _modules_after(argv: list[str]) -> dict[str, object]:
+    """Run `dlrmsim ARGV` in a fresh interpreter; which of HEAVY it imported, and its exit code."""
+    code = textwrap.dedent(f"""
+        import io, json, sys
+        from contextlib import redirect_stdout
+        from dlrmsim.cli import main
+        rc = 0
+        with redirect_stdout(io.StringIO()):
+            try:
+                main({argv!r})
+            except SystemExit as exc:
+                rc = exc.code or 0
+        print(json.dumps({{"rc": rc, "loaded": [m for m in {HEAVY!r} if m in sys.modules]}}))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_help_imports_no_engine_or_numpy() -> None:
+    got = _modules_after(["--help"])
+    assert got == {"rc": 0, "loaded": []}
+
+
+def test_a_workload_command_does_not_import_the_engine() -> None:
+    got = _modules_after(["workload", "show", "small", "--json"])
+    assert got["rc"] == 0
+    assert "dlrmsim.simulator.engine" not in got["loaded"] and "networkx" not in got["loaded"] and "simpy" not in got["loaded"]
+
+
+def test_command_table_matches_what_the_modules_register() -> None:
+    # SUBCOMMANDS routes a command to its module without importing the others: it must list every command.
+    for module in root.MODULES:
+        sub = typer.Typer()
+        if module == "dlrmsim.workloads.cli":
+            root._workload_register(sub)
+        else:
+            __import__(module, fromlist=["register"]).register(sub)
+        registered = set(typer.main.get_group(sub).commands)
+        assert registered == {name for name, m in root.SUBCOMMANDS.items() if m == module}, module
+
+
+def test_every_command_is_listed_in_help(cli) -> None:  # noqa: ANN001
+    res = cli("--help")
+    assert res.code == 0
+    for name in [*root.SUBCOMMANDS, "demo"]:
+        assert name in res.out, name
+
+
+def test_usage_errors_exit_2(cli) -> None:  # noqa: ANN001
+    for args in (["no-such-command"], ["workload", "show", "small", "--no-such-option"], ["workload", "show"]):
+        res = cli(*args)
+        assert res.code == 2, (args, res)
+        assert "Traceback" not in res.err
+
+
+def test_user_error_is_one_line_and_exit_2(cli) -> None:  # noqa: ANN001
+    assert_one_line_error(cli("workload", "show", "no-such-workload"), "unknown workload 'no-such-workload'", "fix:")
