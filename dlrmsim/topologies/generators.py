@@ -100,15 +100,13 @@ class Wiring:
             raise DlrmsimError(
                 f"nodes '{u}' and '{v}' are linked twice", source=self.source, field=field, fix="use one edge with trunk: N"
             )
-        # Half of each attached switch's latency rides on the link, so a path's link latencies add up to
-        # its links plus every switch it passes through (the engine sums link latencies only).
-        switch_share = 0.5 * (self.graph.nodes[u].get("latency_s", 0.0) + self.graph.nodes[v].get("latency_s", 0.0))
+        # A switch's own latency stays on its node (``latency_s``); paths add it once per switch they cross.
         link = Link(
             u=u,
             v=v,
             kind=lt.kind,
             bandwidth_Bps=lt.link_bandwidth_GBps * 1e9 * trunk,
-            latency_s=lt.latency_us * 1e-6 + switch_share,
+            latency_s=lt.latency_us * 1e-6,
             overhead_s=lt.overhead_us * 1e-6,
             one_sided=lt.one_sided,
             lanes=trunk,

@@ -183,12 +183,13 @@ class Topology:
         return self._rank_index[node] if node in self._rank_index else self.ranks.index(node)
 
     def path_latency_s(self, path: list[str]) -> float:
-        """Zero-load latency of a node path (s): the sum of its links' latencies.
+        """Zero-load latency of a node path (s): its links' latencies plus every transit node's ``latency_s``.
 
-        Built topologies fold half of each switch's latency into every link attached to it, so this
-        includes the switches an endpoint-to-endpoint path passes through.
+        This is the latency the engine charges a flow (switches carry their traversal latency as a node
+        attribute).
         """
-        return sum(link.latency_s for link in self.path_links(path))
+        transit = sum(float(self.graph.nodes[n].get("latency_s") or 0.0) for n in path[1:-1])
+        return sum(link.latency_s for link in self.path_links(path)) + transit
 
     def __repr__(self) -> str:
         return f"Topology({self.name!r}, ranks={self.num_ranks}, links={self.graph.number_of_edges()})"

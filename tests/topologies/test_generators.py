@@ -206,7 +206,9 @@ def test_explicit_fabric_and_unit_spellings() -> None:
     assert topo.ranks == ["a", "b"]
     link = topo.link("a", "s")
     assert link.bandwidth_Bps == pytest.approx(12.5e9)
-    assert link.latency_s == pytest.approx(0.5e-6 + 0.05e-6)  # own latency plus half the switch's
+    assert link.latency_s == pytest.approx(0.5e-6)  # the link's own latency; the switch keeps its own
+    # a path pays each link once and the switch it crosses once
+    assert topo.path_latency_s(["a", "s", "b"]) == pytest.approx(2 * 0.5e-6 + topo.graph.nodes["s"]["latency_s"])
     assert topo.link("s", "b").bandwidth_Bps == pytest.approx(25e9) and topo.link("s", "b").lanes == 2
     assert topo.compute(0).memory_capacity_B == pytest.approx(2**30)
     data["links"]["fast"]["bandwidth_Gbps"] = "100 Gb/s"
