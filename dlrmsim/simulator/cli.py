@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from dlrmsim.config import parse_assignments
 from dlrmsim.errors import DlrmsimError
 from dlrmsim.output import console, print_json, print_table
 
@@ -19,27 +20,14 @@ COMMON = {
 }
 
 
-def parse_sets(sets: list[str], flag: str) -> dict[str, Any]:
-    """`--set a.b.c=value` pairs; values are read as YAML scalars (numbers, booleans, lists)."""
-    import yaml
-
-    out: dict[str, Any] = {}
-    for item in sets:
-        if "=" not in item:
-            raise DlrmsimError(f"'{item}' is not PATH=VALUE", field=flag, fix="write e.g. links.opa.bandwidth_GBps=25")
-        key, value = item.split("=", 1)
-        out[key.strip()] = yaml.safe_load(value)
-    return out
-
-
 def make_config(**kw: Any) -> TrainingConfig:
     from dlrmsim.config import validate
     from dlrmsim.simulator.training import TrainingConfig
 
     placement = {"strategy": kw.pop("placement"), "replicate_below_rows": kw.pop("replicate_below_rows")}
     kw["placement"] = placement
-    kw["topology_overrides"] = parse_sets(kw.pop("topo_set"), "--topology-set")
-    kw["workload_overrides"] = parse_sets(kw.pop("wl_set"), "--workload-set")
+    kw["topology_overrides"] = parse_assignments(kw.pop("topo_set"), "--topology-set")
+    kw["workload_overrides"] = parse_assignments(kw.pop("wl_set"), "--workload-set")
     return validate(TrainingConfig, kw, "command line")
 
 

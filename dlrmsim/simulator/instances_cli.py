@@ -68,7 +68,7 @@ def print_result(res: InstancesResult) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    from dlrmsim.simulator.cli import parse_sets
+    from dlrmsim.config import parse_assignments as parse_sets
 
     @app.command()
     def instances(

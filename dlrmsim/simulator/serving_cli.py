@@ -7,20 +7,9 @@ from typing import Any
 
 import typer
 
+from dlrmsim.config import parse_assignments
 from dlrmsim.errors import DlrmsimError
 from dlrmsim.output import console, print_json, print_table
-
-
-def _parse_sets(sets: list[str], flag: str) -> dict[str, Any]:
-    import yaml
-
-    out: dict[str, Any] = {}
-    for item in sets:
-        if "=" not in item:
-            raise DlrmsimError(f"'{item}' is not PATH=VALUE", field=flag, fix="write e.g. partitioning.transfer=host_staged")
-        key, value = item.split("=", 1)
-        out[key.strip()] = yaml.safe_load(value)
-    return out
 
 
 def _topology_factory(topology: str, sleds: int | None, overrides: dict[str, Any]):  # noqa: ANN202
@@ -77,9 +66,9 @@ def register(app: typer.Typer) -> None:
         from dlrmsim.simulator import serving
         from dlrmsim.workloads.serving import load_serving_workload
 
-        w = load_serving_workload(workload, _parse_sets(wl_set, "--workload-set") or None)
+        w = load_serving_workload(workload, parse_assignments(wl_set, "--workload-set") or None)
         budget = latency_budget_ms if latency_budget_ms is not None else w.latency_budget_ms
-        make = _topology_factory(topology, sleds, _parse_sets(topo_set, "--topology-set"))
+        make = _topology_factory(topology, sleds, parse_assignments(topo_set, "--topology-set"))
         times = serving.read_arrivals_csv(arrivals) if arrivals is not None else None
         if duration is None:
             duration = 1.0 if find_max_qps else 2.0

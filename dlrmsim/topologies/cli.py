@@ -7,6 +7,7 @@ from typing import Any
 
 import typer
 
+from dlrmsim.config import parse_assignments
 from dlrmsim.errors import DlrmsimError
 from dlrmsim.output import console, print_json, print_table
 
@@ -16,19 +17,6 @@ app = typer.Typer(help="Hardware topologies: built-in presets and their summarie
 def register(root: typer.Typer) -> None:
     """Attach the `topology` sub-app to the root CLI."""
     root.add_typer(app, name="topology")
-
-
-def _pairs(items: list[str], option: str) -> dict[str, Any]:
-    """``key=value`` strings to a dict; values are parsed as YAML scalars (numbers, booleans, strings)."""
-    import yaml
-
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise DlrmsimError(f"expected KEY=VALUE, got {item!r}", source=option, fix=f"write e.g. {option} sockets=1024")
-        out[key.strip()] = yaml.safe_load(value)
-    return out
 
 
 @app.command("list")
@@ -54,7 +42,7 @@ def show_cmd(
     """Summarise a topology: ranks, links, hop histogram from rank 0, aggregate and bisection bandwidth, peak flops, memory."""
     from dlrmsim.topologies import figure, load_topology, summarize
 
-    topo = load_topology(topology, _pairs(set_, "--set") or None, **_pairs(param, "--param"))
+    topo = load_topology(topology, parse_assignments(set_, "--set") or None, **parse_assignments(param, "--param"))
     s = summarize(topo)
     if html is not None:
         try:
