@@ -9,7 +9,7 @@ import typer
 
 from dlrmsim.config import parse_assignments
 from dlrmsim.errors import DlrmsimError
-from dlrmsim.output import console, print_json, print_table
+from dlrmsim.output import console, err_console, print_json, print_table
 
 if TYPE_CHECKING:  # imported inside the commands: `dlrmsim --help` should not load the engine
     from dlrmsim.simulator.training import TrainingConfig, TrainingResult
@@ -128,7 +128,11 @@ def register(app: typer.Typer) -> None:
             raise DlrmsimError(f"'{ranks}' is not a comma-separated list of integers", field="--ranks", fix="e.g. 1,2,4,8") from None
         params = {k: v for k, v in locals().items() if k not in ("json_out", "html", "ranks", "counts", "scaling_study")}
         cfg = make_config(ranks=max(counts), **params)
-        df = scaling_study(cfg, counts)
+        from rich.progress import Progress
+
+        with Progress(console=err_console, transient=True, disable=json_out) as bar:
+            task = bar.add_task(f"{workload} on {topology}", total=len(set(counts)) + 1)
+            df = scaling_study(cfg, counts, on_point=lambda _res: bar.advance(task))
         if html is not None:
             from dlrmsim.studies.report import build_report
 

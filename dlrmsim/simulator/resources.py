@@ -123,8 +123,8 @@ class RankResources:
         if n_compute <= 0:
             raise DlrmsimError(
                 f"backend pins {comm.pinned_cores} cores but rank {rank} ({spec.name}) has only {spec.cores}",
-                field="pinned_cores",
-                fix="pin fewer cores than a socket has",
+                field="comm_cores",
+                fix=f"pin fewer cores (--comm-cores {max(spec.cores - 1, 0)} or 0) or use --backend mpi or shm",
             )
         self.compute_cores = float(n_compute)
         self.comm_cores = float(max(comm.pinned_cores, 1))
