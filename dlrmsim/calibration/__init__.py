@@ -6,7 +6,7 @@ apply_calibration, run_dlrm_iteration`` is the public API.
 
 from __future__ import annotations
 
-from typing import Any
+from dlrmsim.lazy import lazy_exports
 
 _EXPORTS = {
     "Calibration": "dlrmsim.calibration.schema",
@@ -19,12 +19,6 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        import importlib
-
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(name)
-
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = sorted(_EXPORTS)

@@ -6,8 +6,9 @@ Public entry points: :class:`Simulation`, :class:`CommSettings`, :class:`Record`
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from dlrmsim.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from dlrmsim.simulator.collectives import ALGORITHMS, CollectiveContext, FlowSpec, Phase, algorithm
@@ -45,14 +46,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

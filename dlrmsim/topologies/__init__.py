@@ -11,8 +11,9 @@ everything the simulator asks. ``summarize`` and ``figure`` describe a topology 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from dlrmsim.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from dlrmsim.topologies.builder import PRESET_DIR, build_graph, build_topology, load_spec, load_topology, topology_names
@@ -58,14 +59,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
