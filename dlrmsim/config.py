@@ -97,12 +97,12 @@ def apply_overrides(data: Any, overrides: dict[str, Any], source: str) -> Any:
     return data
 
 
-def parse_assignments(items: list[str], flag: str) -> dict[str, Any]:
-    """Command-line ``PATH=VALUE`` strings to a dict; values are read as YAML scalars (numbers, booleans, lists)."""
+def parse_assignments(items: list[str], flag: str, example: str = "links.opa.bandwidth_GBps=25") -> dict[str, Any]:
+    """Command-line ``KEY=VALUE`` strings to a dict; values are read as YAML scalars (numbers, booleans, lists)."""
     out: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise DlrmsimError(f"'{item}' is not PATH=VALUE", field=flag, fix="write e.g. links.opa.bandwidth_GBps=25")
+            raise DlrmsimError(f"'{item}' is not KEY=VALUE", field=flag, fix=f"write e.g. {flag} {example}")
         out[key.strip()] = yaml.safe_load(value)
     return out

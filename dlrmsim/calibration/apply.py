@@ -36,7 +36,9 @@ def calibrated_compute(spec: ComputeSpec, cal: Calibration) -> ComputeSpec:
         memory_bandwidth_Bps=cal.memory.bandwidth_GBps * 1e9,
         memory_efficiency=EfficiencyTable.constant(1.0),
         saturation_cores=float(cal.memory.saturation_cores),
-        bandwidth_fraction_by_kind=embedding_fractions(cal),
+        bandwidth_fraction_by_kind=embedding_fractions(cal, cores=cores),
+        row_time_s_by_kind=embedding_row_times(cal, cores=cores),
+        task_overhead_s=cal.overhead.task_overhead_s(cores) if cal.overhead is not None else spec.task_overhead_s,
     )
 
 
@@ -45,14 +47,28 @@ def calibrated_compute(spec: ComputeSpec, cal: Calibration) -> ComputeSpec:
 EMBEDDING_KINDS = {"forward": "embedding", "backward": "embedding_bwd", "update": "update"}
 
 
-def embedding_fractions(cal: Calibration, distribution: str = "uniform") -> dict[str, float]:
-    """Achieved embedding-op bandwidth as a fraction of the saturated stream bandwidth, per task kind."""
+def embedding_fractions(cal: Calibration, distribution: str = "uniform", cores: int | None = None) -> dict[str, float]:
+    """Achieved embedding-op bandwidth as a fraction of the saturated stream bandwidth, per task kind, from the
+    fit at the core count nearest ``cores`` (None: the most cores measured)."""
     out: dict[str, float] = {}
     for op, kind in EMBEDDING_KINDS.items():
         try:
-            out[kind] = cal.embedding_bandwidth(op, distribution) / cal.memory.bandwidth_GBps
+            out[kind] = cal.embedding_fit(op, distribution, cores).bandwidth_GBps / cal.memory.bandwidth_GBps
         except KeyError:
             continue
+    return out
+
+
+def embedding_row_times(cal: Calibration, distribution: str = "uniform", cores: int | None = None) -> dict[str, float]:
+    """Fitted fixed time per looked-up row (s), per embedding task kind, at the core count nearest ``cores``."""
+    out: dict[str, float] = {}
+    for op, kind in EMBEDDING_KINDS.items():
+        try:
+            row_ns = cal.embedding_fit(op, distribution, cores).row_time_ns
+        except KeyError:
+            continue
+        if row_ns > 0:
+            out[kind] = row_ns * 1e-9
     return out
 
 

@@ -168,15 +168,43 @@ class EmbeddingConfig:
 
 
 def embedding_configs(quick: bool) -> list[EmbeddingConfig]:
-    if quick:
-        return [EmbeddingConfig(r, 64, p, d, 2048) for r in (2**16, 2**20) for p in (1, 32) for d in ("uniform", "zipf")]
-    return [
-        EmbeddingConfig(r, dim, p, d, 2048)
-        for r in (2**16, 2**20, 2**22)
-        for dim in (32, 128)
-        for p in (1, 8, 64)
-        for d in ("uniform", "zipf")
-    ]
+    """Table shapes and lookup counts spanning what DLRM training on a host does (and the validation cases):
+    two row counts (cache-resident index/working set vs not), two widths and two poolings, so that the fit can
+    separate a per-row cost (rows = batch x pooling) from a per-byte cost (rows x dim)."""
+    shapes = [(2**18, 32), (2**18, 128), (2**21, 32)]
+    poolings = (4, 32) if quick else (1, 4, 16, 64)
+    return [EmbeddingConfig(r, dim, p, d, 2048) for r, dim in shapes for p in poolings for d in ("uniform", "zipf")]
+
+
+def time_embedding_cycle(backend: str, cfg: EmbeddingConfig, idx: np.ndarray, policy: TimingPolicy) -> dict[str, list[float]]:
+    """Per-call seconds of forward, backward and sparse SGD update, timed inside full training cycles.
+
+    The ops are those of the DLRM runner (``dlrm_runner`` backend adapters): each cycle builds a fresh forward
+    (with its autograd record), a fresh sparse gradient and applies it, exactly as a training step does, so the
+    measured update includes whatever the gradient needs (uncoalesced rows, allocation) and the table sees the
+    same cache state as in training.
+    """
+    from dlrmsim.calibration.dlrm_runner import LEARNING_RATE, _ops
+
+    ops = _ops(backend)
+    table = ops.new_table(cfg.rows, cfg.dim, np.random.default_rng(cfg.rows + cfg.dim))
+    idx2 = np.ascontiguousarray(idx, dtype=np.int64).reshape(cfg.batch, cfg.pooling)
+    dpooled = ops.tensor(np.full((cfg.batch, cfg.dim), 1e-3, dtype=np.float32))
+    clock = time.perf_counter
+    out: dict[str, list[float]] = {"forward": [], "backward": [], "update": []}
+    for i in range(policy.warmup + policy.repeats):
+        t0 = clock()
+        ops.emb_forward(table, idx2)
+        t1 = clock()
+        g = ops.emb_backward(table, idx2, dpooled)
+        t2 = clock()
+        ops.emb_update(table, idx2, g, LEARNING_RATE)
+        t3 = clock()
+        if i >= policy.warmup:
+            out["forward"].append(t1 - t0)
+            out["backward"].append(t2 - t1)
+            out["update"].append(t3 - t2)
+    return out
 
 
 def embedding_task(k: Kernels, cfg: EmbeddingConfig, cores: int, policy: TimingPolicy) -> BenchTask:
@@ -185,20 +213,46 @@ def embedding_task(k: Kernels, cfg: EmbeddingConfig, cores: int, policy: TimingP
     def run() -> list[Measurement]:
         rng = np.random.default_rng(cfg.rows + cfg.dim + cfg.pooling)
         idx = make_indices(cfg.rows, cfg.batch * cfg.pooling, cfg.distribution, ZIPF_EXPONENT, rng)
-        out = []
+        unique_rows = int(np.unique(idx).size)
+        nbytes = embedding_bytes(cfg.batch, cfg.pooling, cfg.dim, unique_rows)
         with k.threads(cores):
-            ops = k.make_embedding(cfg.rows, cfg.dim, cfg.batch, cfg.pooling, idx)
-            nbytes = embedding_bytes(cfg.batch, cfg.pooling, cfg.dim, ops.unique_rows)
-            for op_name in ("forward", "backward", "update"):
-                t, spread, reps = time_op(getattr(ops, op_name), policy)
-                out.append(Measurement(
-                    benchmark="embedding", name=f"embedding {op_name} {base}", cores=cores,
-                    params={"op": op_name, "rows": cfg.rows, "dim": cfg.dim, "pooling": cfg.pooling,
-                            "distribution": cfg.distribution, "batch": cfg.batch, "unique_rows": ops.unique_rows},
-                    bytes=nbytes[op_name], time_s=t, spread_pct=spread, repeats=reps))
+            samples = time_embedding_cycle(k.name, cfg, idx, policy)
+        out = []
+        for op_name in ("forward", "backward", "update"):
+            ts = samples[op_name]
+            med = statistics.median(ts)
+            out.append(Measurement(
+                benchmark="embedding", name=f"embedding {op_name} {base}", cores=cores,
+                params={"op": op_name, "rows": cfg.rows, "dim": cfg.dim, "pooling": cfg.pooling,
+                        "distribution": cfg.distribution, "batch": cfg.batch, "unique_rows": unique_rows,
+                        "lookups": cfg.batch * cfg.pooling},
+                bytes=nbytes[op_name], time_s=med, spread_pct=100.0 * (max(ts) - min(ts)) / med, repeats=len(ts)))
         return out
 
     return BenchTask("embedding bags", f"embedding {base}", run)
+
+
+# --- per-op overhead -----------------------------------------------------------------------------------------
+
+
+DISPATCH_ELEMENTS = (1, 16, 256)
+
+
+def dispatch_task(k: Kernels, cores: int, policy: TimingPolicy) -> BenchTask:
+    """The fixed cost of one framework op: out-of-place element-wise multiplies of a few elements (dispatch,
+    output allocation; no memory traffic to speak of), at ``cores`` threads."""
+    name = f"dispatch c{cores}"
+
+    def run() -> list[Measurement]:
+        out = []
+        with k.threads(cores):
+            for n in DISPATCH_ELEMENTS:
+                t, spread, reps = time_op(k.make_tiny(n), policy)
+                out.append(Measurement(benchmark="dispatch", name=f"dispatch mul n{n} c{cores}", cores=cores,
+                                       params={"elements": n}, bytes=12.0 * n, time_s=t, spread_pct=spread, repeats=reps))
+        return out
+
+    return BenchTask("op dispatch", name, run)
 
 
 # --- collectives ---------------------------------------------------------------------------------------------
@@ -282,13 +336,25 @@ def collective_task(op: str, sizes: list[int], ranks: int, implementation: str, 
 # --- the plan ------------------------------------------------------------------------------------------------
 
 
-def build_plan(k: Kernels, quick: bool, cores: int, implementation: str, ranks: int = 2) -> list[BenchTask]:
-    """Every micro-benchmark of a calibration, in the order they run."""
+# The tiny plan (notebooks, smoke tests): every fit gets the fewest points it needs, in a few seconds.
+TINY_GEMM_MAX_DIM = 1024
+TINY_COLLECTIVE_SIZES = [4 << 10, 64 << 10, 1 << 20, 4 << 20]  # two sizes of >= 1 MiB fit beta in the bandwidth regime
+
+
+def build_plan(k: Kernels, quick: bool, cores: int, implementation: str, ranks: int = 2, tiny: bool = False) -> list[BenchTask]:
+    """Every micro-benchmark of a calibration, in the order they run.
+
+    ``tiny`` keeps a subset of the quick plan that still feeds every fit: GEMMs up to 1024^3, the streams,
+    the dispatch cost, the first table shape's embedding bags, and four collective sizes; no preset shapes
+    and no Eq. 1 / Eq. 2 check. Its rates are rougher than a quick calibration's.
+    """
     from dlrmsim.calibration.compare import eq_check_task
     from dlrmsim.workloads import load_workload
 
     policy = policy_for(quick)
     counts = core_counts(cores)
+    if tiny:
+        return _tiny_plan(k, cores, implementation, ranks, policy, counts)
     tasks: list[BenchTask] = []
     for c in counts:
         tasks += [gemm_task(k, n, c, policy) for n in gemm_sizes(quick)]
@@ -302,7 +368,9 @@ def build_plan(k: Kernels, quick: bool, cores: int, implementation: str, ranks: 
     elements = stream_elements(quick)
     for kind in ("copy", "triad"):
         tasks += [stream_task(k, kind, c, elements, policy) for c in counts]
-    emb_cores = [cores] if quick else sorted({1, cores})
+    tasks += [dispatch_task(k, c, policy) for c in counts]
+    # Both ends of the core range: the sparse update's per-row work is split over threads.
+    emb_cores = sorted({1, cores})
     for cfg in embedding_configs(quick):
         tasks += [embedding_task(k, cfg, c, policy) for c in emb_cores]
     if cores >= 1:
@@ -310,4 +378,21 @@ def build_plan(k: Kernels, quick: bool, cores: int, implementation: str, ranks: 
         for op in ("allreduce", "alltoall"):
             tasks.append(collective_task(op, collective_sizes(quick), ranks, implementation, threads, policy))
         tasks.append(eq_check_task(quick, ranks, implementation, threads, policy))
+    return tasks
+
+
+def _tiny_plan(k: Kernels, cores: int, implementation: str, ranks: int, policy: TimingPolicy, counts: list[int]) -> list[BenchTask]:
+    tasks: list[BenchTask] = []
+    for c in counts:
+        tasks += [gemm_task(k, n, c, policy) for n in gemm_sizes(True) if n <= TINY_GEMM_MAX_DIM]
+    for kind in ("copy", "triad"):
+        tasks += [stream_task(k, kind, c, stream_elements(True), policy) for c in counts]
+    tasks += [dispatch_task(k, c, policy) for c in counts]
+    configs = embedding_configs(True)
+    first_shape = [cfg for cfg in configs if (cfg.rows, cfg.dim) == (configs[0].rows, configs[0].dim)]
+    for cfg in first_shape:
+        tasks += [embedding_task(k, cfg, c, policy) for c in sorted({1, cores})]
+    light = TimingPolicy(warmup=1, repeats=3, min_sample_s=0.005)
+    threads = max(1, cores // ranks)
+    tasks += [collective_task(op, TINY_COLLECTIVE_SIZES, ranks, implementation, threads, light) for op in ("allreduce", "alltoall")]
     return tasks

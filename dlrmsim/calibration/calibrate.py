@@ -10,7 +10,7 @@ from pathlib import Path
 from dlrmsim.calibration.bench import BenchTask, build_plan
 from dlrmsim.calibration.collectives_host import implementation_for
 from dlrmsim.calibration.compare import eq_check, fit_quality
-from dlrmsim.calibration.fit import fit_collectives, fit_embedding, fit_gemm, fit_memory
+from dlrmsim.calibration.fit import fit_collectives, fit_embedding, fit_gemm, fit_memory, fit_overhead
 from dlrmsim.calibration.host import detect_host, host_key
 from dlrmsim.calibration.kernels import default_backend, get_kernels
 from dlrmsim.calibration.schema import Calibration, HostInfo, Measurement, save_calibration
@@ -90,10 +90,10 @@ def run_plan(tasks: list[BenchTask], cache: PartialCache, progress: bool) -> lis
     return out
 
 
-def run_calibration(quick: bool, backend: str | None, out: Path | None, progress: bool = True) -> Calibration:
+def run_calibration(quick: bool, backend: str | None, out: Path | None, progress: bool = True, tiny: bool = False) -> Calibration:
     """Measure this host, fit the cost model, and write the calibration YAML to ``out``.
 
-    Interrupted runs resume: finished benchmark tasks are kept in ``<out>.partial.jsonl`` (keyed by host,
+    ``tiny`` runs a small subset of the quick plan (notebooks and smoke tests; rough rates). Interrupted runs resume: finished benchmark tasks are kept in ``<out>.partial.jsonl`` (keyed by host,
     libraries, backend and mode) and reused; the cache is removed once the YAML is written.
     """
     backend = backend or default_backend()
@@ -102,7 +102,7 @@ def run_calibration(quick: bool, backend: str | None, out: Path | None, progress
     out = Path(out) if out is not None else default_out(host)
     cache = PartialCache(partial_path(out), host_key(host))
     load = _load_average()
-    tasks = build_plan(kernels, quick, host.cores, implementation_for(backend))
+    tasks = build_plan(kernels, quick or tiny, host.cores, implementation_for(backend), tiny=tiny)
     try:
         measurements = run_plan(tasks, cache, progress)
     except KeyboardInterrupt:
@@ -125,6 +125,7 @@ def run_calibration(quick: bool, backend: str | None, out: Path | None, progress
         memory=memory,
         embedding=embedding,
         collectives=collectives,
+        overhead=fit_overhead(measurements),
         measurements=measurements,
         fit_quality=fit_quality(measurements, gemm, memory, embedding, collectives),
         eq_check=eq_check(measurements, collectives),

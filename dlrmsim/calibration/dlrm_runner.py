@@ -119,6 +119,16 @@ class _NumpyOps:
     def mask(self, y: Any) -> Any:
         return y > 0
 
+    def relu(self, y: Any) -> Any:
+        return np.maximum(y, np.float32(0.0))
+
+    def relu_backward(self, dy: Any, y: Any) -> Any:
+        """Gradient through ReLU given its output ``y``: dy where y > 0, else 0 (one fused kernel)."""
+        return np.where(y > 0, dy, np.float32(0.0))
+
+    def sigmoid(self, y: Any) -> Any:
+        return 1.0 / (1.0 + np.exp(-y))
+
     def new_table(self, rows: int, dim: int, rng: np.random.Generator) -> Any:
         return rng.uniform(-0.01, 0.01, size=(rows, dim)).astype(np.float32)
 
@@ -189,6 +199,16 @@ class _TorchOps(_NumpyOps):
     def mask(self, y: Any) -> Any:
         return y > 0
 
+    def relu(self, y: Any) -> Any:
+        return self.torch.relu(y)
+
+    def relu_backward(self, dy: Any, y: Any) -> Any:
+        # What autograd runs for nn.ReLU: one fused kernel, no bool mask materialised.
+        return self.torch.ops.aten.threshold_backward(dy, y, 0.0)
+
+    def sigmoid(self, y: Any) -> Any:
+        return self.torch.sigmoid(y)
+
     def new_table(self, rows: int, dim: int, rng: np.random.Generator) -> Any:
         torch = self.torch
         bag = torch.nn.EmbeddingBag(rows, dim, mode="sum", sparse=True)
@@ -252,7 +272,8 @@ class _Rank:
         self.top = self._mlp([interaction_width(w), *w.top_mlp], wrng)
         self.tables = [ops.new_table(w.table_rows[t], w.embedding_dim, np.random.default_rng(seed + t)) for t in self.owned]
         f = s + 1
-        self.li, self.lj = np.tril_indices(f, k=-1)  # (S+1)S/2 distinct pairs
+        li, lj = np.tril_indices(f, k=-1)  # (S+1)S/2 distinct pairs
+        self.li, self.lj = ops.tensor(li.astype(np.int64)), ops.tensor(lj.astype(np.int64))  # converted once, not per step
         exponent = w.index_distribution.exponent if isinstance(w.index_distribution, ZipfIndices) else 1.0
         self.inputs = []
         for _ in range(INPUT_BATCHES):
@@ -275,10 +296,8 @@ class _Rank:
         acts = [x]
         for i, (wt, b) in enumerate(layers):
             y = self.ops.addmm(b, acts[-1], wt)
-            if sigmoid_last and i == len(layers) - 1:
-                y = 1.0 / (1.0 + self.ops.exp(-y))
-            else:
-                y = y * self.ops.mask(y)
+            # The framework's own activation kernels (nn.ReLU, torch.sigmoid), as DLRM uses them.
+            y = self.ops.sigmoid(y) if sigmoid_last and i == len(layers) - 1 else self.ops.relu(y)
             acts.append(y)
         return acts[-1], acts
 
@@ -293,7 +312,7 @@ class _Rank:
             if i > 0 or need_dx:
                 dx = dz @ wt
                 if i > 0:
-                    dz = dx * self.ops.mask(acts[i])
+                    dz = self.ops.relu_backward(dx, acts[i])
         return dx, grads
 
     def _alltoall(self, send: Any) -> Any:
@@ -361,7 +380,7 @@ class _Rank:
         mark("alltoall_bwd")
         emb_grads = [ops.emb_backward(tab, ix, dp) for tab, ix, dp in zip(self.tables, idx, d_pooled, strict=True)]
         mark("embedding_bwd")
-        _, bot_grads = self._mlp_bwd(self.bottom, bot_acts, d_bot * ops.mask(bot_out), need_dx=False)
+        _, bot_grads = self._mlp_bwd(self.bottom, bot_acts, ops.relu_backward(d_bot, bot_out), need_dx=False)
         mark("bottom_mlp_bwd")
         grads = bot_grads + top_grads
         if size > 1:

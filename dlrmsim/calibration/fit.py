@@ -25,6 +25,7 @@ from dlrmsim.calibration.schema import (
     HostInfo,
     Measurement,
     MemoryFit,
+    OverheadFit,
 )
 from dlrmsim.topologies.topology import EfficiencyTable
 
@@ -126,19 +127,59 @@ def memory_bandwidth_GBps(fit: MemoryFit, cores: int) -> float:
 # --- embedding -----------------------------------------------------------------------------------------------
 
 
+def _lookups(m: Measurement) -> float:
+    p = m.params
+    if "lookups" in p:
+        return float(p["lookups"])
+    if "batch" in p and "pooling" in p:
+        return float(p["batch"]) * float(p["pooling"])
+    return 0.0  # no lookup count recorded: bandwidth only
+
+
+def fit_row_bandwidth(rows: Sequence[float], nbytes: Sequence[float], times: Sequence[float]) -> tuple[float, float]:
+    """(seconds per row, bytes/s) of t = rows x a + bytes / bw, least squares on the relative time error, a, 1/bw >= 0.
+
+    A per-row term is the work that does not grow with a row's width (one kernel call per gradient row, a
+    row-sized copy's setup); the byte term the streaming. With one term negative the other is fitted alone.
+    """
+    r, b, t = (np.asarray(x, dtype=float) for x in (rows, nbytes, times))
+    x = np.stack([r / t, b / t], axis=1)
+    coef, *_ = np.linalg.lstsq(x, np.ones_like(t), rcond=None)
+    a, inv_bw = float(coef[0]), float(coef[1])
+    if a < 0 or inv_bw <= 0:
+        only_b = float(np.sum(x[:, 1]) / np.sum(x[:, 1] ** 2))  # min sum (b_i/t_i * c - 1)^2
+        only_a = float(np.sum(x[:, 0]) / np.sum(x[:, 0] ** 2))
+        err_b = float(np.sum((x[:, 1] * only_b - 1) ** 2))
+        err_a = float(np.sum((x[:, 0] * only_a - 1) ** 2))
+        if err_b <= err_a or only_a <= 0:
+            a, inv_bw = 0.0, only_b
+        else:  # pure per-row cost: keep a bandwidth far above any stream so bytes cost ~nothing
+            a, inv_bw = only_a, 1e-15
+    return a, 1.0 / inv_bw
+
+
 def fit_embedding(measurements: Sequence[Measurement], memory: MemoryFit) -> list[EmbeddingFit]:
-    groups: dict[tuple[str, str, int], list[float]] = defaultdict(list)
+    groups: dict[tuple[str, str, int], list[Measurement]] = defaultdict(list)
     for m in measurements:
         if m.benchmark == "embedding":
-            groups[(str(m.params["op"]), str(m.params["distribution"]), m.cores)].append(m.bytes / m.time_s)
+            groups[(str(m.params["op"]), str(m.params["distribution"]), m.cores)].append(m)
     out = []
-    for (op, dist, cores), rates in sorted(groups.items()):
-        g = np.asarray(rates)
-        # min sum (g_i / bw - 1)^2 over 1/bw: relative time error of t = bytes / bw.
-        bw = float(np.sum(g * g) / np.sum(g))
+    for (op, dist, cores), ms in sorted(groups.items()):
+        a, bw = fit_row_bandwidth([_lookups(m) for m in ms], [m.bytes for m in ms], [m.time_s for m in ms])
         out.append(EmbeddingFit(op=op, distribution=dist, cores=cores, bandwidth_GBps=_sig(bw / 1e9),  # type: ignore[arg-type]
-                                stream_fraction=_sig(bw / 1e9 / memory.bandwidth_GBps, 4)))
+                                stream_fraction=_sig(bw / 1e9 / memory.bandwidth_GBps, 4), row_time_ns=_sig(a * 1e9)))
     return out
+
+
+def fit_overhead(measurements: Sequence[Measurement]) -> OverheadFit | None:
+    """Per-op fixed cost at each core count: the median time of the tiny ops of the dispatch benchmark."""
+    by_cores: dict[int, list[float]] = defaultdict(list)
+    for m in measurements:
+        if m.benchmark == "dispatch":
+            by_cores[m.cores].append(m.time_s)
+    if not by_cores:
+        return None
+    return OverheadFit(task_overhead_us_by_cores=[(c, _sig(float(np.median(v)) * 1e6, 4)) for c, v in sorted(by_cores.items())])
 
 
 def embedding_fit_for(fits: Sequence[EmbeddingFit], op: str, distribution: str, cores: int) -> EmbeddingFit:
@@ -218,7 +259,9 @@ def predict_s(
         return m.bytes / (memory_bandwidth_GBps(memory, m.cores) * 1e9)
     if m.benchmark == "embedding":
         e = embedding_fit_for(embedding, str(m.params["op"]), str(m.params["distribution"]), m.cores)
-        return m.bytes / (e.bandwidth_GBps * 1e9)
+        return _lookups(m) * e.row_time_ns * 1e-9 + m.bytes / (e.bandwidth_GBps * 1e9)
+    if m.benchmark == "dispatch":
+        return None
     for c in collectives:
         if c.op == m.benchmark:
             return predict_collective_s(c, m.bytes)

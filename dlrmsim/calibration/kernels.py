@@ -97,6 +97,12 @@ class Kernels(ABC):
     def make_stream(self, kind: str, elements: int, threads: int) -> Op:
         """STREAM "copy" (a = b) or "triad" (a = b + q c) over fp32 arrays of ``elements``, on ``threads`` threads."""
 
+    def make_tiny(self, elements: int) -> Op:
+        """An out-of-place element-wise multiply of two ``elements``-long fp32 vectors (a new output each call):
+        the fixed per-op cost of the framework, with next to no arithmetic or memory traffic."""
+        a = np.full(elements, 1.0, dtype=np.float32)
+        return lambda: np.multiply(a, a)
+
     @abstractmethod
     def make_embedding(self, rows: int, dim: int, batch: int, pooling: int, indices: np.ndarray) -> EmbeddingOps:
         """EmbeddingBag (sum) forward, backward to per-lookup gradient rows, and sparse SGD update."""

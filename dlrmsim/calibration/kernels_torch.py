@@ -75,6 +75,10 @@ class TorchKernels(Kernels):
             return lambda: torch.add(b, c, alpha=3.0, out=a)
         raise ValueError(f"unknown stream kind {kind!r}")
 
+    def make_tiny(self, elements: int) -> Op:
+        a = torch.full((elements,), 1.0)
+        return lambda: torch.mul(a, a)
+
     def make_embedding(self, rows: int, dim: int, batch: int, pooling: int, indices: np.ndarray) -> EmbeddingOps:
         bag = torch.nn.EmbeddingBag(rows, dim, mode="sum", sparse=True)
         with torch.no_grad():

@@ -85,6 +85,20 @@ class EmbeddingFit(StrictModel):
     cores: Annotated[int, Field(gt=0)]
     bandwidth_GBps: Positive
     stream_fraction: Positive = Field(description="bandwidth / memory.bandwidth_GBps")
+    row_time_ns: Annotated[float, Field(ge=0)] = Field(
+        0.0, description="fixed time per looked-up row (per-row kernel calls, row-sized copies): t = rows x row_time + bytes / bandwidth"
+    )
+
+
+class OverheadFit(StrictModel):
+    """Fixed cost of one framework op (dispatch, output allocation, thread-pool fork/join), per core count."""
+
+    task_overhead_us_by_cores: list[tuple[Annotated[int, Field(gt=0)], Annotated[float, Field(ge=0)]]] = Field(
+        min_length=1, description="[[cores, microseconds per op], ...]: median time of the tiny element-wise ops of the dispatch benchmark"
+    )
+
+    def task_overhead_s(self, cores: int) -> float:
+        return min(self.task_overhead_us_by_cores, key=lambda r: (abs(r[0] - cores), -r[0]))[1] * 1e-6
 
 
 class CollectiveFit(StrictModel):
@@ -105,7 +119,7 @@ class CollectiveFit(StrictModel):
 class Measurement(StrictModel):
     """One micro-benchmark: time per call over repeats after warm-up (median; best for memory streams)."""
 
-    benchmark: Literal["gemm", "linear", "stream", "embedding", "allreduce", "alltoall"]
+    benchmark: Literal["gemm", "linear", "stream", "embedding", "allreduce", "alltoall", "dispatch"]
     name: str
     cores: Annotated[int, Field(gt=0)]
     params: dict[str, float | int | str] = {}
@@ -152,6 +166,7 @@ class Calibration(StrictModel):
     memory: MemoryFit
     embedding: list[EmbeddingFit] = Field(min_length=1)
     collectives: list[CollectiveFit] = Field(min_length=1)
+    overhead: OverheadFit | None = None
     measurements: list[Measurement] = []
     fit_quality: list[FitRow] = []
     eq_check: list[EqCheckRow] = []
@@ -165,6 +180,15 @@ class Calibration(StrictModel):
             if c.op == op:
                 return c
         raise KeyError(op)
+
+    def embedding_fit(self, op: str, distribution: str = "uniform", cores: int | None = None) -> EmbeddingFit:
+        """The embedding fit of ``op`` at the core count nearest ``cores`` (None: the most cores measured)."""
+        rows = [e for e in self.embedding if e.op == op and e.distribution == distribution]
+        if not rows:
+            raise KeyError((op, distribution))
+        if cores is None:
+            return max(rows, key=lambda e: e.cores)
+        return min(rows, key=lambda e: (abs(e.cores - cores), -e.cores))
 
     def embedding_bandwidth(self, op: str, distribution: str = "uniform") -> float:
         """Achieved bandwidth (GB/s) of an embedding op, at the most cores measured."""

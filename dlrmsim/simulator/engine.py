@@ -102,6 +102,7 @@ class Simulation:
         cores: float | None = None,
         category: str = "compute",
         pool: str = "compute",
+        overhead_s: float = 0.0,
     ) -> simpy.Process:
         """Run a task of ``flops`` operations touching ``bytes`` of memory on ``cores`` cores of ``rank``.
 
@@ -109,7 +110,8 @@ class Simulation:
         the default amount; "comm": the pinned cores or one helper thread), waiting if they are busy. Alone it
         takes the roofline time ``costs.task_time``; beside other tasks and NIC copies on the same memory
         domain it gets a max-min share of the domain's bandwidth. Returns the process event; it fires when the
-        task ends and the task is recorded (start = when it got its cores).
+        task ends and the task is recorded (start = when it got its cores). ``overhead_s`` is a fixed software
+        time (op dispatch, per-row kernel calls) spent holding the cores before the roofline part starts.
         """
         self._check_rank(rank)
         if flops < 0 or bytes < 0:
@@ -123,12 +125,16 @@ class Simulation:
                 field="cores",
                 fix="ask for fewer cores",
             )
-        return self.env.process(self._compute(rank, name, float(flops), float(bytes), kind, precision, c, category, pool))
+        if overhead_s < 0:
+            raise DlrmsimError(f"task '{name}' has a negative overhead", field="overhead_s")
+        return self.env.process(self._compute(rank, name, float(flops), float(bytes), kind, precision, c, category, pool, overhead_s))
 
-    def _compute(self, rank, name, flops, nbytes, kind, precision, cores, category, pool):  # noqa: ANN001, ANN202
+    def _compute(self, rank, name, flops, nbytes, kind, precision, cores, category, pool, overhead_s=0.0):  # noqa: ANN001, ANN202
         container = self.rank_resources[rank].pool(pool)
         yield container.get(cores)
         start = self.env.now
+        if overhead_s > 0:
+            yield self.env.timeout(overhead_s)
         done = self.env.event()
         fluid = self.fluid
         oid = fluid.register(_EventOwner(done), 1)

@@ -66,7 +66,7 @@ def register(app: typer.Typer) -> None:
         from dlrmsim.simulator import serving
         from dlrmsim.workloads.serving import load_serving_workload
 
-        w = load_serving_workload(workload, parse_assignments(wl_set, "--workload-set") or None)
+        w = load_serving_workload(workload, parse_assignments(wl_set, "--workload-set", "batching.max_requests=4") or None)
         budget = latency_budget_ms if latency_budget_ms is not None else w.latency_budget_ms
         make = _topology_factory(topology, sleds, parse_assignments(topo_set, "--topology-set"))
         times = serving.read_arrivals_csv(arrivals) if arrivals is not None else None

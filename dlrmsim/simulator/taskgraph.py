@@ -77,6 +77,8 @@ class Task:
     bytes: float
     category: str = "compute"  # compute | prepost
     serial_s: float = 0.0  # time that does not parallelise over cores (contended cache-line transfers)
+    ops: float = 1.0  # framework operations (kernel launches) the task stands for; each pays ComputeSpec.task_overhead_s
+    rows: float = 0.0  # embedding rows the task looks up or updates; each pays ComputeSpec.row_time_s_by_kind[kind]
 
 
 @dataclass(frozen=True)
@@ -133,13 +135,20 @@ def gemm_task(w: Workload, layer: Layer, batch: int, which: Pass) -> Task | None
     if flops == 0:
         return None
     g = model.layer_gemm(layer, batch, which)
-    return Task(f"{layer.name}.{which.value}", "gemm", flops, g.bytes_moved(w.element_bytes))
+    # Framework ops: one GEMM call; the weight gradient also reduces the bias gradient (dz.sum(0)).
+    ops = 2.0 if which is Pass.BACKWARD_WEIGHTS else 1.0
+    return Task(f"{layer.name}.{which.value}", "gemm", flops, g.bytes_moved(w.element_bytes), ops=ops)
 
 
 def activation_task(w: Workload, layer: Layer, batch: int, backward: bool = False) -> Task:
     """ReLU (or the final sigmoid) after a layer's GEMM, or its gradient in backward: bandwidth-bound."""
     nbytes = model.activation_bytes(batch, layer.fan_out, w.element_bytes, backward)
-    return Task(f"{layer.name}.act.{'bwd' if backward else 'fwd'}", "elementwise", float(batch * layer.fan_out), nbytes)
+    # One framework op (relu / threshold_backward), except after the network's last layer: the sigmoid and the
+    # binary cross-entropy loss, 12 element-wise ops on a batch-long vector forward (sigmoid; loss: add, log, mul,
+    # rsub, rsub, add, log, mul, add, neg, mean) and 2 backward ((p - y) / n); counted from dlrm_runner.
+    last = layer.part == "top" and layer.index == len(w.top_mlp) - 1
+    ops = (2.0 if backward else 12.0) if last else 1.0
+    return Task(f"{layer.name}.act.{'bwd' if backward else 'fwd'}", "elementwise", float(batch * layer.fan_out), nbytes, ops=ops)
 
 
 def embedding_forward_task(w: Workload, name: str, batch: int, columns: int, lookup_fraction: float = 1.0) -> Task:
@@ -147,7 +156,7 @@ def embedding_forward_task(w: Workload, name: str, batch: int, columns: int, loo
     lookups = batch * w.lookups_per_sample * lookup_fraction
     read_eb = w.element_bytes if w.table_precision is None else w.table_element_bytes
     nbytes = lookups * (columns * read_eb + w.index_bytes) + batch * columns * w.element_bytes
-    return Task(name, "embedding", flops=lookups * columns, bytes=nbytes)
+    return Task(name, "embedding", flops=lookups * columns, bytes=nbytes, rows=lookups)
 
 
 def embedding_backward_update_tasks(
@@ -176,7 +185,7 @@ def embedding_backward_update_tasks(
     if s.fuse_backward_update:
         update_bytes += pooled_grad_bytes
     else:
-        tasks.append(Task(f"{name}.bwd", "embedding_bwd", flops=0.0, bytes=pooled_grad_bytes + expand_bytes))
+        tasks.append(Task(f"{name}.bwd", "embedding_bwd", flops=0.0, bytes=pooled_grad_bytes + expand_bytes, rows=lookups))
         update_bytes += expand_bytes  # read the gradient rows back
     flops = lookups * columns * 2  # scale and add per gradient element
     serial_s = 0.0
@@ -190,7 +199,7 @@ def embedding_backward_update_tasks(
     elif s.threads > 1:
         hottest = _hottest_row_share(rows, w.index_distribution) * lookups
         serial_s = hottest * grad_row_bytes / s.update_costs.core_bandwidth_Bps
-    tasks.append(Task(f"{name}.update", "update", flops=flops, bytes=update_bytes, serial_s=serial_s))
+    tasks.append(Task(f"{name}.update", "update", flops=flops, bytes=update_bytes, serial_s=serial_s, rows=lookups))
     return tasks
 
 
@@ -399,7 +408,12 @@ def _rank_program(
     for cid in fwd_ids:
         wait(cid)
     # 3. Interaction and top MLP.
-    add(Task("interaction.fwd", "interaction", model.interaction_flops(w, n), model.interaction_bytes(w, n)))
+    # Unfused dot interaction as a framework runs it: forward stack, transpose, batched matmul, gather of the
+    # lower triangle, concat (5 ops); backward zeros, scatter, transpose, add, matmul, 2 slices, a select and an
+    # add for the bottom output, one select per table (9 + S ops). Counted from dlrm_runner.
+    dot = w.interaction == "dot"
+    add(Task("interaction.fwd", "interaction", model.interaction_flops(w, n), model.interaction_bytes(w, n),
+             ops=5.0 if dot else 1.0))
     for layer in model.top_layers(w):
         add(gemm_task(w, layer, n, Pass.FORWARD))
         add(activation_task(w, layer, n))
@@ -417,7 +431,8 @@ def _rank_program(
 
     for layer in reversed(model.top_layers(w)):
         backward(layer)
-    add(Task("interaction.bwd", "interaction", model.interaction_flops(w, n, backward=True), 2 * model.interaction_bytes(w, n)))
+    add(Task("interaction.bwd", "interaction", model.interaction_flops(w, n, backward=True), 2 * model.interaction_bytes(w, n),
+             ops=9.0 + w.num_tables if dot else 1.0 + w.num_tables))
     # 5. Backward exchange goes out now and overlaps the bottom MLP backward.
     if bwd_ids:
         exchange_prepost(bwd_ids, "a2a_bwd")
@@ -445,7 +460,10 @@ def _rank_program(
     dense_params = sum(layer.params for layer in model.mlp_layers(w)) + sum(
         w.table_rows[t] * w.embedding_dim for t in placement.replicated_tables
     )
-    add(Task("optimizer", "optimizer", flops=2.0 * dense_params, bytes=OPTIMIZER_BYTES_PER_PARAM[s.optimizer] * dense_params))
+    # One scale and one in-place subtract per parameter tensor (each layer's weight and bias).
+    tensors = 2 * len(model.mlp_layers(w)) + len(placement.replicated_tables)
+    add(Task("optimizer", "optimizer", flops=2.0 * dense_params, bytes=OPTIMIZER_BYTES_PER_PARAM[s.optimizer] * dense_params,
+             ops=2.0 * tensors))
     return prog
 
 

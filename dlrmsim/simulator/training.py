@@ -296,7 +296,10 @@ def _rank_process(sim: Any, rank: int, graph: IterationGraph, coord: CollectiveC
             t0 = env.now
             kind = step.kind
             prec = precision if kind in ("gemm", "interaction") else "fp32"
-            yield sim.compute(rank, step.name, flops=step.flops, bytes=step.bytes, kind=kind, precision=prec, category=step.category)
+            spec = sim.rank_resources[rank].spec
+            overhead = step.ops * spec.task_overhead_s + step.rows * spec.row_time_s_by_kind.get(kind, 0.0)
+            yield sim.compute(rank, step.name, flops=step.flops, bytes=step.bytes, kind=kind, precision=prec, category=step.category,
+                              overhead_s=overhead)
             if step.serial_s > env.now - t0:
                 # Conflicting row updates serialise on cache-line transfers; cores cannot shorten the chain.
                 t1 = env.now

@@ -42,7 +42,7 @@ def show_cmd(
     """Summarise a topology: ranks, links, hop histogram from rank 0, aggregate and bisection bandwidth, peak flops, memory."""
     from dlrmsim.topologies import figure, load_topology, summarize
 
-    topo = load_topology(topology, parse_assignments(set_, "--set") or None, **parse_assignments(param, "--param"))
+    topo = load_topology(topology, parse_assignments(set_, "--set") or None, **parse_assignments(param, "--param", "sockets=1024"))
     s = summarize(topo)
     if html is not None:
         try:

@@ -248,8 +248,14 @@ def fat_tree(f: schema.FatTree, w: Wiring) -> None:
                     w.connect(s, root, f.uplink, "fabric.uplink", trunk=m)
             return
         half = ports // 2
-        if half < 1:
-            raise DlrmsimError("switches need at least 2 ports for more than one level", source=w.source, field="fabric.switch")
+        if half < 2:
+            # With one downlink per switch a level does not shrink the group: the tree would never close.
+            raise DlrmsimError(
+                f"{ports}-port switches cannot build a tree of more than one level",
+                source=w.source,
+                field="fabric.switch",
+                fix="use switches with at least 4 ports",
+            )
         pods = math.ceil(n / half)
         for _plane in range(uplinks):
             new_group = []

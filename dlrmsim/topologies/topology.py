@@ -78,6 +78,14 @@ class ComputeSpec:
     # Ranks sharing a memory domain share one memory-bandwidth resource in the engine (e.g. the ranks a
     # host is split into). None means the rank's own graph node name.
     memory_domain: str | None = None
+    # Fixed software cost per framework operation a task stands for (dispatch, output allocation, thread-pool
+    # fork/join), seconds; charged ops x task_overhead_s at the task's start. 0 = not modelled (built-in presets:
+    # no cited figure); a host calibration measures it (dlrmsim calibrate, "dispatch" benchmark).
+    task_overhead_s: float = 0.0
+    # Fixed time per looked-up row of an embedding op, by task kind (seconds per row on this spec's cores): the
+    # per-row kernel work that does not scale with the row's bytes (one axpy call per gradient row in a sparse
+    # update, one row copy per lookup). Empty = not modelled; a host calibration fits it beside the bandwidth.
+    row_time_s_by_kind: dict[str, float] = field(default_factory=dict)
 
     def flops_rate(self, precision: str) -> float:
         """Peak op/s for ``precision``; falls back to fp32 when the unit has no faster path."""

@@ -24,9 +24,13 @@ def test_file_written_valid_and_round_trips(quick_cal_path: Path, quick_cal: Cal
         (op, d) for op in ("forward", "backward", "update") for d in ("uniform", "zipf")
     }
     benches = {m.benchmark for m in quick_cal.measurements}
-    assert benches == {"gemm", "linear", "stream", "embedding", "allreduce", "alltoall"}
-    # Every non-Eq. measurement has a fit-quality row.
-    assert len(quick_cal.fit_quality) == sum(1 for m in quick_cal.measurements if not m.name.startswith("eq "))
+    assert benches == {"gemm", "linear", "stream", "embedding", "allreduce", "alltoall", "dispatch"}
+    assert quick_cal.overhead is not None and all(us > 0 for _, us in quick_cal.overhead.task_overhead_us_by_cores)
+    # Every non-Eq. measurement a fitted parameter predicts has a fit-quality row (the dispatch timings are the
+    # per-op overhead itself, not predicted by another parameter).
+    assert len(quick_cal.fit_quality) == sum(1 for m in quick_cal.measurements if not m.name.startswith("eq ") and m.benchmark != "dispatch")
+
+
 
 
 def test_every_fitted_rate_positive_and_below_physical_peak(quick_cal: Calibration) -> None:

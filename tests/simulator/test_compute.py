@@ -133,3 +133,35 @@ def test_comm_pool_tasks_use_the_comm_cores() -> None:
     sim.compute(0, "pack", bytes=100e6, kind="copy", pool="comm")  # 4 cores of 7 for saturation
     sim.run()
     assert sim.now == pytest.approx(100e6 / (4 / 7 * 100e9), rel=1e-12)
+
+
+def test_overhead_is_added_to_the_roofline_time_and_recorded_in_the_task() -> None:
+    spec = SPEC
+    sim = Simulation(two_node(spec=spec))
+    t_roof = costs.task_time(1e9, 0.0, spec)
+    sim.compute(0, "t", flops=1e9, overhead_s=2e-3)
+    sim.run()
+    assert ends_of(sim)["t"] == pytest.approx(t_roof + 2e-3, rel=1e-9)
+
+
+def test_negative_overhead_is_an_error() -> None:
+    sim = Simulation(two_node(spec=SPEC))
+    with pytest.raises(DlrmsimError):
+        sim.compute(0, "t", flops=1e9, overhead_s=-1.0)
+
+
+def test_training_charges_ops_times_task_overhead() -> None:
+    import dataclasses
+
+    from dlrmsim.simulator.taskgraph import IterationGraph, Task
+    from dlrmsim.simulator.training import CollectiveCoordinator, _rank_process
+    from dlrmsim.topologies.topology import ComputeSpec
+
+    spec = dataclasses.replace(SPEC, task_overhead_s=1e-4, row_time_s_by_kind={"update": 1e-8})
+    assert isinstance(spec, ComputeSpec)
+    sim = Simulation(two_node(spec=spec))
+    graph = IterationGraph(programs=[[Task("u", "update", 0.0, 0.0, ops=3.0, rows=1e4)], []], collectives={})
+    coord = CollectiveCoordinator(sim, graph, None, 1)  # type: ignore[arg-type]
+    acc = {"compute": 0.0, "end": 0.0}
+    sim.run(sim.env.process(_rank_process(sim, 0, graph, coord, "fp32", acc, {})))
+    assert acc["end"] == pytest.approx(3 * 1e-4 + 1e4 * 1e-8, rel=1e-9)

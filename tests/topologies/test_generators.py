@@ -81,7 +81,8 @@ def fat_tree_shapes(draw):
     pruning = draw(st.sampled_from([1, 2, 3]))
     per_leaf = uplinks * pruning
     leaves = draw(st.integers(min_value=1, max_value=12))
-    ports = draw(st.integers(min_value=per_leaf + uplinks, max_value=per_leaf + uplinks + 24))
+    # Upper levels need switches of at least 4 ports (2 down, 2 up) to shrink the tree; smaller ones are refused.
+    ports = draw(st.integers(min_value=max(4, per_leaf + uplinks), max_value=per_leaf + uplinks + 24))
     return per_leaf * leaves, per_leaf, pruning, ports
 
 
@@ -213,3 +214,11 @@ def test_explicit_fabric_and_unit_spellings() -> None:
     assert topo.compute(0).memory_capacity_B == pytest.approx(2**30)
     data["links"]["fast"]["bandwidth_Gbps"] = "100 Gb/s"
     assert build_topology(parse_spec(data, "x"), "x").link("a", "s").bandwidth_Bps == pytest.approx(12.5e9)
+
+
+@pytest.mark.parametrize("ports", [2, 3])
+def test_multi_level_tree_of_tiny_switches_is_refused_not_recursed(ports: int) -> None:
+    from dlrmsim.errors import DlrmsimError
+
+    with pytest.raises(DlrmsimError, match="cannot build a tree of more than one level"):
+        fat_tree(endpoints=12, per_leaf=1, pruning=1, ports=ports)
