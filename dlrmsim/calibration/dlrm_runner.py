@@ -154,20 +154,9 @@ class _TorchOps(_NumpyOps):
         self._outputs: dict[int, Any] = {}
 
     def threads(self, n: int) -> AbstractContextManager[Any]:
-        from contextlib import contextmanager
+        from dlrmsim.calibration.kernels_torch import torch_threads
 
-        torch = self.torch
-
-        @contextmanager
-        def ctx():  # noqa: ANN202
-            prev = torch.get_num_threads()
-            torch.set_num_threads(n)
-            try:
-                yield
-            finally:
-                torch.set_num_threads(prev)
-
-        return ctx()
+        return torch_threads(n)
 
     def tensor(self, a: np.ndarray) -> Any:
         return self.torch.from_numpy(np.ascontiguousarray(a))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import platform
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 import numpy as np
 import torch
@@ -15,17 +15,22 @@ import torch
 from dlrmsim.calibration.kernels import EmbeddingOps, Kernels, Op
 
 
+@contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """Run the block with ``n`` torch intra-op threads, restoring the previous count after."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
 class TorchKernels(Kernels):
     name = "torch"
 
-    @contextmanager
-    def threads(self, n: int) -> Iterator[None]:
-        previous = torch.get_num_threads()
-        torch.set_num_threads(n)
-        try:
-            yield
-        finally:
-            torch.set_num_threads(previous)
+    def threads(self, n: int) -> AbstractContextManager[None]:
+        return torch_threads(n)
 
     def versions(self) -> dict[str, str]:
         out = {"python": platform.python_version(), "numpy": np.__version__, "torch": torch.__version__}
