@@ -100,7 +100,7 @@ def load_cases(path: Path = CASES_FILE, only: list[str] | None = None) -> list[V
 
 
 # Simulator task names -> the runner's phase names (see dlrm_runner.PHASES).
-def sim_phase(name: str, kind: str, category: str) -> str:
+def sim_phase(name: str, category: str) -> str:
     if category in ("allreduce", "alltoall") or name.startswith(("allreduce", "a2a", "scatter")):
         return "allreduce" if "allreduce" in name or category == "allreduce" else "alltoall"
     if name.startswith("bot"):
@@ -142,11 +142,10 @@ def predict(case: ValidationCase, calibration_path: Path) -> tuple[float, dict[s
     df = records_frame(res.records)
     phases: dict[str, float] = {}
     if not df.empty:
-        tasks = df[df["kind"].isin(["gemm", "elementwise", "embedding", "embedding_bwd", "interaction", "update", "optimizer", "copy", "conflicts"])]
-        for (rank, name, kind, cat), part in tasks.groupby(["rank", "name", "kind", "category"]):
-            if rank != 0:
-                continue
-            ph = sim_phase(str(name), str(kind), str(cat))
+        kinds = ["gemm", "elementwise", "embedding", "embedding_bwd", "interaction", "update", "optimizer", "copy", "conflicts"]
+        tasks = df[df["kind"].isin(kinds) & df["rank"].eq(0)]
+        for (name, cat), part in tasks.groupby(["name", "category"]):
+            ph = sim_phase(str(name), str(cat))
             phases[ph] = phases.get(ph, 0.0) + float((part["end"] - part["start"]).sum())
     for cid, t in res.wait_per_collective_s.items():
         ph = "allreduce" if cid.startswith("allreduce") else "alltoall"

@@ -457,9 +457,7 @@ def _rank_program(
     for i, (_, nbytes) in enumerate(buckets):
         wait(f"allreduce{i}")
         add(copy_task(f"allreduce{i}.post", nbytes, s.allreduce_prepost_passes * 2 / 3))
-    dense_params = sum(layer.params for layer in model.mlp_layers(w)) + sum(
-        w.table_rows[t] * w.embedding_dim for t in placement.replicated_tables
-    )
+    dense_params = placement.dense_params(w)
     # One scale and one in-place subtract per parameter tensor (each layer's weight and bias).
     tensors = 2 * len(model.mlp_layers(w)) + len(placement.replicated_tables)
     add(Task("optimizer", "optimizer", flops=2.0 * dense_params, bytes=OPTIMIZER_BYTES_PER_PARAM[s.optimizer] * dense_params,

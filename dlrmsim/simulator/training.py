@@ -35,7 +35,7 @@ from dlrmsim.simulator.taskgraph import (
 )
 from dlrmsim.topologies.topology import Topology
 from dlrmsim.workloads import load_workload, model
-from dlrmsim.workloads.placement import Placement, PlacementSpec, max_ranks, place
+from dlrmsim.workloads.placement import Placement, PlacementSpec, min_ranks_for_capacity, place
 from dlrmsim.workloads.schema import Workload
 
 Scaling = Literal["strong", "weak", "single"]
@@ -215,20 +215,12 @@ def _source(workload: str) -> str:
     return workload if workload.endswith((".yaml", ".yml")) else f"{workload}.yaml"
 
 
-def rank_memory_bytes(w: Workload, placement: Placement, rank: int, optimizer: str) -> float:
-    """Model state on a rank: its table shards, replicated tables and MLP with optimizer state (bytes)."""
-    dense = sum(layer.params for layer in model.mlp_layers(w)) + sum(
-        w.table_rows[t] * w.embedding_dim for t in placement.replicated_tables
-    )
-    shards = sum(model.table_bytes(w, s.rows, s.columns) for s in placement.shards_on(rank))
-    return shards + dense * OPTIMIZER_STATE_BYTES_PER_PARAM[optimizer]
-
-
 def check_memory(w: Workload, placement: Placement, topo: Topology, cfg: TrainingConfig) -> None:
-    need = max(rank_memory_bytes(w, placement, r, cfg.optimizer) for r in range(placement.ranks))
+    state = OPTIMIZER_STATE_BYTES_PER_PARAM[cfg.optimizer]
+    need = placement.max_memory(w, state)
     have = min(topo.compute(r).memory_capacity_B for r in range(placement.ranks))
     if need > have:
-        smallest = smallest_fitting_ranks(w, cfg.placement, have, cfg.optimizer)
+        smallest = min_ranks_for_capacity(w, cfg.placement, have, state)
         fix = f"use at least {smallest} ranks" if smallest else "use column_wise placement or larger memory"
         raise DlrmsimError(
             f"{cfg.ranks} ranks need {need / 1e9:.1f} GB per rank but a rank has {have / 1e9:.1f} GB",
@@ -236,15 +228,6 @@ def check_memory(w: Workload, placement: Placement, topo: Topology, cfg: Trainin
             field="tables",
             fix=fix,
         )
-
-
-def smallest_fitting_ranks(w: Workload, spec: PlacementSpec, capacity_B: float, optimizer: str, upto: int = 4096) -> int | None:
-    """The fewest ranks whose per-rank memory holds the workload."""
-    for p in range(1, min(upto, max_ranks(w, spec)) + 1):
-        pl = place(w, spec, p)
-        if max(rank_memory_bytes(w, pl, r, optimizer) for r in range(p)) <= capacity_B:
-            return p
-    return None
 
 
 # --- the SimPy side --------------------------------------------------------------------------------------
@@ -344,7 +327,7 @@ def run_iteration(inputs: Inputs, cfg: TrainingConfig) -> TrainingResult:
     slowest = max(range(p), key=lambda r: accs[r]["end"])
     comm_bytes: dict[str, float] = {}
     for c in graph.collectives.values():
-        comm_bytes[c.category] = comm_bytes.get(c.category, 0.0) + collective_payload(c, p)
+        comm_bytes[c.category] = comm_bytes.get(c.category, 0.0) + collective_payload(c)
     wait_max = {cid: max(w.get(cid, 0.0) for w in waits) for cid in graph.collectives}
     result = TrainingResult(
         config=cfg,
@@ -360,7 +343,7 @@ def run_iteration(inputs: Inputs, cfg: TrainingConfig) -> TrainingResult:
     return result
 
 
-def collective_payload(c: Collective, ranks: int) -> float:
+def collective_payload(c: Collective) -> float:
     """Bytes a collective carries by its definition: the alltoall matrix total, or Eq. 1's per-rank buffer."""
     if c.matrix is not None:
         return float(c.matrix.sum())
@@ -391,7 +374,7 @@ def comm_settings(backend: Backend, cores: int) -> Any:
         compute_cores = cores - backend.comm_cores
         kw["stolen_cores"] = share * compute_cores if backend.interference.barrier_synchronized else share
         kw["comm_slowdown"] = 1.0 / (1.0 - share)
-    return CommSettings(**{k: v for k, v in kw.items() if k in CommSettings.model_fields})
+    return CommSettings(**kw)
 
 
 def time_to_train(w: Workload, optimizer: str, global_batch: int, iteration_s: float) -> tuple[float | None, float | None]:

@@ -59,12 +59,18 @@ class Placement:
         own = sum(model.table_bytes(w, s.rows, s.columns) for s in self.shards_on(rank))
         return own + sum(model.table_bytes(w, w.table_rows[t]) for t in self.replicated_tables)
 
-    def memory_on(self, w: Workload, rank: int) -> float:
-        """Bytes of model state on ``rank``: its tables and a full MLP copy (data parallel)."""
-        return self.table_bytes_on(w, rank) + model.mlp_bytes(w)
+    def dense_params(self, w: Workload) -> int:
+        """Parameters every rank holds and trains data-parallel: the MLPs and the replicated tables."""
+        return sum(layer.params for layer in model.mlp_layers(w)) + sum(w.table_rows[t] * w.embedding_dim for t in self.replicated_tables)
 
-    def max_memory(self, w: Workload) -> float:
-        return max(self.memory_on(w, r) for r in range(self.ranks))
+    def memory_on(self, w: Workload, rank: int, state_bytes_per_param: float = 4.0) -> float:
+        """Bytes of model state on ``rank``: its table shards, plus the data-parallel part at
+        ``state_bytes_per_param`` (4: the fp32 weight, as for SGD; optimizers with moments keep more)."""
+        shards = sum(model.table_bytes(w, s.rows, s.columns) for s in self.shards_on(rank))
+        return shards + self.dense_params(w) * state_bytes_per_param
+
+    def max_memory(self, w: Workload, state_bytes_per_param: float = 4.0) -> float:
+        return max(self.memory_on(w, r, state_bytes_per_param) for r in range(self.ranks))
 
 
 def split_tables(w: Workload, spec: PlacementSpec) -> tuple[list[int], list[int]]:
@@ -157,9 +163,11 @@ def too_many_ranks(w: Workload, spec: PlacementSpec, ranks: int, limit: int, sou
     )
 
 
-def min_ranks_for_capacity(w: Workload, spec: PlacementSpec, capacity_bytes: float, upto: int = 4096) -> int | None:
+def min_ranks_for_capacity(
+    w: Workload, spec: PlacementSpec, capacity_bytes: float, state_bytes_per_param: float = 4.0, upto: int = 4096
+) -> int | None:
     """The fewest ranks of ``capacity_bytes`` memory each that hold the workload, or None if none up to ``upto``."""
     for p in range(1, min(upto, max_ranks(w, spec)) + 1):
-        if place(w, spec, p).max_memory(w) <= capacity_bytes:
+        if place(w, spec, p).max_memory(w, state_bytes_per_param) <= capacity_bytes:
             return p
     return None
