@@ -39,6 +39,7 @@ def calibrated_compute(spec: ComputeSpec, cal: Calibration) -> ComputeSpec:
         bandwidth_fraction_by_kind=embedding_fractions(cal, cores=cores),
         row_time_s_by_kind=embedding_row_times(cal, cores=cores),
         task_overhead_s=cal.overhead.task_overhead_s(cores) if cal.overhead is not None else spec.task_overhead_s,
+        op_overhead_s=cal.overhead.op_overhead_s(cores) if cal.overhead is not None else spec.op_overhead_s,
     )
 
 

@@ -38,21 +38,37 @@ def policy_for(quick: bool) -> TimingPolicy:
     return QUICK_POLICY if quick else FULL_POLICY
 
 
-def time_op(op: Op, policy: TimingPolicy, statistic: str = "median") -> tuple[float, float, int]:
-    """(seconds per call, (max-min)/median in %, repeats) of ``op`` after warm-up; the median, or the
-    minimum (STREAM's "best rate" convention) when ``statistic`` is "min"."""
-    t0 = time.perf_counter()
-    op()
-    first = time.perf_counter() - t0
-    for _ in range(max(0, policy.warmup - 1)):
-        op()
-    inner = max(1, math.ceil(policy.min_sample_s / max(first, 1e-9))) if first < policy.min_sample_s else 1
-    samples = []
-    for _ in range(policy.repeats):
-        t0 = time.perf_counter()
-        for _ in range(inner):
+def time_op(op: Op, policy: TimingPolicy, statistic: str = "median", flush: Op | None = None,
+            ops_per_call: int = 1) -> tuple[float, float, int]:
+    """(seconds per kernel, (max-min)/median in %, repeats) of ``op`` after warm-up; the median, or the
+    minimum (STREAM's "best rate" convention) when ``statistic`` is "min".
+
+    Warm timing (``flush`` None) loops short ops until a sample lasts ``policy.min_sample_s``: the kernel with
+    its operands in cache. Cold timing runs ``flush`` before every call and times each call alone: the kernel
+    as a training iteration meets it, after other work has evicted its operands and the framework's code.
+    ``ops_per_call`` divides the time when one call runs several kernels.
+    """
+    if flush is not None:
+        samples = []
+        for i in range(policy.warmup + policy.repeats):
+            flush()
+            t0 = time.perf_counter()
             op()
-        samples.append((time.perf_counter() - t0) / inner)
+            if i >= policy.warmup:
+                samples.append((time.perf_counter() - t0) / ops_per_call)
+    else:
+        t0 = time.perf_counter()
+        op()
+        first = time.perf_counter() - t0
+        for _ in range(max(0, policy.warmup - 1)):
+            op()
+        inner = max(1, math.ceil(policy.min_sample_s / max(first, 1e-9))) if first < policy.min_sample_s else 1
+        samples = []
+        for _ in range(policy.repeats):
+            t0 = time.perf_counter()
+            for _ in range(inner):
+                op()
+            samples.append((time.perf_counter() - t0) / inner / ops_per_call)
     med = statistics.median(samples)
     kept = min(samples) if statistic == "min" else med
     return kept, 100.0 * (max(samples) - min(samples)) / med, policy.repeats
@@ -176,35 +192,55 @@ def embedding_configs(quick: bool) -> list[EmbeddingConfig]:
     return [EmbeddingConfig(r, dim, p, d, 2048) for r, dim in shapes for p in poolings for d in ("uniform", "zipf")]
 
 
-def time_embedding_cycle(backend: str, cfg: EmbeddingConfig, idx: np.ndarray, policy: TimingPolicy) -> dict[str, list[float]]:
-    """Per-call seconds of forward, backward and sparse SGD update, timed inside full training cycles.
+def tables_per_cycle(cfg: EmbeddingConfig, cache_bytes: int) -> int:
+    """Tables one benchmark cycle walks: enough that together they exceed twice the last-level cache (a rank
+    of a DLRM holds many tables), from 2 to 4."""
+    return int(min(4, max(2, math.ceil(2 * cache_bytes / (cfg.rows * cfg.dim * 4)))))
 
-    The ops are those of the DLRM runner (``dlrm_runner`` backend adapters): each cycle builds a fresh forward
-    (with its autograd record), a fresh sparse gradient and applies it, exactly as a training step does, so the
-    measured update includes whatever the gradient needs (uncoalesced rows, allocation) and the table sees the
-    same cache state as in training.
+
+def time_embedding_cycle(backend: str, cfg: EmbeddingConfig, batches: list[np.ndarray], policy: TimingPolicy,
+                         flush: Op, tables: int) -> dict[str, list[float]]:
+    """Per-call seconds of forward, backward and sparse SGD update, timed inside training-like cycles.
+
+    The ops are those of the DLRM runner (``dlrm_runner`` backend adapters), in the order a training step
+    runs them on a rank holding ``tables`` tables: every table's forward, then every backward, then every
+    update, each table with a new minibatch's indices (the next of ``batches``) each cycle; ``flush`` starts
+    a cycle, as the MLPs and the exchanges do. So the update applies a fresh uncoalesced gradient, the
+    tables evict one another as a rank's tables do, and a gradient is as warm as the backward left it.
     """
     from dlrmsim.calibration.dlrm_runner import LEARNING_RATE, _ops
 
     ops = _ops(backend)
-    table = ops.new_table(cfg.rows, cfg.dim, np.random.default_rng(cfg.rows + cfg.dim))
-    idx2 = np.ascontiguousarray(idx, dtype=np.int64).reshape(cfg.batch, cfg.pooling)
+    rng = np.random.default_rng(cfg.rows + cfg.dim)
+    tabs = [ops.new_table(cfg.rows, cfg.dim, rng) for _ in range(tables)]
+    idx2 = [np.ascontiguousarray(b, dtype=np.int64).reshape(cfg.batch, cfg.pooling) for b in batches]
     dpooled = ops.tensor(np.full((cfg.batch, cfg.dim), 1e-3, dtype=np.float32))
     clock = time.perf_counter
     out: dict[str, list[float]] = {"forward": [], "backward": [], "update": []}
     for i in range(policy.warmup + policy.repeats):
-        t0 = clock()
-        ops.emb_forward(table, idx2)
-        t1 = clock()
-        g = ops.emb_backward(table, idx2, dpooled)
-        t2 = clock()
-        ops.emb_update(table, idx2, g, LEARNING_RATE)
-        t3 = clock()
+        idx = [idx2[(i * tables + j) % len(idx2)] for j in range(tables)]
+        flush()
+        times: dict[str, list[float]] = {"forward": [], "backward": [], "update": []}
+        for tab, ix in zip(tabs, idx, strict=True):
+            t0 = clock()
+            ops.emb_forward(tab, ix)
+            times["forward"].append(clock() - t0)
+        grads = []
+        for tab, ix in zip(tabs, idx, strict=True):
+            t0 = clock()
+            grads.append(ops.emb_backward(tab, ix, dpooled))
+            times["backward"].append(clock() - t0)
+        for tab, ix, g in zip(tabs, idx, grads, strict=True):
+            t0 = clock()
+            ops.emb_update(tab, ix, g, LEARNING_RATE)
+            times["update"].append(clock() - t0)
         if i >= policy.warmup:
-            out["forward"].append(t1 - t0)
-            out["backward"].append(t2 - t1)
-            out["update"].append(t3 - t2)
+            for op_name, ts in times.items():
+                out[op_name].append(statistics.mean(ts))
     return out
+
+
+EMBEDDING_BATCHES = 8  # distinct index batches cycled by the embedding benchmark
 
 
 def embedding_task(k: Kernels, cfg: EmbeddingConfig, cores: int, policy: TimingPolicy) -> BenchTask:
@@ -212,11 +248,14 @@ def embedding_task(k: Kernels, cfg: EmbeddingConfig, cores: int, policy: TimingP
 
     def run() -> list[Measurement]:
         rng = np.random.default_rng(cfg.rows + cfg.dim + cfg.pooling)
-        idx = make_indices(cfg.rows, cfg.batch * cfg.pooling, cfg.distribution, ZIPF_EXPONENT, rng)
-        unique_rows = int(np.unique(idx).size)
+        batches = [make_indices(cfg.rows, cfg.batch * cfg.pooling, cfg.distribution, ZIPF_EXPONENT, rng)
+                   for _ in range(EMBEDDING_BATCHES)]
+        unique_rows = round(statistics.mean(np.unique(b).size for b in batches))
         nbytes = embedding_bytes(cfg.batch, cfg.pooling, cfg.dim, unique_rows)
         with k.threads(cores):
-            samples = time_embedding_cycle(k.name, cfg, idx, policy)
+            from dlrmsim.calibration.host import last_level_cache_bytes
+
+            samples = time_embedding_cycle(k.name, cfg, batches, policy, k.flush, tables_per_cycle(cfg, last_level_cache_bytes()))
         out = []
         for op_name in ("forward", "backward", "update"):
             ts = samples[op_name]
@@ -236,20 +275,47 @@ def embedding_task(k: Kernels, cfg: EmbeddingConfig, cores: int, policy: TimingP
 
 
 DISPATCH_ELEMENTS = (1, 16, 256)
+DISPATCH_FOLLOWERS = 16  # ops timed after the first one, each on its own tensors
+
+
+def time_dispatch(k: Kernels, elements: int, policy: TimingPolicy) -> tuple[list[float], list[float]]:
+    """Per repeat: seconds of the first tiny op after a cache flush, and seconds per op of the
+    ``DISPATCH_FOLLOWERS`` distinct tiny ops run right after it."""
+    first, rest = [], []
+    for i in range(policy.warmup + policy.repeats):
+        ops = [k.make_tiny(elements) for _ in range(1 + DISPATCH_FOLLOWERS)]
+        k.flush()
+        t0 = time.perf_counter()
+        ops[0]()
+        t1 = time.perf_counter()
+        for op in ops[1:]:
+            op()
+        t2 = time.perf_counter()
+        if i >= policy.warmup:
+            first.append(t1 - t0)
+            rest.append((t2 - t1) / DISPATCH_FOLLOWERS)
+    return first, rest
 
 
 def dispatch_task(k: Kernels, cores: int, policy: TimingPolicy) -> BenchTask:
-    """The fixed cost of one framework op: out-of-place element-wise multiplies of a few elements (dispatch,
-    output allocation; no memory traffic to speak of), at ``cores`` threads."""
+    """The fixed cost of framework ops inside a training iteration, at ``cores`` threads: out-of-place
+    multiplies of a few elements (dispatch, output allocation, no memory traffic to speak of).
+
+    "first": one op right after a cache flush - a task's first op, after the previous task's data evicted
+    the framework's code and metadata from the private caches. "rest": each of the distinct ops that follow
+    it - a task's further ops (an optimizer's sweep over parameter tensors). A tight loop of one op on the
+    same tensors is faster than both, and no iteration runs one."""
     name = f"dispatch c{cores}"
 
     def run() -> list[Measurement]:
         out = []
         with k.threads(cores):
             for n in DISPATCH_ELEMENTS:
-                t, spread, reps = time_op(k.make_tiny(n), policy)
-                out.append(Measurement(benchmark="dispatch", name=f"dispatch mul n{n} c{cores}", cores=cores,
-                                       params={"elements": n}, bytes=12.0 * n, time_s=t, spread_pct=spread, repeats=reps))
+                for position, ts in zip(("first", "rest"), time_dispatch(k, n, policy), strict=True):
+                    med = statistics.median(ts)
+                    out.append(Measurement(benchmark="dispatch", name=f"dispatch {position} mul n{n} c{cores}", cores=cores,
+                                           params={"elements": n, "position": position}, bytes=12.0 * n, time_s=med,
+                                           spread_pct=100.0 * (max(ts) - min(ts)) / med, repeats=len(ts)))
         return out
 
     return BenchTask("op dispatch", name, run)

@@ -117,7 +117,8 @@ def run_calibration(quick: bool, backend: str | None, out: Path | None, progress
                           highlight=False, soft_wrap=True)
     gemm = fit_gemm(measurements, host)
     memory = fit_memory(measurements, host)
-    embedding = fit_embedding(measurements, memory)
+    overhead = fit_overhead(measurements)
+    embedding = fit_embedding(measurements, memory, overhead)
     collectives = fit_collectives(measurements)
     cal = Calibration(
         host=host,
@@ -125,9 +126,9 @@ def run_calibration(quick: bool, backend: str | None, out: Path | None, progress
         memory=memory,
         embedding=embedding,
         collectives=collectives,
-        overhead=fit_overhead(measurements),
+        overhead=overhead,
         measurements=measurements,
-        fit_quality=fit_quality(measurements, gemm, memory, embedding, collectives),
+        fit_quality=fit_quality(measurements, gemm, memory, embedding, collectives, overhead),
         eq_check=eq_check(measurements, collectives),
     )
     save_calibration(cal, out)

@@ -72,6 +72,7 @@ def validate(
     case: list[str] = typer.Option([], "--case", help="run only these cases (repeatable)"),
     iterations: int = typer.Option(5, min=1, help="timed iterations per case (median kept)"),
     warmup: int = typer.Option(2, min=0, help="untimed iterations first"),
+    rounds: int = typer.Option(3, min=1, help="rounds over all cases; each case keeps its fastest round"),
     phases: bool = typer.Option(False, "--phases", help="also print measured vs predicted time per phase"),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
@@ -80,17 +81,17 @@ def validate(
     from dlrmsim.output import console, print_json, print_table
 
     report = run_validation(calibration, backend=backend, only=case or None, iterations=iterations, warmup=warmup,
-                            progress=not json_out)  # fmt: skip
+                            progress=not json_out, rounds=rounds)  # fmt: skip
     if json_out:
         data = report.to_json()
-        data["cases"] = [{k: c[k] for k in ("name", "measured_s", "predicted_s", "error", "ranks", "threads", "batch")}
+        data["cases"] = [{k: c[k] for k in ("name", "measured_s", "predicted_s", "error", "ranks", "threads", "batch", "measured_rounds_s")}
                          | ({"measured_phases_s": c["measured_phases_s"], "predicted_phases_s": c["predicted_phases_s"]} if phases else {})
                          for c in data["cases"]]  # fmt: skip
         print_json(data)
         return
     print_table(f"Validation on this host ({backend}), calibration {calibration}",
-                ["case", "ranks", "threads", "batch", "measured ms", "predicted ms", "error %"],
-                [(c.name, c.ranks, c.threads, c.batch, c.measured_s * 1e3, c.predicted_s * 1e3, 100 * c.error)
+                ["case", "ranks", "threads", "batch", "measured ms", "round spread %", "predicted ms", "error %"],
+                [(c.name, c.ranks, c.threads, c.batch, c.measured_s * 1e3, 100 * c.spread, c.predicted_s * 1e3, 100 * c.error)
                  for c in report.cases])  # fmt: skip
     if phases:
         for c in report.cases:

@@ -26,6 +26,7 @@ from dlrmsim.calibration.schema import (
     GemmFit,
     Measurement,
     MemoryFit,
+    OverheadFit,
 )
 
 # Largest collective each Eq. check may use (bytes per rank for the allreduce, all ranks for the alltoall):
@@ -158,12 +159,13 @@ def fit_quality(
     memory: MemoryFit,
     embedding: Sequence[EmbeddingFit],
     collectives: Sequence[CollectiveFit],
+    overhead: OverheadFit | None = None,
 ) -> list[FitRow]:
     rows = []
     for m in measurements:
         if m.name.startswith("eq "):
             continue
-        pred = predict_s(m, gemm, memory, embedding, collectives)
+        pred = predict_s(m, gemm, memory, embedding, collectives, overhead)
         if pred is None or pred <= 0:
             continue
         rows.append(FitRow(benchmark=m.benchmark, name=m.name, measured_s=float(f"{m.time_s:.6g}"),

@@ -158,28 +158,42 @@ def fit_row_bandwidth(rows: Sequence[float], nbytes: Sequence[float], times: Seq
     return a, 1.0 / inv_bw
 
 
-def fit_embedding(measurements: Sequence[Measurement], memory: MemoryFit) -> list[EmbeddingFit]:
+def _first_op_s(overhead: OverheadFit | None, cores: int) -> float:
+    return overhead.task_overhead_s(cores) if overhead is not None else 0.0
+
+
+def fit_embedding(measurements: Sequence[Measurement], memory: MemoryFit, overhead: OverheadFit | None = None) -> list[EmbeddingFit]:
+    """Per (op, distribution, cores): the per-row time and bandwidth of the time left once the op's cold
+    start (the dispatch fit's first-op cost, which the simulator charges each task) is taken off."""
     groups: dict[tuple[str, str, int], list[Measurement]] = defaultdict(list)
     for m in measurements:
         if m.benchmark == "embedding":
             groups[(str(m.params["op"]), str(m.params["distribution"]), m.cores)].append(m)
     out = []
     for (op, dist, cores), ms in sorted(groups.items()):
-        a, bw = fit_row_bandwidth([_lookups(m) for m in ms], [m.bytes for m in ms], [m.time_s for m in ms])
+        start = _first_op_s(overhead, cores)
+        # The cold start is a small part of any benchmarked lookup; the floor only guards a noisy dispatch fit.
+        work = [max(m.time_s - start, 0.5 * m.time_s) for m in ms]
+        a, bw = fit_row_bandwidth([_lookups(m) for m in ms], [m.bytes for m in ms], work)
         out.append(EmbeddingFit(op=op, distribution=dist, cores=cores, bandwidth_GBps=_sig(bw / 1e9),  # type: ignore[arg-type]
                                 stream_fraction=_sig(bw / 1e9 / memory.bandwidth_GBps, 4), row_time_ns=_sig(a * 1e9)))
     return out
 
 
 def fit_overhead(measurements: Sequence[Measurement]) -> OverheadFit | None:
-    """Per-op fixed cost at each core count: the median time of the tiny ops of the dispatch benchmark."""
-    by_cores: dict[int, list[float]] = defaultdict(list)
+    """Per-op fixed costs at each core count: the median over element counts of the dispatch benchmark's
+    first-op-after-flush times (a task's first op) and of its following ops' times (each further op)."""
+    by_position: dict[str, dict[int, list[float]]] = {"first": defaultdict(list), "rest": defaultdict(list)}
     for m in measurements:
         if m.benchmark == "dispatch":
-            by_cores[m.cores].append(m.time_s)
-    if not by_cores:
+            by_position[str(m.params.get("position", "first"))][m.cores].append(m.time_s)
+    if not by_position["first"]:
         return None
-    return OverheadFit(task_overhead_us_by_cores=[(c, _sig(float(np.median(v)) * 1e6, 4)) for c, v in sorted(by_cores.items())])
+
+    def table(rows: dict[int, list[float]]) -> list[tuple[int, float]]:
+        return [(c, _sig(float(np.median(v)) * 1e6, 4)) for c, v in sorted(rows.items())]
+
+    return OverheadFit(task_overhead_us_by_cores=table(by_position["first"]), op_overhead_us_by_cores=table(by_position["rest"]))
 
 
 def embedding_fit_for(fits: Sequence[EmbeddingFit], op: str, distribution: str, cores: int) -> EmbeddingFit:
@@ -251,6 +265,7 @@ def predict_s(
     memory: MemoryFit,
     embedding: Sequence[EmbeddingFit],
     collectives: Sequence[CollectiveFit],
+    overhead: OverheadFit | None = None,
 ) -> float | None:
     """The fitted model's time for measurement ``m`` (None when no fitted parameter covers it)."""
     if m.benchmark in ("gemm", "linear"):
@@ -259,7 +274,7 @@ def predict_s(
         return m.bytes / (memory_bandwidth_GBps(memory, m.cores) * 1e9)
     if m.benchmark == "embedding":
         e = embedding_fit_for(embedding, str(m.params["op"]), str(m.params["distribution"]), m.cores)
-        return _lookups(m) * e.row_time_ns * 1e-9 + m.bytes / (e.bandwidth_GBps * 1e9)
+        return _first_op_s(overhead, m.cores) + _lookups(m) * e.row_time_ns * 1e-9 + m.bytes / (e.bandwidth_GBps * 1e9)
     if m.benchmark == "dispatch":
         return None
     for c in collectives:

@@ -138,6 +138,18 @@ def detect_host(backend: str, quick: bool, libraries: dict[str, str], date: str)
     )
 
 
+def last_level_cache_bytes(default: int = 32 << 20) -> int:
+    """Size (bytes) of the largest CPU cache Linux reports (sysfs cache index entries); ``default`` elsewhere."""
+    sizes = []
+    for f in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = f.read_text().strip().upper() if f.is_file() else ""
+        unit = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        digits = text.rstrip("KMG")
+        if digits.isdigit():
+            sizes.append(int(digits) * unit)
+    return max(sizes, default=default)
+
+
 def peak_gflops(host: HostInfo, cores: int) -> float:
     """Physical fp32 peak of ``cores`` cores of this host (GFLOP/s)."""
     return cores * host.clock_GHz * host.flops_per_cycle_fp32
@@ -177,6 +189,7 @@ def warn_if_other_host(host: HostInfo, source: str) -> list[str]:
 
 def host_key(host: HostInfo) -> str:
     """Stable key of the machine and software a measurement depends on (partial-results cache key)."""
-    parts = [host.cpu_model, host.vendor, str(host.cores), host.isa, f"{host.memory_GB:.0f}", host.backend, str(host.quick)]
+    # "cold-v2": the benchmark method (cold-cache timing); partial results of another method are not reused.
+    parts = ["cold-v2", host.cpu_model, host.vendor, str(host.cores), host.isa, f"{host.memory_GB:.0f}", host.backend, str(host.quick)]
     parts += [f"{k}={v}" for k, v in sorted(host.libraries.items())]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]

@@ -91,14 +91,27 @@ class EmbeddingFit(StrictModel):
 
 
 class OverheadFit(StrictModel):
-    """Fixed cost of one framework op (dispatch, output allocation, thread-pool fork/join), per core count."""
+    """Fixed cost of framework ops (dispatch, output allocation, thread-pool fork/join), per core count: a
+    task's first op (cold private caches) and each further op of the task (warm dispatch)."""
 
     task_overhead_us_by_cores: list[tuple[Annotated[int, Field(gt=0)], Annotated[float, Field(ge=0)]]] = Field(
-        min_length=1, description="[[cores, microseconds per op], ...]: median time of the tiny element-wise ops of the dispatch benchmark"
+        min_length=1, description="[[cores, microseconds], ...]: median time of a tiny op right after a cache flush"
+    )
+    op_overhead_us_by_cores: list[tuple[Annotated[int, Field(gt=0)], Annotated[float, Field(ge=0)]]] = Field(
+        default_factory=list,
+        description="[[cores, microseconds], ...]: median time per op of the distinct tiny ops that follow it "
+        "(empty: a calibration from before this split; every op then costs the first op's time)",
     )
 
+    @staticmethod
+    def _nearest(rows: list[tuple[int, float]], cores: int) -> float:
+        return min(rows, key=lambda r: (abs(r[0] - cores), -r[0]))[1] * 1e-6
+
     def task_overhead_s(self, cores: int) -> float:
-        return min(self.task_overhead_us_by_cores, key=lambda r: (abs(r[0] - cores), -r[0]))[1] * 1e-6
+        return self._nearest(self.task_overhead_us_by_cores, cores)
+
+    def op_overhead_s(self, cores: int) -> float:
+        return self._nearest(self.op_overhead_us_by_cores or self.task_overhead_us_by_cores, cores)
 
 
 class CollectiveFit(StrictModel):

@@ -59,6 +59,12 @@ def stream_equivalent_bytes(spec: ComputeSpec, kind: str, nbytes: float) -> floa
     return nbytes / spec.bandwidth_fraction_by_kind.get(kind, 1.0)
 
 
+def dispatch_overhead_s(spec: ComputeSpec, ops: float) -> float:
+    """Software time (s) of a task standing for ``ops`` framework operations: the first (or a fraction of
+    one) at ``task_overhead_s``, every further one at ``op_overhead_s``."""
+    return min(ops, 1.0) * spec.task_overhead_s + max(ops - 1.0, 0.0) * spec.op_overhead_s
+
+
 def task_time(
     flops: float, nbytes: float, spec: ComputeSpec, cores: float | None = None, precision: str = "fp32", kind: str = ""
 ) -> float:

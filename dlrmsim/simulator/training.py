@@ -18,6 +18,7 @@ from pydantic import Field
 from dlrmsim.config import StrictModel
 from dlrmsim.errors import DlrmsimError
 from dlrmsim.simulator.backends import Backend, load_backend
+from dlrmsim.simulator.costs import dispatch_overhead_s
 from dlrmsim.simulator.records import Record
 from dlrmsim.simulator.taskgraph import (
     OPTIMIZER_STATE_BYTES_PER_PARAM,
@@ -280,7 +281,7 @@ def _rank_process(sim: Any, rank: int, graph: IterationGraph, coord: CollectiveC
             kind = step.kind
             prec = precision if kind in ("gemm", "interaction") else "fp32"
             spec = sim.rank_resources[rank].spec
-            overhead = step.ops * spec.task_overhead_s + step.rows * spec.row_time_s_by_kind.get(kind, 0.0)
+            overhead = dispatch_overhead_s(spec, step.ops) + step.rows * spec.row_time_s_by_kind.get(kind, 0.0)
             yield sim.compute(rank, step.name, flops=step.flops, bytes=step.bytes, kind=kind, precision=prec, category=step.category,
                               overhead_s=overhead)
             if step.serial_s > env.now - t0:

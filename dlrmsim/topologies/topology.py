@@ -78,10 +78,12 @@ class ComputeSpec:
     # Ranks sharing a memory domain share one memory-bandwidth resource in the engine (e.g. the ranks a
     # host is split into). None means the rank's own graph node name.
     memory_domain: str | None = None
-    # Fixed software cost per framework operation a task stands for (dispatch, output allocation, thread-pool
-    # fork/join), seconds; charged ops x task_overhead_s at the task's start. 0 = not modelled (built-in presets:
-    # no cited figure); a host calibration measures it (dlrmsim calibrate, "dispatch" benchmark).
+    # Fixed software cost of the framework operations a task stands for (dispatch, output allocation, thread-pool
+    # fork/join), seconds, charged at the task's start: task_overhead_s for its first op, which finds the private
+    # caches evicted by the previous task's data, op_overhead_s for each further op (costs.dispatch_overhead_s).
+    # 0 = not modelled (built-in presets: no cited figure); a host calibration measures both ("dispatch" benchmark).
     task_overhead_s: float = 0.0
+    op_overhead_s: float = 0.0
     # Fixed time per looked-up row of an embedding op, by task kind (seconds per row on this spec's cores): the
     # per-row kernel work that does not scale with the row's bytes (one axpy call per gradient row in a sparse
     # update, one row copy per lookup). Empty = not modelled; a host calibration fits it beside the bandwidth.

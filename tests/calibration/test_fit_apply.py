@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from dlrmsim.calibration.apply import apply_calibration
-from dlrmsim.calibration.fit import fit_alpha_beta, fit_embedding, fit_gemm, fit_memory, predict_gemm_s
+from dlrmsim.calibration.fit import fit_alpha_beta, fit_embedding, fit_gemm, fit_memory, fit_overhead, predict_gemm_s, predict_s
 from dlrmsim.calibration.host import flops_per_cycle, host_differences
-from dlrmsim.calibration.schema import Calibration, Measurement, load_calibration
+from dlrmsim.calibration.schema import Calibration, Measurement, OverheadFit, load_calibration
 from dlrmsim.errors import DlrmsimError
 from dlrmsim.topologies.topology import ComputeSpec, EfficiencyTable, Link, Topology
 
@@ -63,6 +63,32 @@ def test_embedding_fit_exact_for_one_bandwidth(quick_cal: Calibration) -> None:
     ms = [_m("embedding", 2, nb / 5e9, bytes=nb, params={"op": "forward", "distribution": "zipf"}) for nb in (1e6, 3e7, 2e8)]
     (fit,) = fit_embedding(ms, quick_cal.memory)
     assert fit.bandwidth_GBps == pytest.approx(5.0, rel=1e-4)
+
+
+def test_overhead_fit_splits_first_op_from_further_ops() -> None:
+    ms = [_m("dispatch", c, t, params={"elements": n, "position": pos})
+          for c, first, rest in ((1, 40e-6, 3e-6), (2, 25e-6, 2e-6)) for n in (1, 16, 256)
+          for pos, t in (("first", first), ("rest", rest))]
+    fit = fit_overhead(ms)
+    assert fit is not None
+    assert fit.task_overhead_s(1) == pytest.approx(40e-6) and fit.op_overhead_s(1) == pytest.approx(3e-6)
+    assert fit.task_overhead_s(2) == pytest.approx(25e-6) and fit.op_overhead_s(2) == pytest.approx(2e-6)
+    # A file from before the split: every op costs the first op's time.
+    old = OverheadFit(task_overhead_us_by_cores=[(2, 25.0)])
+    assert old.op_overhead_s(2) == pytest.approx(25e-6)
+
+
+def test_embedding_fit_takes_the_cold_start_off_and_predicts_it_back(quick_cal: Calibration) -> None:
+    start, row, bw = 30e-6, 20e-9, 8e9
+    overhead = OverheadFit(task_overhead_us_by_cores=[(2, start * 1e6)], op_overhead_us_by_cores=[(2, 1.0)])
+    ms = [_m("embedding", 2, start + lk * row + nb / bw, bytes=nb,
+             params={"op": "update", "distribution": "uniform", "lookups": lk})
+          for lk, nb in ((8192, 3e6), (65536, 2.4e7), (8192, 1.3e7), (65536, 9e7))]
+    (fit,) = fit_embedding(ms, quick_cal.memory, overhead)
+    assert fit.row_time_ns == pytest.approx(row * 1e9, rel=1e-3)
+    assert fit.bandwidth_GBps == pytest.approx(bw / 1e9, rel=1e-3)
+    for m in ms:
+        assert predict_s(m, quick_cal.gemm, quick_cal.memory, [fit], [], overhead) == pytest.approx(m.time_s, rel=1e-3)
 
 
 def test_flops_per_cycle_from_flags() -> None:

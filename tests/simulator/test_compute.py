@@ -150,18 +150,29 @@ def test_negative_overhead_is_an_error() -> None:
         sim.compute(0, "t", flops=1e9, overhead_s=-1.0)
 
 
-def test_training_charges_ops_times_task_overhead() -> None:
+def test_training_charges_first_op_then_further_ops_overhead() -> None:
     import dataclasses
 
     from dlrmsim.simulator.taskgraph import IterationGraph, Task
     from dlrmsim.simulator.training import CollectiveCoordinator, _rank_process
     from dlrmsim.topologies.topology import ComputeSpec
 
-    spec = dataclasses.replace(SPEC, task_overhead_s=1e-4, row_time_s_by_kind={"update": 1e-8})
+    spec = dataclasses.replace(SPEC, task_overhead_s=1e-4, op_overhead_s=2e-5, row_time_s_by_kind={"update": 1e-8})
     assert isinstance(spec, ComputeSpec)
     sim = Simulation(two_node(spec=spec))
     graph = IterationGraph(programs=[[Task("u", "update", 0.0, 0.0, ops=3.0, rows=1e4)], []], collectives={})
     coord = CollectiveCoordinator(sim, graph, None, 1)  # type: ignore[arg-type]
     acc = {"compute": 0.0, "end": 0.0}
     sim.run(sim.env.process(_rank_process(sim, 0, graph, coord, "fp32", acc, {})))
-    assert acc["end"] == pytest.approx(3 * 1e-4 + 1e4 * 1e-8, rel=1e-9)
+    # first op cold (1e-4), two further ops warm (2e-5 each), plus the per-row time
+    assert acc["end"] == pytest.approx(1e-4 + 2 * 2e-5 + 1e4 * 1e-8, rel=1e-9)
+
+
+@pytest.mark.parametrize(("ops", "expected"), [(0.0, 0.0), (0.5, 0.5e-4), (1.0, 1e-4), (4.0, 1e-4 + 3 * 2e-5)])
+def test_dispatch_overhead_first_op_cold_then_warm(ops: float, expected: float) -> None:
+    import dataclasses
+
+    from dlrmsim.simulator.costs import dispatch_overhead_s
+
+    spec = dataclasses.replace(SPEC, task_overhead_s=1e-4, op_overhead_s=2e-5)
+    assert dispatch_overhead_s(spec, ops) == pytest.approx(expected, rel=1e-12, abs=1e-15)

@@ -1,0 +1,58 @@
+"""`dlrmsim validate`: cases load, every case is simulated, rounds keep the fastest run, the JSON has its keys."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from dlrmsim.calibration import validate as v
+
+ROUND_TIMES = [0.030, 0.010, 0.020]  # what the fake runner measures in rounds 1, 2, 3
+
+
+@pytest.fixture
+def fake_runner(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    calls: list[str] = []
+
+    def measure(case: v.ValidationCase, backend: str, iterations: int, warmup: int) -> tuple[float, dict[str, float]]:
+        t = ROUND_TIMES[sum(1 for c in calls if c == case.name)]
+        calls.append(case.name)
+        return t, {"embedding_update": t / 2}
+
+    monkeypatch.setattr(v, "measure", measure)
+    return calls
+
+
+def test_cases_file_varies_what_the_issue_asks() -> None:
+    cases = v.load_cases()
+    assert len(cases) >= 8
+    assert {c.ranks for c in cases} == {1, 2} and len({c.threads for c in cases}) >= 2
+    assert len({c.batch for c in cases}) >= 2 and len({c.workload.embedding_dim for c in cases}) >= 2
+    assert len({c.workload.lookups_per_sample for c in cases}) >= 2 and len({c.workload.table_rows[0] for c in cases}) >= 2
+
+
+def test_rounds_are_round_robin_and_keep_the_fastest(quick_cal_path: Path, fake_runner: list[str]) -> None:
+    report = v.run_validation(quick_cal_path, backend="numpy", only=["base", "ranks-2"], rounds=3, progress=False)
+    assert fake_runner == ["base", "ranks-2"] * 3  # a slow spell spreads over cases instead of hitting one
+    for c in report.cases:
+        assert c.measured_s == min(ROUND_TIMES) and c.measured_rounds_s == ROUND_TIMES
+        assert c.spread == pytest.approx(2.0)
+        assert c.predicted_s > 0 and c.error == pytest.approx((c.predicted_s - c.measured_s) / c.measured_s)
+        assert c.measured_phases_s == {"embedding_update": min(ROUND_TIMES) / 2}
+        # The simulated phases add up to no more than the simulated iteration (blocking schedule, one rank).
+        assert 0 < sum(c.predicted_phases_s.values()) <= c.predicted_s * 1.001 or c.ranks > 1
+    assert report.median_abs_error == pytest.approx(sorted(abs(c.error) for c in report.cases)[0] / 2 + sorted(abs(c.error) for c in report.cases)[1] / 2)
+
+
+def test_validate_json_has_the_issue_keys(quick_cal_path: Path, fake_runner: list[str]) -> None:
+    from dlrmsim.cli import app
+
+    res = CliRunner().invoke(app, ["validate", "-c", str(quick_cal_path), "--case", "base", "--rounds", "2", "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert set(data) >= {"cases", "median_abs_error", "max_abs_error"}
+    (case,) = data["cases"]
+    assert set(case) >= {"name", "measured_s", "predicted_s", "error"} and case["measured_rounds_s"] == ROUND_TIMES[:2]
