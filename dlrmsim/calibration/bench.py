@@ -362,6 +362,9 @@ def time_collective(comm, op: str, send: np.ndarray, recv: np.ndarray | None, po
 
 def collective_sweep_rank(comm, op: str, sizes: list[int], policy: TimingPolicy) -> list[list[float]]:  # noqa: ANN001
     """Rank body of a collective sweep: per size, the per-repeat times on this rank."""
+    from dlrmsim.calibration.host import steady_allocator
+
+    steady_allocator()
     out = []
     for nbytes in sizes:
         elems = max(comm.size, nbytes // 4 // comm.size * comm.size)

@@ -11,7 +11,7 @@ from dlrmsim.calibration.bench import BenchTask, build_plan
 from dlrmsim.calibration.collectives_host import implementation_for
 from dlrmsim.calibration.compare import eq_check, fit_quality
 from dlrmsim.calibration.fit import fit_collectives, fit_embedding, fit_gemm, fit_memory, fit_overhead
-from dlrmsim.calibration.host import detect_host, host_key
+from dlrmsim.calibration.host import detect_host, host_key, steady_allocator
 from dlrmsim.calibration.kernels import default_backend, get_kernels
 from dlrmsim.calibration.schema import Calibration, HostInfo, Measurement, save_calibration
 from dlrmsim.output import err_console
@@ -102,6 +102,7 @@ def run_calibration(quick: bool, backend: str | None, out: Path | None, progress
     out = Path(out) if out is not None else default_out(host)
     cache = PartialCache(partial_path(out), host_key(host))
     load = _load_average()
+    steady_allocator()  # the kernels see the allocator a training process has (host.steady_allocator)
     tasks = build_plan(kernels, quick or tiny, host.cores, implementation_for(backend), tiny=tiny)
     try:
         measurements = run_plan(tasks, cache, progress)

@@ -396,6 +396,9 @@ class _Rank:
 
 def _run_rank(comm: Any, w: Workload, global_batch: int, backend: str, threads: int, iterations: int, warmup: int,
               seed: int) -> dict[str, Any]:
+    from dlrmsim.calibration.host import steady_allocator
+
+    steady_allocator()  # as in calibration: no per-iteration page faults from fresh mmaps
     ops = _ops(backend)
     with ops.threads(threads):
         model = _Rank(w, global_batch, ops, comm, seed)

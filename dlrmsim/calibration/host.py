@@ -150,6 +150,27 @@ def last_level_cache_bytes(default: int = 32 << 20) -> int:
     return max(sizes, default=default)
 
 
+def steady_allocator() -> bool:
+    """Put glibc malloc in the state a long training process reaches: freed blocks are reused, never handed
+    back to the kernel and re-faulted. By default glibc maps each large temporary (a sparse gradient, its
+    sort buffers) fresh and unmaps it on free, so every iteration pays page faults and zeroing, single-threaded
+    kernel work whose cost depends on the process's allocation history. Measured here, it doubled the sparse
+    update at 1 thread. Returns False where glibc's mallopt is not available (nothing changed)."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+        mallopt = libc.mallopt if libc is not None else None
+    except (OSError, AttributeError):
+        return False
+    if mallopt is None:
+        return False
+    m_trim_threshold, m_mmap_max = -1, -4
+    return bool(mallopt(m_mmap_max, 0)) and bool(mallopt(m_trim_threshold, 2**31 - 1))
+
+
 def peak_gflops(host: HostInfo, cores: int) -> float:
     """Physical fp32 peak of ``cores`` cores of this host (GFLOP/s)."""
     return cores * host.clock_GHz * host.flops_per_cycle_fp32
@@ -189,7 +210,7 @@ def warn_if_other_host(host: HostInfo, source: str) -> list[str]:
 
 def host_key(host: HostInfo) -> str:
     """Stable key of the machine and software a measurement depends on (partial-results cache key)."""
-    # "cold-v2": the benchmark method (cold-cache timing); partial results of another method are not reused.
-    parts = ["cold-v2", host.cpu_model, host.vendor, str(host.cores), host.isa, f"{host.memory_GB:.0f}", host.backend, str(host.quick)]
+    # "cold-v3": the benchmark method (cold-cache timing); partial results of another method are not reused.
+    parts = ["cold-v3", host.cpu_model, host.vendor, str(host.cores), host.isa, f"{host.memory_GB:.0f}", host.backend, str(host.quick)]
     parts += [f"{k}={v}" for k, v in sorted(host.libraries.items())]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
