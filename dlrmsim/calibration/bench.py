@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dlrmsim.calibration.host import last_level_cache_bytes
 from dlrmsim.calibration.kernels import Kernels, Op, embedding_bytes, make_indices
 from dlrmsim.calibration.schema import Measurement
 
@@ -38,37 +39,21 @@ def policy_for(quick: bool) -> TimingPolicy:
     return QUICK_POLICY if quick else FULL_POLICY
 
 
-def time_op(op: Op, policy: TimingPolicy, statistic: str = "median", flush: Op | None = None,
-            ops_per_call: int = 1) -> tuple[float, float, int]:
-    """(seconds per kernel, (max-min)/median in %, repeats) of ``op`` after warm-up; the median, or the
-    minimum (STREAM's "best rate" convention) when ``statistic`` is "min".
-
-    Warm timing (``flush`` None) loops short ops until a sample lasts ``policy.min_sample_s``: the kernel with
-    its operands in cache. Cold timing runs ``flush`` before every call and times each call alone: the kernel
-    as a training iteration meets it, after other work has evicted its operands and the framework's code.
-    ``ops_per_call`` divides the time when one call runs several kernels.
-    """
-    if flush is not None:
-        samples = []
-        for i in range(policy.warmup + policy.repeats):
-            flush()
-            t0 = time.perf_counter()
-            op()
-            if i >= policy.warmup:
-                samples.append((time.perf_counter() - t0) / ops_per_call)
-    else:
-        t0 = time.perf_counter()
+def time_op(op: Op, policy: TimingPolicy, statistic: str = "median") -> tuple[float, float, int]:
+    """(seconds per call, (max-min)/median in %, repeats) of ``op`` after warm-up; the median, or the
+    minimum (STREAM's "best rate" convention) when ``statistic`` is "min"."""
+    t0 = time.perf_counter()
+    op()
+    first = time.perf_counter() - t0
+    for _ in range(max(0, policy.warmup - 1)):
         op()
-        first = time.perf_counter() - t0
-        for _ in range(max(0, policy.warmup - 1)):
+    inner = max(1, math.ceil(policy.min_sample_s / max(first, 1e-9))) if first < policy.min_sample_s else 1
+    samples = []
+    for _ in range(policy.repeats):
+        t0 = time.perf_counter()
+        for _ in range(inner):
             op()
-        inner = max(1, math.ceil(policy.min_sample_s / max(first, 1e-9))) if first < policy.min_sample_s else 1
-        samples = []
-        for _ in range(policy.repeats):
-            t0 = time.perf_counter()
-            for _ in range(inner):
-                op()
-            samples.append((time.perf_counter() - t0) / inner / ops_per_call)
+        samples.append((time.perf_counter() - t0) / inner)
     med = statistics.median(samples)
     kept = min(samples) if statistic == "min" else med
     return kept, 100.0 * (max(samples) - min(samples)) / med, policy.repeats
@@ -253,8 +238,6 @@ def embedding_task(k: Kernels, cfg: EmbeddingConfig, cores: int, policy: TimingP
         unique_rows = round(statistics.mean(np.unique(b).size for b in batches))
         nbytes = embedding_bytes(cfg.batch, cfg.pooling, cfg.dim, unique_rows)
         with k.threads(cores):
-            from dlrmsim.calibration.host import last_level_cache_bytes
-
             samples = time_embedding_cycle(k.name, cfg, batches, policy, k.flush, tables_per_cycle(cfg, last_level_cache_bytes()))
         out = []
         for op_name in ("forward", "backward", "update"):
@@ -362,9 +345,6 @@ def time_collective(comm, op: str, send: np.ndarray, recv: np.ndarray | None, po
 
 def collective_sweep_rank(comm, op: str, sizes: list[int], policy: TimingPolicy) -> list[list[float]]:  # noqa: ANN001
     """Rank body of a collective sweep: per size, the per-repeat times on this rank."""
-    from dlrmsim.calibration.host import steady_allocator
-
-    steady_allocator()
     out = []
     for nbytes in sizes:
         elems = max(comm.size, nbytes // 4 // comm.size * comm.size)

@@ -200,6 +200,9 @@ def _child(fn: Callable[..., Any], rank: int, size: int, comm_spec: Any, threads
     try:
         from threadpoolctl import threadpool_limits
 
+        from dlrmsim.calibration.host import steady_allocator
+
+        steady_allocator()  # every rank process measures with the allocator of a long training process
         threadpool_limits(limits=threads)
         if isinstance(comm_spec, ShmSpec):
             comm: Communicator = ShmCommunicator(comm_spec, rank)

@@ -396,9 +396,6 @@ class _Rank:
 
 def _run_rank(comm: Any, w: Workload, global_batch: int, backend: str, threads: int, iterations: int, warmup: int,
               seed: int) -> dict[str, Any]:
-    from dlrmsim.calibration.host import steady_allocator
-
-    steady_allocator()  # as in calibration: no per-iteration page faults from fresh mmaps
     ops = _ops(backend)
     with ops.threads(threads):
         model = _Rank(w, global_batch, ops, comm, seed)
@@ -451,13 +448,14 @@ def run_dlrm_iteration(
     collectives, "numpy" NumPy/BLAS and shared-memory collectives.
     """
     from dlrmsim.calibration.collectives_host import implementation_for, run_ranks
-    from dlrmsim.calibration.host import usable_cores
+    from dlrmsim.calibration.host import steady_allocator, usable_cores
     from dlrmsim.workloads.model import alltoall_bytes
 
     _validate(workload, batch, ranks, iterations)
     ops_check = _ops(backend)  # one-line error for a missing torch before any process starts
     del ops_check
     threads = threads or max(1, usable_cores() // ranks)
+    steady_allocator()  # as in calibration (rank processes set it up themselves): no per-iteration page faults
     if ranks == 1:
         results = [_run_rank(None, workload, batch, backend, threads, iterations, warmup, seed)]
         impl = "none"

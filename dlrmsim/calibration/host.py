@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import socket
@@ -138,6 +139,7 @@ def detect_host(backend: str, quick: bool, libraries: dict[str, str], date: str)
     )
 
 
+@functools.cache
 def last_level_cache_bytes(default: int = 32 << 20) -> int:
     """Size (bytes) of the largest CPU cache Linux reports (sysfs cache index entries); ``default`` elsewhere."""
     sizes = []
@@ -160,12 +162,11 @@ def steady_allocator() -> bool:
     import ctypes.util
 
     name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name) if name else None
-        mallopt = libc.mallopt if libc is not None else None
-    except (OSError, AttributeError):
+    if not name:
         return False
-    if mallopt is None:
+    try:
+        mallopt = ctypes.CDLL(name).mallopt
+    except (OSError, AttributeError):
         return False
     m_trim_threshold, m_mmap_max = -1, -4
     return bool(mallopt(m_mmap_max, 0)) and bool(mallopt(m_trim_threshold, 2**31 - 1))

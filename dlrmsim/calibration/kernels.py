@@ -103,17 +103,21 @@ class Kernels(ABC):
         a = np.full(elements, 1.0, dtype=np.float32)
         return lambda: np.multiply(a, a)
 
+    def make_flush(self, nbytes: int) -> Op:
+        """Read and write a private ``nbytes`` buffer (see ``flush``)."""
+        buf = np.ones(max(1, nbytes // 4), dtype=np.float32)
+        return lambda: np.add(buf, np.float32(1.0), out=buf)
+
     def flush(self) -> None:
         """Evict the caches: read and write a private buffer twice the last-level cache. Run before a timed
         call, it leaves code, tensors and framework metadata where the rest of a training iteration leaves
         them (embedding tables and activations stream far more than the cache holds between two calls)."""
-        buf = getattr(self, "_flush_buffer", None)
-        if buf is None:
+        op = getattr(self, "_flush_op", None)
+        if op is None:
             from dlrmsim.calibration.host import last_level_cache_bytes
 
-            buf = np.ones(2 * last_level_cache_bytes() // 4, dtype=np.float32)
-            self._flush_buffer = buf
-        np.add(buf, np.float32(1.0), out=buf)
+            op = self._flush_op = self.make_flush(2 * last_level_cache_bytes())
+        op()
 
     @abstractmethod
     def make_embedding(self, rows: int, dim: int, batch: int, pooling: int, indices: np.ndarray) -> EmbeddingOps:

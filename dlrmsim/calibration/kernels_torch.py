@@ -44,17 +44,12 @@ class TorchKernels(Kernels):
                 out["parallel"] = line.split(":", 1)[-1].strip()
         return out
 
-    def flush(self) -> None:
+    def make_flush(self, nbytes: int) -> Op:
         # A torch kernel on the current thread count, so the intra-op workers are as awake after it as after
         # the previous op of an iteration (a single-threaded flush lets them sleep, and waking them costs more
         # than a small kernel).
-        buf = getattr(self, "_flush_tensor", None)
-        if buf is None:
-            from dlrmsim.calibration.host import last_level_cache_bytes
-
-            buf = torch.ones(2 * last_level_cache_bytes() // 4)
-            self._flush_tensor = buf
-        buf.add_(1.0)
+        buf = torch.ones(max(1, nbytes // 4))
+        return lambda: buf.add_(1.0)
 
     def make_gemm(self, m: int, n: int, k: int) -> Op:
         g = torch.Generator().manual_seed(0)

@@ -165,18 +165,6 @@ def test_dlrm_runner_rejects_bad_inputs() -> None:
         run_dlrm_iteration(load_workload("large"), batch=64, ranks=1)
 
 
-def test_cold_timing_flushes_before_every_call_and_divides_by_ops() -> None:
-    calls: list[str] = []
-    policy = TimingPolicy(warmup=2, repeats=5, min_sample_s=1.0)  # a warm loop would run this op ~forever
-
-    def op() -> None:
-        calls.append("op")
-
-    t, _, reps = time_op(op, policy, flush=lambda: calls.append("flush"), ops_per_call=4)
-    assert reps == 5 and t >= 0
-    assert calls == ["flush", "op"] * 7  # one flush before each warm-up and timed call, never a loop
-
-
 def test_embedding_cycle_walks_tables_beyond_the_cache() -> None:
     from dlrmsim.calibration.bench import EmbeddingConfig, tables_per_cycle
 
@@ -193,3 +181,21 @@ def test_dispatch_benchmark_reports_first_and_further_ops(backend: str) -> None:
     rows = dispatch_task(_kernels(backend), 1, TimingPolicy(warmup=1, repeats=3, min_sample_s=0.001)).run()
     assert sorted({str(m.params["position"]) for m in rows}) == ["first", "rest"]
     assert len(rows) == 2 * len(DISPATCH_ELEMENTS) and all(m.time_s > 0 for m in rows)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_flush_streams_twice_the_last_level_cache(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    k = _kernels(backend)
+    sizes: list[int] = []
+    make = k.make_flush
+
+    def spy(nbytes: int):  # noqa: ANN202
+        sizes.append(nbytes)
+        return make(nbytes)
+
+    monkeypatch.setattr(k, "make_flush", spy)
+    from dlrmsim.calibration.host import last_level_cache_bytes
+
+    k.flush()
+    k.flush()
+    assert sizes == [2 * last_level_cache_bytes()]  # built once, reused by every later flush
