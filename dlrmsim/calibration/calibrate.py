@@ -7,7 +7,7 @@ import datetime as dt
 import json
 from pathlib import Path
 
-from dlrmsim.calibration.bench import BenchTask, build_plan
+from dlrmsim.calibration.bench import BenchTask, build_plan, clear_table_cache, fastest_pass
 from dlrmsim.calibration.collectives_host import implementation_for
 from dlrmsim.calibration.compare import eq_check, fit_quality
 from dlrmsim.calibration.fit import fit_collectives, fit_embedding, fit_gemm, fit_memory, fit_overhead
@@ -105,11 +105,13 @@ def run_calibration(quick: bool, backend: str | None, out: Path | None, progress
     steady_allocator()  # the kernels see the allocator a training process has (host.steady_allocator)
     tasks = build_plan(kernels, quick or tiny, host.cores, implementation_for(backend), tiny=tiny)
     try:
-        measurements = run_plan(tasks, cache, progress)
+        measurements = fastest_pass(run_plan(tasks, cache, progress))
     except KeyboardInterrupt:
         err_console.print(f"interrupted: {len(cache.done)} finished benchmarks kept in {cache.path}; "
                           "run the same command again to resume", highlight=False, soft_wrap=True)
         raise
+    finally:
+        clear_table_cache()
     load = max(load, _load_average())
     host = host.model_copy(update={"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "load_average": round(load, 2)})
     if load > host.cores:

@@ -89,7 +89,7 @@ def validate(
                          for c in data["cases"]]  # fmt: skip
         print_json(data)
         return
-    print_table(f"Validation on this host ({backend}), calibration {calibration}",
+    print_table(f"Validation on this host ({report.backend}), calibration {calibration}",
                 ["case", "ranks", "threads", "batch", "measured ms", "round spread %", "predicted ms", "error %"],
                 [(c.name, c.ranks, c.threads, c.batch, c.measured_s * 1e3, 100 * c.spread, c.predicted_s * 1e3, 100 * c.error)
                  for c in report.cases])  # fmt: skip

@@ -200,10 +200,9 @@ class _TorchOps(_NumpyOps):
 
     def new_table(self, rows: int, dim: int, rng: np.random.Generator) -> Any:
         torch = self.torch
-        bag = torch.nn.EmbeddingBag(rows, dim, mode="sum", sparse=True)
-        with torch.no_grad():
-            bag.weight.uniform_(-0.01, 0.01)
-        return bag
+        # from_pretrained: the module's own init would fill the table once more (normal_), as long again.
+        weight = torch.empty(rows, dim).uniform_(-0.01, 0.01)
+        return torch.nn.EmbeddingBag.from_pretrained(weight, freeze=False, mode="sum", sparse=True)
 
     def emb_forward(self, table: Any, idx: np.ndarray) -> Any:
         torch = self.torch

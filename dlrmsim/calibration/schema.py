@@ -130,7 +130,8 @@ class CollectiveFit(StrictModel):
 
 
 class Measurement(StrictModel):
-    """One micro-benchmark: time per call over repeats after warm-up (median; best for memory streams)."""
+    """One micro-benchmark: time per call over repeats after warm-up (median; best for memory streams), in the
+    fastest of the plan's passes."""
 
     benchmark: Literal["gemm", "linear", "stream", "embedding", "allreduce", "alltoall", "dispatch"]
     name: str
@@ -142,6 +143,7 @@ class Measurement(StrictModel):
     statistic: Literal["median", "min"] = "median"
     spread_pct: Annotated[float, Field(ge=0)] = Field(0.0, description="(max - min) / median over repeats, %")
     repeats: Annotated[int, Field(gt=0)]
+    passes: Annotated[int, Field(gt=0)] = Field(1, description="passes of the plan that measured it; time_s is the fastest pass's")
 
 
 class FitRow(StrictModel):

@@ -70,3 +70,30 @@ def test_calibrate_command_is_registered() -> None:
     result = CliRunner().invoke(app, ["calibrate", "--help"])
     assert result.exit_code == 0
     assert "--quick" in result.output and "--backend" in result.output
+
+
+def test_fastest_pass_keeps_each_measurements_shortest_time() -> None:
+    from dlrmsim.calibration.bench import fastest_pass
+
+    def m(name: str, t: float) -> Measurement:
+        return Measurement(benchmark="gemm", name=name, cores=1, time_s=t, repeats=3)
+
+    out = fastest_pass([m("a", 2.0), m("b", 1.0), m("a", 1.5), m("b", 3.0), m("a", 1.8)])
+    assert [(x.name, x.time_s, x.passes) for x in out] == [("a", 1.5, 3), ("b", 1.0, 2)]
+
+
+def test_plan_repeats_single_process_kernels_in_later_passes_only() -> None:
+    from dlrmsim.calibration.bench import build_plan
+    from dlrmsim.calibration.kernels import get_kernels
+
+    k = get_kernels("numpy")
+    one = build_plan(k, quick=True, cores=2, implementation="gloo", passes=1)
+    two = build_plan(k, quick=True, cores=2, implementation="gloo", passes=2)
+    again = [t for t in one if t.repeat]
+    assert {t.stage for t in again} == {"gemm size sweep", "gemm preset MLP shapes", "memory streams", "op dispatch", "embedding bags"}
+    assert len(two) == len(one) + len(again)
+    # the second pass comes after all of the first (spread in time), with ids the partial cache tells apart
+    assert [t.id for t in two[len(one):]] == [f"{t.id} pass 2" for t in again]
+    assert len({t.id for t in two}) == len(two)
+    tiny = build_plan(k, quick=True, cores=2, implementation="gloo", tiny=True, passes=2)
+    assert not any("pass 2" in t.id for t in tiny)
