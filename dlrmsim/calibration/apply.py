@@ -22,9 +22,11 @@ SHM_LINK_KIND = "shm"
 
 
 def calibrated_compute(spec: ComputeSpec, cal: Calibration) -> ComputeSpec:
-    """``spec`` with the host's fitted fp32 GEMM, memory bandwidth and saturation."""
+    """``spec`` with the host's fitted fp32 GEMM, memory bandwidth and saturation, embedding and interaction
+    costs, and per-op overheads."""
     host = cal.host
     cores = max(1, min(spec.cores, host.cores))
+    inter = interaction_costs(cal, cores)
     table = gemm_table(cal.gemm, cores)
     peak = cores * host.clock_GHz * 1e9 * host.flops_per_cycle_fp32
     return dataclasses.replace(
@@ -37,7 +39,9 @@ def calibrated_compute(spec: ComputeSpec, cal: Calibration) -> ComputeSpec:
         memory_efficiency=EfficiencyTable.constant(1.0),
         saturation_cores=float(cal.memory.saturation_cores),
         bandwidth_fraction_by_kind=embedding_fractions(cal, cores=cores),
-        row_time_s_by_kind=embedding_row_times(cal, cores=cores),
+        row_time_s_by_kind={**embedding_row_times(cal, cores=cores), **inter.row_time_s_by_kind},
+        flop_rate_by_kind=inter.flop_rate_by_kind,
+        fixed_time_s_by_kind=inter.fixed_time_s_by_kind,
         task_overhead_s=cal.overhead.task_overhead_s(cores) if cal.overhead is not None else spec.task_overhead_s,
         op_overhead_s=cal.overhead.op_overhead_s(cores) if cal.overhead is not None else spec.op_overhead_s,
     )
@@ -70,6 +74,33 @@ def embedding_row_times(cal: Calibration, distribution: str = "uniform", cores: 
             continue
         if row_ns > 0:
             out[kind] = row_ns * 1e-9
+    return out
+
+
+# Simulator task kinds of the interaction's two directions (dlrmsim.simulator.taskgraph).
+INTERACTION_KINDS = {"forward": "interaction", "backward": "interaction_bwd"}
+
+
+@dataclasses.dataclass(frozen=True)
+class InteractionCosts:
+    """The interaction fits as ComputeSpec fields, per task kind (s per sample, flop/s, s per task)."""
+
+    row_time_s_by_kind: dict[str, float]
+    flop_rate_by_kind: dict[str, float]
+    fixed_time_s_by_kind: dict[str, float]
+
+
+def interaction_costs(cal: Calibration, cores: int) -> InteractionCosts:
+    """Fitted interaction costs on ``cores`` cores, from the fit at the nearest core count (its flop rate
+    scaled by cores / fit cores); empty when the calibration has no interaction benchmark."""
+    out = InteractionCosts({}, {}, {})
+    for direction, kind in INTERACTION_KINDS.items():
+        fit = cal.interaction_fit(direction, cores)
+        if fit is None:
+            continue
+        out.row_time_s_by_kind[kind] = fit.sample_time_ns * 1e-9
+        out.flop_rate_by_kind[kind] = fit.GFLOPs * 1e9 * cores / fit.cores
+        out.fixed_time_s_by_kind[kind] = fit.fixed_us * 1e-6
     return out
 
 

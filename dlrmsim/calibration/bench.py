@@ -273,6 +273,87 @@ def embedding_task(k: Kernels, cfg: EmbeddingConfig, cores: int, policy: TimingP
     return BenchTask("embedding bags", f"embedding {base}", run, repeat=True)
 
 
+# --- dot interaction -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InteractionConfig:
+    batch: int
+    tables: int  # S: the interaction stacks S + 1 feature vectors per sample
+    dim: int
+
+
+def interaction_configs(quick: bool) -> list[InteractionConfig]:
+    """Batches and (tables, dim) from the validation cases' 4 x 32 up to MLPerf's 26 tables: enough spread in
+    samples, flops per sample and bytes to separate a per-sample cost from the small matrices' flop rate."""
+    shapes = [(4, 32), (4, 128), (16, 32), (26, 64)] if quick else [(4, 32), (4, 128), (8, 64), (16, 32), (26, 64), (26, 128)]
+    batches = (256, 2048) if quick else (256, 1024, 4096)
+    return [InteractionConfig(b, s, e) for s, e in shapes for b in batches]
+
+
+def interaction_workload(cfg: InteractionConfig) -> Any:
+    """A workload whose interaction has ``cfg``'s shape, for the model's flop, byte and op counts."""
+    from dlrmsim.workloads.schema import Workload
+
+    return Workload(name=f"interaction S{cfg.tables} E{cfg.dim}", tables={"count": cfg.tables, "rows": 1},  # type: ignore[arg-type]
+                    embedding_dim=cfg.dim, lookups_per_sample=1, bottom_mlp=[cfg.dim, cfg.dim], top_mlp=[1],
+                    minibatch={"strong_global": cfg.batch, "weak_local": cfg.batch})  # fmt: skip
+
+
+def time_interaction(backend: str, cfg: InteractionConfig, policy: TimingPolicy, flush: Op) -> dict[str, list[float]]:
+    """Per-repeat seconds of the runner's dot interaction forward and backward, each right after ``flush``
+    (in an iteration they follow the embedding ops and the top MLP, whose data evicts the caches)."""
+    from dlrmsim.calibration.dlrm_runner import _ops, dot_interaction_bwd, dot_interaction_fwd
+
+    ops = _ops(backend)
+    rng = np.random.default_rng(cfg.batch + cfg.tables + cfg.dim)
+    n, e = cfg.batch, cfg.dim
+    bot = ops.tensor(rng.standard_normal((n, e), dtype=np.float32))
+    emb = [ops.tensor(rng.standard_normal((n, e), dtype=np.float32)) for _ in range(cfg.tables)]
+    li, lj = (ops.tensor(a.astype(np.int64)) for a in np.tril_indices(cfg.tables + 1, k=-1))
+    d_inter = ops.tensor(rng.standard_normal((n, e + cfg.tables * (cfg.tables + 1) // 2), dtype=np.float32))
+    clock = time.perf_counter
+    out: dict[str, list[float]] = {"forward": [], "backward": []}
+    for i in range(policy.warmup + policy.repeats):
+        flush()
+        t0 = clock()
+        feats, _ = dot_interaction_fwd(ops, bot, emb, li, lj)
+        t1 = clock()
+        flush()
+        t2 = clock()
+        dot_interaction_bwd(ops, d_inter, feats, li, lj)
+        t3 = clock()
+        if i >= policy.warmup:
+            out["forward"].append(t1 - t0)
+            out["backward"].append(t3 - t2)
+    return out
+
+
+def interaction_task(k: Kernels, cfg: InteractionConfig, cores: int, policy: TimingPolicy) -> BenchTask:
+    from dlrmsim.workloads import model
+
+    base = f"b{cfg.batch} S{cfg.tables} E{cfg.dim} c{cores}"
+
+    def run() -> list[Measurement]:
+        w = interaction_workload(cfg)
+        with k.threads(cores):
+            samples = time_interaction(k.name, cfg, policy, k.flush)
+        out = []
+        for direction, ts in samples.items():
+            back = direction == "backward"
+            med = statistics.median(ts)
+            out.append(Measurement(
+                benchmark="interaction", name=f"interaction {direction} {base}", cores=cores,
+                params={"direction": direction, "batch": cfg.batch, "tables": cfg.tables, "dim": cfg.dim,
+                        "ops": model.interaction_ops(w, backward=back)},
+                flops=model.interaction_flops(w, cfg.batch, backward=back),
+                bytes=(2.0 if back else 1.0) * model.interaction_bytes(w, cfg.batch),
+                time_s=med, spread_pct=100.0 * (max(ts) - min(ts)) / med, repeats=len(ts)))
+        return out
+
+    return BenchTask("dot interaction", f"interaction {base}", run, repeat=True)
+
+
 # --- per-op overhead -----------------------------------------------------------------------------------------
 
 
@@ -420,12 +501,13 @@ def build_plan(k: Kernels, quick: bool, cores: int, implementation: str, ranks: 
                passes: int = PASSES) -> list[BenchTask]:
     """Every micro-benchmark of a calibration, in the order they run.
 
-    Tasks marked ``repeat`` (GEMMs, streams, dispatch, embedding bags) run again in each of ``passes`` passes,
-    after all of the first pass; :func:`fastest_pass` keeps each measurement's fastest pass. Collectives run
-    once (they start processes, and their spells of noise are averaged by their many ranks and sizes).
-    ``tiny`` keeps a subset of the quick plan that still feeds every fit, in one pass: GEMMs up to 1024^3,
-    the streams, the dispatch cost, the first table shape's embedding bags, and four collective sizes; no
-    preset shapes and no Eq. 1 / Eq. 2 check. Its rates are rougher than a quick calibration's.
+    Tasks marked ``repeat`` (GEMMs, streams, dispatch, embedding bags, interaction) run again in each of
+    ``passes`` passes, after all of the first pass; :func:`fastest_pass` keeps each measurement's fastest pass.
+    Collectives run once (they start processes, and their spells of noise are averaged by their many ranks and
+    sizes). ``tiny`` keeps a subset of the quick plan that still feeds every fit, in one pass: GEMMs up to
+    1024^3, the streams, the dispatch cost, the first table shape's embedding bags, three interaction shapes,
+    and four collective sizes; no preset shapes and no Eq. 1 / Eq. 2 check. Its rates are rougher than a
+    quick calibration's.
     """
     tasks = _first_pass(k, quick, cores, implementation, ranks, tiny)
     again = [t for t in tasks if t.repeat] if not tiny else []
@@ -471,6 +553,8 @@ def _first_pass(k: Kernels, quick: bool, cores: int, implementation: str, ranks:
     emb_cores = sorted({1, cores})
     for cfg in embedding_configs(quick):
         tasks += [embedding_task(k, cfg, c, policy) for c in emb_cores]
+    for icfg in interaction_configs(quick):
+        tasks += [interaction_task(k, icfg, c, policy) for c in emb_cores]
     if cores >= 1:
         threads = max(1, cores // ranks)
         for op in ("allreduce", "alltoall"):
@@ -490,6 +574,10 @@ def _tiny_plan(k: Kernels, cores: int, implementation: str, ranks: int, policy: 
     first_shape = [cfg for cfg in configs if (cfg.rows, cfg.dim) == (configs[0].rows, configs[0].dim)]
     for cfg in first_shape:
         tasks += [embedding_task(k, cfg, c, policy) for c in sorted({1, cores})]
+    # Two batches of the smallest shape and one of the largest: the fewest the interaction fit can use.
+    iconfigs = interaction_configs(True)
+    for icfg in iconfigs[:2] + iconfigs[-1:]:
+        tasks += [interaction_task(k, icfg, c, policy) for c in sorted({1, cores})]
     light = TimingPolicy(warmup=1, repeats=3, min_sample_s=0.005)
     threads = max(1, cores // ranks)
     tasks += [collective_task(op, TINY_COLLECTIVE_SIZES, ranks, implementation, threads, light) for op in ("allreduce", "alltoall")]

@@ -24,6 +24,7 @@ from dlrmsim.calibration.schema import (
     EqCheckRow,
     FitRow,
     GemmFit,
+    InteractionFit,
     Measurement,
     MemoryFit,
     OverheadFit,
@@ -160,12 +161,13 @@ def fit_quality(
     embedding: Sequence[EmbeddingFit],
     collectives: Sequence[CollectiveFit],
     overhead: OverheadFit | None = None,
+    interaction: Sequence[InteractionFit] = (),
 ) -> list[FitRow]:
     rows = []
     for m in measurements:
         if m.name.startswith("eq "):
             continue
-        pred = predict_s(m, gemm, memory, embedding, collectives, overhead)
+        pred = predict_s(m, gemm, memory, embedding, collectives, overhead, interaction)
         if pred is None or pred <= 0:
             continue
         rows.append(FitRow(benchmark=m.benchmark, name=m.name, measured_s=float(f"{m.time_s:.6g}"),

@@ -142,6 +142,10 @@ class _NumpyOps:
     def emb_update(self, table: Any, idx: np.ndarray, grad: Any, lr: float) -> None:
         np.subtract.at(table, idx.reshape(-1), np.float32(lr) * grad)
 
+    def sgd_step(self, param: Any, grad: Any, lr: float) -> None:
+        """Dense SGD on one parameter tensor, in place: param -= lr * grad."""
+        param -= np.float32(lr) * grad
+
 
 class _TorchOps(_NumpyOps):
     name = "torch"
@@ -224,6 +228,10 @@ class _TorchOps(_NumpyOps):
     def emb_update(self, table: Any, idx: np.ndarray, grad: Any, lr: float) -> None:
         table.weight.add_(grad, alpha=-lr)
 
+    def sgd_step(self, param: Any, grad: Any, lr: float) -> None:
+        # One fused op per tensor, what torch.optim.SGD (no momentum) runs per parameter on CPU.
+        param.add_(grad, alpha=-lr)
+
 
 def _ops(backend: str) -> _NumpyOps:
     if backend == "numpy":
@@ -239,6 +247,26 @@ def _ops(backend: str) -> _NumpyOps:
 
 
 # --- the model -----------------------------------------------------------------------------------------------
+
+
+def dot_interaction_fwd(ops: _NumpyOps, bot_out: Any, emb: list[Any], li: Any, lj: Any) -> tuple[Any, Any]:
+    """Unfused dot interaction as DLRM runs it: stack the S+1 vectors, batched X X^T, gather the distinct
+    pairs (``li``, ``lj``: the strict lower triangle), concatenate with the bottom output. Returns the
+    stacked features (n, S+1, E), kept for the backward, and the interaction output (n, E + (S+1)S/2)."""
+    feats = ops.stack([bot_out, *emb], 1)
+    z = feats @ ops.swap(feats)
+    return feats, ops.cat([bot_out, z[:, li, lj]], 1)
+
+
+def dot_interaction_bwd(ops: _NumpyOps, d_inter: Any, feats: Any, li: Any, lj: Any) -> tuple[Any, list[Any]]:
+    """Backward of :func:`dot_interaction_fwd`: the bottom output's gradient and one gradient per table."""
+    n, f, _ = feats.shape
+    width = feats.shape[2]
+    dz = ops.zeros((n, f, f))
+    dz[:, li, lj] = d_inter[:, width:]
+    dfeats = (dz + ops.swap(dz)) @ feats
+    d_bot = d_inter[:, :width] + dfeats[:, 0]
+    return d_bot, [dfeats[:, 1 + t] for t in range(f - 1)]
 
 
 class _Rank:
@@ -334,9 +362,7 @@ class _Rank:
             emb = pooled
         mark("alltoall_fwd")
         if w.interaction == "dot":
-            feats = ops.stack([bot_out, *emb], 1)  # (n, S+1, E)
-            z = feats @ ops.swap(feats)
-            inter = ops.cat([bot_out, z[:, self.li, self.lj]], 1)
+            feats, inter = dot_interaction_fwd(ops, bot_out, emb, self.li, self.lj)
         else:
             inter = ops.cat([bot_out, *emb], 1)
         mark("interaction_fwd")
@@ -346,15 +372,11 @@ class _Rank:
         mark("top_mlp_fwd")
         d_inter, top_grads = self._mlp_bwd(self.top, top_acts, (p - labels) / n, need_dx=True)
         mark("top_mlp_bwd")
-        width = w.bottom_mlp[-1]
-        d_bot = d_inter[:, :width]
         if w.interaction == "dot":
-            dz = ops.zeros((n, w.num_tables + 1, w.num_tables + 1))
-            dz[:, self.li, self.lj] = d_inter[:, width:]
-            dfeats = (dz + ops.swap(dz)) @ feats
-            d_bot = d_bot + dfeats[:, 0]
-            d_emb = [dfeats[:, 1 + tt] for tt in range(w.num_tables)]
+            d_bot, d_emb = dot_interaction_bwd(ops, d_inter, feats, self.li, self.lj)
         else:
+            width = w.bottom_mlp[-1]
+            d_bot = d_inter[:, :width]
             d_emb = [d_inter[:, width + tt * e : width + (tt + 1) * e] for tt in range(w.num_tables)]
         mark("interaction_bwd")
         if size > 1:
@@ -387,7 +409,7 @@ class _Rank:
         mark("embedding_update")
         params = [p_ for layer in self.bottom + self.top for p_ in layer]
         for prm, g in zip(params, grads, strict=True):
-            prm -= LEARNING_RATE * g
+            ops.sgd_step(prm, g, LEARNING_RATE)
         mark("mlp_update")
         self.last_loss = float(loss)
         return t, last - start

@@ -4,12 +4,14 @@
   median efficiency in each quarter-decade of flops (EfficiencyTable interpolates in log(flops) between).
 - Memory: bw(c) = min(c x per_core, bandwidth) from STREAM triad at 1..all cores.
 - Embedding: one achieved bandwidth per (op, distribution, cores), least squares on relative time error.
+- Interaction: per (direction, cores) a fixed time, a per-sample time and the small matrices' flop rate.
 - Collectives: t(n) = alpha + n / beta per op: beta from the MiB-sized messages, alpha from the smallest.
 Every ``predict_s`` evaluates the fitted model for one measurement, for the fit-quality table.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import defaultdict
 from collections.abc import Sequence
@@ -23,6 +25,7 @@ from dlrmsim.calibration.schema import (
     GemmFit,
     GemmTable,
     HostInfo,
+    InteractionFit,
     Measurement,
     MemoryFit,
     OverheadFit,
@@ -196,6 +199,78 @@ def fit_overhead(measurements: Sequence[Measurement]) -> OverheadFit | None:
     return OverheadFit(task_overhead_us_by_cores=table(by_position["first"]), op_overhead_us_by_cores=table(by_position["rest"]))
 
 
+def dispatch_s(overhead: OverheadFit | None, cores: int, ops: float) -> float:
+    """What the simulator charges ``ops`` framework ops of one task (costs.dispatch_overhead_s): the first at
+    the first-op cost, every further one at the following ops' cost."""
+    if overhead is None:
+        return 0.0
+    return min(ops, 1.0) * overhead.task_overhead_s(cores) + max(ops - 1.0, 0.0) * overhead.op_overhead_s(cores)
+
+
+def nonnegative_least_squares(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """argmin |x c - y|^2 subject to c >= 0, exactly, by trying every subset of free columns (a handful here)."""
+    k = x.shape[1]
+    best_err, best = math.inf, np.zeros(k)
+    for n in range(1, k + 1):
+        for cols in itertools.combinations(range(k), n):
+            sol, *_ = np.linalg.lstsq(x[:, cols], y, rcond=None)
+            if (sol < 0).any():
+                continue
+            c = np.zeros(k)
+            c[list(cols)] = sol
+            err = float(np.sum((x @ c - y) ** 2))
+            if err < best_err:
+                best_err, best = err, c
+    return best
+
+
+def interaction_time_s(fixed_s: float, sample_s: float, flop_rate: float, bandwidth: float, batch: float, flops: float,
+                       nbytes: float, dispatch: float) -> float:
+    """The simulator's time of one interaction task alone (s): dispatch + fixed + batch x per-sample time, then
+    the roofline max(flops / flop_rate, bytes / bandwidth)."""
+    return dispatch + fixed_s + batch * sample_s + max(flops / flop_rate, nbytes / bandwidth)
+
+
+RATE_GRID_POINTS = 161  # log-spaced flop rates tried by the interaction fit, 1e-3 x peak .. peak
+
+
+def fit_interaction(measurements: Sequence[Measurement], memory: MemoryFit, host: HostInfo,
+                    overhead: OverheadFit | None = None) -> list[InteractionFit]:
+    """Per (direction, cores): the flop rate (searched on a log grid up to the physical peak) and, for each
+    rate, the fixed and per-sample times (non-negative least squares) that minimise the relative error of
+    :func:`interaction_time_s` over the measured shapes. Bytes stream at the memory fit's bandwidth."""
+    groups: dict[tuple[str, int], list[Measurement]] = defaultdict(list)
+    for m in measurements:
+        if m.benchmark == "interaction":
+            groups[(str(m.params["direction"]), m.cores)].append(m)
+    out = []
+    for (direction, cores), ms in sorted(groups.items()):
+        t = np.array([m.time_s for m in ms])
+        n = np.array([float(m.params["batch"]) for m in ms])
+        flops = np.array([m.flops for m in ms])
+        nbytes = np.array([m.bytes for m in ms])
+        disp = np.array([dispatch_s(overhead, cores, float(m.params["ops"])) for m in ms])
+        bw = memory_bandwidth_GBps(memory, cores) * 1e9
+        peak = peak_gflops(host, cores) * 1e9
+        x = np.stack([1.0 / t, n / t], axis=1)
+        best = (math.inf, 0.0, 0.0, peak)
+        for rate in np.geomspace(peak * 1e-3, peak, RATE_GRID_POINTS):
+            rest = (t - disp - np.maximum(flops / rate, nbytes / bw)) / t
+            c = nonnegative_least_squares(x, rest)
+            err = float(np.sum((x @ c - rest) ** 2))
+            if err < best[0]:
+                best = (err, float(c[0]), float(c[1]), float(rate))
+        _, fixed, sample, rate = best
+        out.append(InteractionFit(direction=direction, cores=cores, fixed_us=_sig(fixed * 1e6), sample_time_ns=_sig(sample * 1e9),  # type: ignore[arg-type]
+                                  GFLOPs=_sig(rate / 1e9)))
+    return out
+
+
+def predict_interaction_s(fit: InteractionFit, m: Measurement, memory: MemoryFit, overhead: OverheadFit | None) -> float:
+    return interaction_time_s(fit.fixed_us * 1e-6, fit.sample_time_ns * 1e-9, fit.GFLOPs * 1e9, memory_bandwidth_GBps(memory, m.cores) * 1e9,
+                              float(m.params["batch"]), m.flops, m.bytes, dispatch_s(overhead, m.cores, float(m.params["ops"])))  # fmt: skip
+
+
 def embedding_fit_for(fits: Sequence[EmbeddingFit], op: str, distribution: str, cores: int) -> EmbeddingFit:
     rows = [e for e in fits if e.op == op and e.distribution == distribution]
     return min(rows, key=lambda e: (abs(e.cores - cores), -e.cores))
@@ -266,6 +341,7 @@ def predict_s(
     embedding: Sequence[EmbeddingFit],
     collectives: Sequence[CollectiveFit],
     overhead: OverheadFit | None = None,
+    interaction: Sequence[InteractionFit] = (),
 ) -> float | None:
     """The fitted model's time for measurement ``m`` (None when no fitted parameter covers it)."""
     if m.benchmark in ("gemm", "linear"):
@@ -275,6 +351,9 @@ def predict_s(
     if m.benchmark == "embedding":
         e = embedding_fit_for(embedding, str(m.params["op"]), str(m.params["distribution"]), m.cores)
         return _first_op_s(overhead, m.cores) + _lookups(m) * e.row_time_ns * 1e-9 + m.bytes / (e.bandwidth_GBps * 1e9)
+    if m.benchmark == "interaction":
+        fits = [f for f in interaction if f.direction == m.params["direction"] and f.cores == m.cores]
+        return predict_interaction_s(fits[0], m, memory, overhead) if fits else None
     if m.benchmark == "dispatch":
         return None
     for c in collectives:

@@ -90,6 +90,18 @@ class EmbeddingFit(StrictModel):
     )
 
 
+class InteractionFit(StrictModel):
+    """The framework's dot interaction (batched X X^T of S+1 features per sample, pair gather/scatter), one
+    direction at one core count: t = dispatch(ops) + fixed + batch x sample_time + max(flops / rate, bytes /
+    memory bandwidth), with flops and bytes as ``workloads.model`` counts them (the simulator's own formula)."""
+
+    direction: Literal["forward", "backward"]
+    cores: Annotated[int, Field(gt=0)]
+    fixed_us: Annotated[float, Field(ge=0)] = Field(description="per call, beyond the ops' dispatch")
+    sample_time_ns: Annotated[float, Field(ge=0)] = Field(description="per sample: one small matrix product and its pairs")
+    GFLOPs: Positive = Field(description="achieved rate of the many small per-sample matrix products")
+
+
 class OverheadFit(StrictModel):
     """Fixed cost of framework ops (dispatch, output allocation, thread-pool fork/join), per core count: a
     task's first op (cold private caches) and each further op of the task (warm dispatch)."""
@@ -133,7 +145,7 @@ class Measurement(StrictModel):
     """One micro-benchmark: time per call over repeats after warm-up (median; best for memory streams), in the
     fastest of the plan's passes."""
 
-    benchmark: Literal["gemm", "linear", "stream", "embedding", "allreduce", "alltoall", "dispatch"]
+    benchmark: Literal["gemm", "linear", "stream", "embedding", "interaction", "allreduce", "alltoall", "dispatch"]
     name: str
     cores: Annotated[int, Field(gt=0)]
     params: dict[str, float | int | str] = {}
@@ -182,6 +194,7 @@ class Calibration(StrictModel):
     embedding: list[EmbeddingFit] = Field(min_length=1)
     collectives: list[CollectiveFit] = Field(min_length=1)
     overhead: OverheadFit | None = None
+    interaction: list[InteractionFit] = Field(default_factory=list, description="empty: a calibration from before the interaction benchmark")
     measurements: list[Measurement] = []
     fit_quality: list[FitRow] = []
     eq_check: list[EqCheckRow] = []
@@ -204,6 +217,11 @@ class Calibration(StrictModel):
         if cores is None:
             return max(rows, key=lambda e: e.cores)
         return min(rows, key=lambda e: (abs(e.cores - cores), -e.cores))
+
+    def interaction_fit(self, direction: str, cores: int) -> InteractionFit | None:
+        """The interaction fit of ``direction`` at the core count nearest ``cores`` (None: not measured)."""
+        rows = [f for f in self.interaction if f.direction == direction]
+        return min(rows, key=lambda f: (abs(f.cores - cores), -f.cores)) if rows else None
 
     def embedding_bandwidth(self, op: str, distribution: str = "uniform") -> float:
         """Achieved bandwidth (GB/s) of an embedding op, at the most cores measured."""

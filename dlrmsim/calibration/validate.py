@@ -149,7 +149,7 @@ def predict(case: ValidationCase, calibration_path: Path) -> tuple[float, dict[s
     df = records_frame(res.records)
     phases: dict[str, float] = {}
     if not df.empty:
-        kinds = ["gemm", "elementwise", "embedding", "embedding_bwd", "interaction", "update", "optimizer", "copy", "conflicts"]
+        kinds = ["gemm", "elementwise", "embedding", "embedding_bwd", "interaction", "interaction_bwd", "update", "optimizer", "copy", "conflicts"]
         tasks = df[df["kind"].isin(kinds) & df["rank"].eq(0)]
         for (name, cat), part in tasks.groupby(["name", "category"]):
             ph = sim_phase(str(name), str(cat))

@@ -17,16 +17,22 @@ STREAMING_KINDS = frozenset(
     {"embedding", "embedding_bwd", "update", "elementwise", "activation", "batchnorm", "copy", "optimizer", "reduce", "lookup"}
 )
 
+# Kinds whose flops run at the workload's precision (matrix units); the rest compute in fp32.
+MATRIX_KINDS = frozenset({"gemm", "conv", "interaction", "interaction_bwd"})
+
 
 def task_flop_rate(
     spec: ComputeSpec, flops: float, cores: float, precision: str = "fp32", share: float = 1.0, kind: str = "gemm"
 ) -> float:
     """Achieved flop/s of a task on ``cores`` of ``spec``: cores/spec.cores * peak * efficiency * share.
 
-    The efficiency is ``gemm_efficiency(flops)`` for matrix kinds and 1 for :data:`STREAMING_KINDS`.
+    The efficiency is ``gemm_efficiency(flops)`` for matrix kinds and 1 for :data:`STREAMING_KINDS`; a kind in
+    ``spec.flop_rate_by_kind`` runs at that measured all-core rate instead of the peak.
     ``share`` (0..1] is the fraction of each core's time the task's threads get (an unpinned progress
     thread takes the rest while communication is in flight).
     """
+    if kind in spec.flop_rate_by_kind:
+        return cores / spec.cores * spec.flop_rate_by_kind[kind] * share
     eff = 1.0 if kind in STREAMING_KINDS else spec.gemm_efficiency(flops)
     return cores / spec.cores * spec.flops_rate(precision) * eff * share
 
@@ -63,6 +69,12 @@ def dispatch_overhead_s(spec: ComputeSpec, ops: float) -> float:
     """Software time (s) of a task standing for ``ops`` framework operations: the first (or a fraction of
     one) at ``task_overhead_s``, every further one at ``op_overhead_s``."""
     return min(ops, 1.0) * spec.task_overhead_s + max(ops - 1.0, 0.0) * spec.op_overhead_s
+
+
+def fixed_time_s(spec: ComputeSpec, kind: str, ops: float, rows: float) -> float:
+    """Time (s) of a task that neither flops nor bytes explain: dispatch of its ``ops`` framework ops, its
+    ``rows`` items at the kind's per-item time, and the kind's fixed time per task."""
+    return dispatch_overhead_s(spec, ops) + rows * spec.row_time_s_by_kind.get(kind, 0.0) + spec.fixed_time_s_by_kind.get(kind, 0.0)
 
 
 def task_time(

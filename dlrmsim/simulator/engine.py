@@ -151,13 +151,14 @@ class Simulation:
         self, rank: int, flops: float, nbytes: float, precision: str, cores: float, interferable: bool, kind: str = "gemm"
     ) -> tuple[float, float, float, int, int]:
         """(work, cap, slowed cap, trigger, memory resource or -1) of a task; cached, as ranks repeat tasks."""
-        kind = kind if kind in costs.STREAMING_KINDS else "gemm"  # only the efficiency class matters here
+        rr = self.rank_resources[rank]
+        spec = rr.spec
+        if kind not in costs.STREAMING_KINDS and kind not in spec.flop_rate_by_kind:
+            kind = "gemm"  # only the efficiency class matters here
         key = (rank, flops, nbytes, precision, cores, interferable, kind)
         got = self._task_cache.get(key)
         if got is not None:
             return got
-        rr = self.rank_resources[rank]
-        spec = rr.spec
         share = rr.interfered_share if interferable else 1.0
         fr = costs.task_flop_rate(spec, flops, cores, precision, kind=kind) if flops > 0 else 0.0
         fr_s = fr * share

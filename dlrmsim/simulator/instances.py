@@ -388,7 +388,7 @@ class _Run:
 
     # -- helpers -----------------------------------------------------------------------------------------
     def _prec(self, t: InstanceTask) -> str:
-        return self.wl.precision if t.kind in ("gemm", "conv", "interaction") else "fp32"
+        return self.wl.precision if t.kind in costs.MATRIX_KINDS else "fp32"
 
     def _name(self, base: str) -> str:
         self._seq += 1

@@ -31,6 +31,9 @@ Optimizer = Literal["sgd", "lamb"]
 # Bytes an optimizer streams per fp32 parameter per step: SGD reads w and g and writes w; LAMB also
 # reads and writes two fp32 moments (REFERENCE: LAMB keeps two fp32 moments per weight).
 OPTIMIZER_BYTES_PER_PARAM: dict[str, float] = {"sgd": 3 * 4.0, "lamb": 7 * 4.0}
+# Framework ops per parameter tensor: SGD is one fused add (torch.optim.SGD without momentum on CPU runs
+# param.add_(grad, alpha=-lr) per tensor); LAMB's count is a rough assumption (moments, norms, update).
+OPTIMIZER_OPS_PER_TENSOR: dict[str, float] = {"sgd": 1.0, "lamb": 2.0}
 # Optimizer state per fp32 parameter (bytes): the weight, plus two moments for LAMB (3x the memory).
 OPTIMIZER_STATE_BYTES_PER_PARAM: dict[str, float] = {"sgd": 4.0, "lamb": 12.0}
 
@@ -72,13 +75,14 @@ class Task:
     """A unit of work on one rank's compute stream (flops in op, bytes of memory traffic)."""
 
     name: str
-    kind: str  # gemm | embedding | embedding_bwd | interaction | update | optimizer | copy
+    kind: str  # gemm | embedding | embedding_bwd | interaction | interaction_bwd | update | optimizer | copy
     flops: float
     bytes: float
     category: str = "compute"  # compute | prepost
     serial_s: float = 0.0  # time that does not parallelise over cores (contended cache-line transfers)
     ops: float = 1.0  # framework operations (kernel launches) the task stands for; each pays ComputeSpec.task_overhead_s
-    rows: float = 0.0  # embedding rows the task looks up or updates; each pays ComputeSpec.row_time_s_by_kind[kind]
+    rows: float = 0.0  # items the task walks one by one (embedding rows looked up or updated, samples of the
+    # interaction's batched small matrices); each pays ComputeSpec.row_time_s_by_kind[kind]
 
 
 @dataclass(frozen=True)
@@ -408,12 +412,9 @@ def _rank_program(
     for cid in fwd_ids:
         wait(cid)
     # 3. Interaction and top MLP.
-    # Unfused dot interaction as a framework runs it: forward stack, transpose, batched matmul, gather of the
-    # lower triangle, concat (5 ops); backward zeros, scatter, transpose, add, matmul, 2 slices, a select and an
-    # add for the bottom output, one select per table (9 + S ops). Counted from dlrm_runner.
-    dot = w.interaction == "dot"
+    # The interaction walks n small per-sample matrices (``rows``: a calibration fits a per-sample time).
     add(Task("interaction.fwd", "interaction", model.interaction_flops(w, n), model.interaction_bytes(w, n),
-             ops=5.0 if dot else 1.0))
+             ops=model.interaction_ops(w), rows=float(n)))
     for layer in model.top_layers(w):
         add(gemm_task(w, layer, n, Pass.FORWARD))
         add(activation_task(w, layer, n))
@@ -431,8 +432,8 @@ def _rank_program(
 
     for layer in reversed(model.top_layers(w)):
         backward(layer)
-    add(Task("interaction.bwd", "interaction", model.interaction_flops(w, n, backward=True), 2 * model.interaction_bytes(w, n),
-             ops=9.0 + w.num_tables if dot else 1.0 + w.num_tables))
+    add(Task("interaction.bwd", "interaction_bwd", model.interaction_flops(w, n, backward=True), 2 * model.interaction_bytes(w, n),
+             ops=model.interaction_ops(w, backward=True), rows=float(n)))
     # 5. Backward exchange goes out now and overlaps the bottom MLP backward.
     if bwd_ids:
         exchange_prepost(bwd_ids, "a2a_bwd")
@@ -458,10 +459,9 @@ def _rank_program(
         wait(f"allreduce{i}")
         add(copy_task(f"allreduce{i}.post", nbytes, s.allreduce_prepost_passes * 2 / 3))
     dense_params = placement.dense_params(w)
-    # One scale and one in-place subtract per parameter tensor (each layer's weight and bias).
-    tensors = 2 * len(model.mlp_layers(w)) + len(placement.replicated_tables)
+    tensors = 2 * len(model.mlp_layers(w)) + len(placement.replicated_tables)  # each layer's weight and bias
     add(Task("optimizer", "optimizer", flops=2.0 * dense_params, bytes=OPTIMIZER_BYTES_PER_PARAM[s.optimizer] * dense_params,
-             ops=2.0 * tensors))
+             ops=OPTIMIZER_OPS_PER_TENSOR[s.optimizer] * tensors))
     return prog
 
 

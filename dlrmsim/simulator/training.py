@@ -18,7 +18,7 @@ from pydantic import Field
 from dlrmsim.config import StrictModel
 from dlrmsim.errors import DlrmsimError
 from dlrmsim.simulator.backends import Backend, load_backend
-from dlrmsim.simulator.costs import dispatch_overhead_s
+from dlrmsim.simulator.costs import MATRIX_KINDS, fixed_time_s
 from dlrmsim.simulator.records import Record
 from dlrmsim.simulator.taskgraph import (
     OPTIMIZER_STATE_BYTES_PER_PARAM,
@@ -279,9 +279,8 @@ def _rank_process(sim: Any, rank: int, graph: IterationGraph, coord: CollectiveC
         if isinstance(step, Task):
             t0 = env.now
             kind = step.kind
-            prec = precision if kind in ("gemm", "interaction") else "fp32"
-            spec = sim.rank_resources[rank].spec
-            overhead = dispatch_overhead_s(spec, step.ops) + step.rows * spec.row_time_s_by_kind.get(kind, 0.0)
+            prec = precision if kind in MATRIX_KINDS else "fp32"
+            overhead = fixed_time_s(sim.rank_resources[rank].spec, kind, step.ops, step.rows)
             yield sim.compute(rank, step.name, flops=step.flops, bytes=step.bytes, kind=kind, precision=prec, category=step.category,
                               overhead_s=overhead)
             if step.serial_s > env.now - t0:

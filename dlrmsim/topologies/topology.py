@@ -88,6 +88,12 @@ class ComputeSpec:
     # per-row kernel work that does not scale with the row's bytes (one axpy call per gradient row in a sparse
     # update, one row copy per lookup). Empty = not modelled; a host calibration fits it beside the bandwidth.
     row_time_s_by_kind: dict[str, float] = field(default_factory=dict)
+    # Kinds whose arithmetic is many tiny matrix products (the dot interaction's batched X X^T) run far below
+    # the GEMM table's rate at the same total flops. A host calibration measures them: flop/s on all of this
+    # spec's cores by kind (overrides the GEMM table), and a fixed time per task (seconds, beyond dispatch:
+    # index set-up of the pair gather). Empty = GEMM table, no fixed time.
+    flop_rate_by_kind: dict[str, float] = field(default_factory=dict)
+    fixed_time_s_by_kind: dict[str, float] = field(default_factory=dict)
 
     def flops_rate(self, precision: str) -> float:
         """Peak op/s for ``precision``; falls back to fp32 when the unit has no faster path."""

@@ -111,6 +111,16 @@ def interaction_flops(w: Workload, batch: int, backward: bool = False) -> float:
     return 2.0 * fwd if backward else fwd
 
 
+def interaction_ops(w: Workload, backward: bool = False) -> float:
+    """Framework ops of the unfused interaction, as ``calibration.dlrm_runner`` runs it. dot forward: stack,
+    transpose, batched matmul, gather of the lower triangle, concat (5); backward: zeros, slice, scatter,
+    transpose, add, batched matmul, slice, select and add for the bottom output, one select per table
+    (9 + S). cat: one concat forward, one slice per table and one for the bottom output backward."""
+    if w.interaction == "cat":
+        return 1.0 + w.num_tables if backward else 1.0
+    return 9.0 + w.num_tables if backward else 5.0
+
+
 def interaction_bytes(w: Workload, batch: int) -> float:
     """Memory traffic of the forward interaction as frameworks run it, unfused (bytes).
 

@@ -9,9 +9,20 @@ import pytest
 import yaml
 
 from dlrmsim.calibration.apply import apply_calibration
-from dlrmsim.calibration.fit import fit_alpha_beta, fit_embedding, fit_gemm, fit_memory, fit_overhead, predict_gemm_s, predict_s
-from dlrmsim.calibration.host import flops_per_cycle, host_differences
-from dlrmsim.calibration.schema import Calibration, Measurement, OverheadFit, load_calibration
+from dlrmsim.calibration.fit import (
+    RATE_GRID_POINTS,
+    fit_alpha_beta,
+    fit_embedding,
+    fit_gemm,
+    fit_interaction,
+    fit_memory,
+    fit_overhead,
+    memory_bandwidth_GBps,
+    predict_gemm_s,
+    predict_s,
+)
+from dlrmsim.calibration.host import flops_per_cycle, host_differences, peak_gflops
+from dlrmsim.calibration.schema import Calibration, InteractionFit, Measurement, OverheadFit, load_calibration
 from dlrmsim.errors import DlrmsimError
 from dlrmsim.topologies.topology import ComputeSpec, EfficiencyTable, Link, Topology
 
@@ -89,6 +100,43 @@ def test_embedding_fit_takes_the_cold_start_off_and_predicts_it_back(quick_cal: 
     assert fit.bandwidth_GBps == pytest.approx(bw / 1e9, rel=1e-3)
     for m in ms:
         assert predict_s(m, quick_cal.gemm, quick_cal.memory, [fit], [], overhead) == pytest.approx(m.time_s, rel=1e-3)
+
+
+def test_interaction_fit_recovers_its_own_model(quick_cal: Calibration) -> None:
+    """Times made by the simulator's interaction formula come back as the same three parameters (the rate
+    is one of the fit's grid points, so the recovery is exact) and are predicted back."""
+    cores = 2
+    overhead = OverheadFit(task_overhead_us_by_cores=[(cores, 20.0)], op_overhead_us_by_cores=[(cores, 2.0)])
+    peak = peak_gflops(quick_cal.host, cores) * 1e9
+    rate = peak * 10 ** (-3 + 3 * 40 / (RATE_GRID_POINTS - 1))  # a grid point, far below the peak
+    fixed, sample = 150e-6, 200e-9
+    bw = memory_bandwidth_GBps(quick_cal.memory, cores) * 1e9
+    ms = []
+    for n, s, e in ((256, 4, 32), (2048, 4, 32), (256, 26, 64), (2048, 26, 64), (1024, 16, 128)):
+        flops, nbytes, ops = 2.0 * (s + 1) ** 2 * e * n, 4.0 * n * (s + 1) * e * 3, 5.0
+        t = 20e-6 + 4 * 2e-6 + fixed + n * sample + max(flops / rate, nbytes / bw)
+        ms.append(_m("interaction", cores, t, flops=flops, bytes=nbytes,
+                     params={"direction": "forward", "batch": n, "tables": s, "dim": e, "ops": ops}))
+    (fit,) = fit_interaction(ms, quick_cal.memory, quick_cal.host, overhead)
+    assert fit.GFLOPs == pytest.approx(rate / 1e9, rel=1e-4)
+    assert fit.fixed_us == pytest.approx(fixed * 1e6, rel=1e-3)
+    assert fit.sample_time_ns == pytest.approx(sample * 1e9, rel=1e-3)
+    for m in ms:
+        pred = predict_s(m, quick_cal.gemm, quick_cal.memory, [], [], overhead, [fit])
+        assert pred == pytest.approx(m.time_s, rel=1e-3)
+
+
+def test_apply_gives_interaction_kinds_their_fitted_costs(quick_cal: Calibration) -> None:
+    fits = [InteractionFit(direction="forward", cores=1, fixed_us=100.0, sample_time_ns=300.0, GFLOPs=20.0),
+            InteractionFit(direction="backward", cores=1, fixed_us=50.0, sample_time_ns=150.0, GFLOPs=40.0)]
+    spec = apply_calibration(_tiny_host_topology(), quick_cal.model_copy(update={"interaction": fits})).compute(0)
+    assert spec.flop_rate_by_kind == {"interaction": 20e9, "interaction_bwd": 40e9}
+    assert spec.fixed_time_s_by_kind == pytest.approx({"interaction": 100e-6, "interaction_bwd": 50e-6})
+    assert spec.row_time_s_by_kind["interaction"] == pytest.approx(300e-9)
+    assert spec.row_time_s_by_kind["interaction_bwd"] == pytest.approx(150e-9)
+    # Without the benchmark (an older file) the interaction keeps the GEMM table.
+    old = apply_calibration(_tiny_host_topology(), quick_cal.model_copy(update={"interaction": []})).compute(0)
+    assert old.flop_rate_by_kind == {} and "interaction" not in old.row_time_s_by_kind
 
 
 def test_flops_per_cycle_from_flags() -> None:

@@ -24,7 +24,8 @@ def test_file_written_valid_and_round_trips(quick_cal_path: Path, quick_cal: Cal
         (op, d) for op in ("forward", "backward", "update") for d in ("uniform", "zipf")
     }
     benches = {m.benchmark for m in quick_cal.measurements}
-    assert benches == {"gemm", "linear", "stream", "embedding", "allreduce", "alltoall", "dispatch"}
+    assert benches == {"gemm", "linear", "stream", "embedding", "interaction", "allreduce", "alltoall", "dispatch"}
+    assert {(f.direction, f.cores) for f in quick_cal.interaction} == {(d, c) for d in ("forward", "backward") for c in {1, quick_cal.host.cores}}
     assert quick_cal.overhead is not None and all(us > 0 for _, us in quick_cal.overhead.task_overhead_us_by_cores)
     # Every non-Eq. measurement a fitted parameter predicts has a fit-quality row (the dispatch timings are the
     # per-op overhead itself, not predicted by another parameter).
@@ -54,6 +55,8 @@ def test_every_fitted_rate_positive_and_below_physical_peak(quick_cal: Calibrati
         assert 0 < e.bandwidth_GBps < bound, e
     for c in quick_cal.collectives:
         assert c.alpha_us >= 0 and 0 < c.beta_GBps < bound, c
+    for f in quick_cal.interaction:
+        assert 0 < f.GFLOPs <= peak_gflops(host, f.cores) and f.fixed_us >= 0 and f.sample_time_ns >= 0, f
 
 
 def test_eq1_eq2_moved_bytes_match_equations(quick_cal: Calibration) -> None:

@@ -90,7 +90,8 @@ def test_plan_repeats_single_process_kernels_in_later_passes_only() -> None:
     one = build_plan(k, quick=True, cores=2, implementation="gloo", passes=1)
     two = build_plan(k, quick=True, cores=2, implementation="gloo", passes=2)
     again = [t for t in one if t.repeat]
-    assert {t.stage for t in again} == {"gemm size sweep", "gemm preset MLP shapes", "memory streams", "op dispatch", "embedding bags"}
+    assert {t.stage for t in again} == {"gemm size sweep", "gemm preset MLP shapes", "memory streams", "op dispatch", "embedding bags",
+                                       "dot interaction"}
     assert len(two) == len(one) + len(again)
     # the second pass comes after all of the first (spread in time), with ids the partial cache tells apart
     assert [t.id for t in two[len(one):]] == [f"{t.id} pass 2" for t in again]

@@ -168,6 +168,29 @@ def test_training_charges_first_op_then_further_ops_overhead() -> None:
     assert acc["end"] == pytest.approx(1e-4 + 2 * 2e-5 + 1e4 * 1e-8, rel=1e-9)
 
 
+def test_measured_flop_rate_and_fixed_time_of_a_kind() -> None:
+    """A kind with a measured flop rate runs at it (not at the GEMM table's), after its fixed time, per-item
+    time and dispatch: t = dispatch + fixed + rows x row_time + max(flops / rate, bytes / bandwidth)."""
+    import dataclasses
+
+    from dlrmsim.simulator.taskgraph import IterationGraph, Task
+    from dlrmsim.simulator.training import CollectiveCoordinator, _rank_process
+
+    rate, fixed, per_row = 2e9, 3e-4, 1e-7
+    spec = dataclasses.replace(SPEC, task_overhead_s=1e-4, flop_rate_by_kind={"interaction": rate},
+                               fixed_time_s_by_kind={"interaction": fixed}, row_time_s_by_kind={"interaction": per_row})
+    sim = Simulation(two_node(spec=spec))
+    flops, nbytes, rows = 4e6, 1e3, 512.0
+    graph = IterationGraph(programs=[[Task("i", "interaction", flops, nbytes, rows=rows)], []], collectives={})
+    coord = CollectiveCoordinator(sim, graph, None, 1)  # type: ignore[arg-type]
+    acc = {"compute": 0.0, "end": 0.0}
+    sim.run(sim.env.process(_rank_process(sim, 0, graph, coord, "fp32", acc, {})))
+    expected = 1e-4 + fixed + rows * per_row + max(flops / rate, costs.task_time(0.0, nbytes, spec))
+    assert acc["end"] == pytest.approx(expected, rel=1e-9)
+    assert costs.task_flop_rate(spec, flops, spec.cores, kind="interaction") == rate
+    assert costs.task_flop_rate(spec, flops, spec.cores, kind="gemm") != rate
+
+
 @pytest.mark.parametrize(("ops", "expected"), [(0.0, 0.0), (0.5, 0.5e-4), (1.0, 1e-4), (4.0, 1e-4 + 3 * 2e-5)])
 def test_dispatch_overhead_first_op_cold_then_warm(ops: float, expected: float) -> None:
     import dataclasses

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dlrmsim.simulator.costs import MATRIX_KINDS
 from dlrmsim.simulator.taskgraph import IterationSettings, Post, Task, UpdateCosts, Wait, build_iteration, local_batches
 from dlrmsim.workloads import load_workload, model
 from dlrmsim.workloads.placement import PlacementSpec, place
@@ -54,7 +55,7 @@ def test_one_rank_has_no_communication_and_all_the_flops() -> None:
     prog = g.programs[0]
     assert all(isinstance(s, Task) for s in prog)
     fwd, bwd = model.flops_per_sample(SMALL)
-    dense = sum(t.flops for t in prog if t.kind in ("gemm", "interaction"))
+    dense = sum(t.flops for t in prog if t.kind in MATRIX_KINDS)
     assert dense == pytest.approx((fwd + bwd) * 2048)
 
 
@@ -62,7 +63,7 @@ def test_every_rank_does_its_share_of_dense_flops() -> None:
     g, _ = graph(SMALL, 4)
     fwd, bwd = model.flops_per_sample(SMALL)
     for r, n in enumerate(local_batches(8192, 4)):
-        dense = sum(t.flops for t in g.tasks(r) if t.kind in ("gemm", "interaction"))
+        dense = sum(t.flops for t in g.tasks(r) if t.kind in MATRIX_KINDS)
         assert dense == pytest.approx((fwd + bwd) * n)
 
 

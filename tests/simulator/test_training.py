@@ -27,7 +27,7 @@ def test_one_rank_iteration_is_the_sum_of_its_task_times() -> None:
     expected = 0.0
     for t in graph.programs[0]:
         assert isinstance(t, Task)
-        prec = inputs.workload.precision if t.kind in ("gemm", "interaction") else "fp32"
+        prec = inputs.workload.precision if t.kind in costs.MATRIX_KINDS else "fp32"
         expected += max(costs.task_time(t.flops, t.bytes, spec, cores, precision=prec, kind=t.kind), t.serial_s)
     assert res.iteration_s == pytest.approx(expected, rel=1e-9)
     assert res.breakdown.exposed_allreduce_s == res.breakdown.exposed_alltoall_s == 0.0
