@@ -10,7 +10,15 @@ from pathlib import Path
 from dlrmsim.calibration.bench import BenchTask, build_plan, clear_table_cache, fastest_pass
 from dlrmsim.calibration.collectives_host import implementation_for
 from dlrmsim.calibration.compare import eq_check, fit_quality
-from dlrmsim.calibration.fit import fit_collectives, fit_embedding, fit_gemm, fit_interaction, fit_memory, fit_overhead
+from dlrmsim.calibration.fit import (
+    FittedModel,
+    fit_collectives,
+    fit_embedding,
+    fit_gemm,
+    fit_interaction,
+    fit_memory,
+    fit_overhead,
+)
 from dlrmsim.calibration.host import detect_host, host_key, steady_allocator
 from dlrmsim.calibration.kernels import default_backend, get_kernels
 from dlrmsim.calibration.schema import Calibration, HostInfo, Measurement, save_calibration
@@ -133,7 +141,7 @@ def run_calibration(quick: bool, backend: str | None, out: Path | None, progress
         overhead=overhead,
         interaction=interaction,
         measurements=measurements,
-        fit_quality=fit_quality(measurements, gemm, memory, embedding, collectives, overhead, interaction),
+        fit_quality=fit_quality(measurements, FittedModel(gemm, memory, embedding, collectives, overhead, interaction)),
         eq_check=eq_check(measurements, collectives),
     )
     save_calibration(cal, out)

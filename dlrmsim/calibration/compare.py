@@ -17,17 +17,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from dlrmsim.calibration.bench import BenchTask, TimingPolicy, combine_ranks, time_collective
-from dlrmsim.calibration.fit import predict_collective_s, predict_s
+from dlrmsim.calibration.fit import FittedModel, predict_collective_s, predict_s
 from dlrmsim.calibration.schema import (
     CollectiveFit,
-    EmbeddingFit,
     EqCheckRow,
     FitRow,
-    GemmFit,
-    InteractionFit,
     Measurement,
-    MemoryFit,
-    OverheadFit,
 )
 
 # Largest collective each Eq. check may use (bytes per rank for the allreduce, all ranks for the alltoall):
@@ -154,20 +149,12 @@ def bus_cross(op: str, ranks: int) -> float:
     return 2.0 * (ranks - 1) / ranks if op == "allreduce" else (ranks - 1) / ranks
 
 
-def fit_quality(
-    measurements: Sequence[Measurement],
-    gemm: GemmFit,
-    memory: MemoryFit,
-    embedding: Sequence[EmbeddingFit],
-    collectives: Sequence[CollectiveFit],
-    overhead: OverheadFit | None = None,
-    interaction: Sequence[InteractionFit] = (),
-) -> list[FitRow]:
+def fit_quality(measurements: Sequence[Measurement], model: FittedModel) -> list[FitRow]:
     rows = []
     for m in measurements:
         if m.name.startswith("eq "):
             continue
-        pred = predict_s(m, gemm, memory, embedding, collectives, overhead, interaction)
+        pred = predict_s(m, model)
         if pred is None or pred <= 0:
             continue
         rows.append(FitRow(benchmark=m.benchmark, name=m.name, measured_s=float(f"{m.time_s:.6g}"),

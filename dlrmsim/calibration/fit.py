@@ -15,6 +15,7 @@ import itertools
 import math
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -334,16 +335,22 @@ def predict_collective_s(fit: CollectiveFit, nbytes: float) -> float:
 # --- one measurement -----------------------------------------------------------------------------------------
 
 
-def predict_s(
-    m: Measurement,
-    gemm: GemmFit,
-    memory: MemoryFit,
-    embedding: Sequence[EmbeddingFit],
-    collectives: Sequence[CollectiveFit],
-    overhead: OverheadFit | None = None,
-    interaction: Sequence[InteractionFit] = (),
-) -> float | None:
+@dataclass(frozen=True)
+class FittedModel:
+    """Every fitted part of the cost model, as the fit-quality table evaluates them together."""
+
+    gemm: GemmFit
+    memory: MemoryFit
+    embedding: Sequence[EmbeddingFit] = ()
+    collectives: Sequence[CollectiveFit] = ()
+    overhead: OverheadFit | None = None
+    interaction: Sequence[InteractionFit] = ()
+
+
+def predict_s(m: Measurement, model: FittedModel) -> float | None:
     """The fitted model's time for measurement ``m`` (None when no fitted parameter covers it)."""
+    gemm, memory, embedding, collectives, overhead, interaction = (
+        model.gemm, model.memory, model.embedding, model.collectives, model.overhead, model.interaction)  # fmt: skip
     if m.benchmark in ("gemm", "linear"):
         return predict_gemm_s(gemm, m.flops, m.cores)
     if m.benchmark == "stream":

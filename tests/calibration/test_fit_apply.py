@@ -11,6 +11,7 @@ import yaml
 from dlrmsim.calibration.apply import apply_calibration
 from dlrmsim.calibration.fit import (
     RATE_GRID_POINTS,
+    FittedModel,
     fit_alpha_beta,
     fit_embedding,
     fit_gemm,
@@ -99,7 +100,7 @@ def test_embedding_fit_takes_the_cold_start_off_and_predicts_it_back(quick_cal: 
     assert fit.row_time_ns == pytest.approx(row * 1e9, rel=1e-3)
     assert fit.bandwidth_GBps == pytest.approx(bw / 1e9, rel=1e-3)
     for m in ms:
-        assert predict_s(m, quick_cal.gemm, quick_cal.memory, [fit], [], overhead) == pytest.approx(m.time_s, rel=1e-3)
+        assert predict_s(m, FittedModel(quick_cal.gemm, quick_cal.memory, [fit], overhead=overhead)) == pytest.approx(m.time_s, rel=1e-3)
 
 
 def test_interaction_fit_recovers_its_own_model(quick_cal: Calibration) -> None:
@@ -122,7 +123,7 @@ def test_interaction_fit_recovers_its_own_model(quick_cal: Calibration) -> None:
     assert fit.fixed_us == pytest.approx(fixed * 1e6, rel=1e-3)
     assert fit.sample_time_ns == pytest.approx(sample * 1e9, rel=1e-3)
     for m in ms:
-        pred = predict_s(m, quick_cal.gemm, quick_cal.memory, [], [], overhead, [fit])
+        pred = predict_s(m, FittedModel(quick_cal.gemm, quick_cal.memory, overhead=overhead, interaction=[fit]))
         assert pred == pytest.approx(m.time_s, rel=1e-3)
 
 
