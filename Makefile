@@ -29,7 +29,9 @@ lint: $(VENV)/.installed-test
 	$(BIN)/ruff check dlrmsim tests benchmarks
 
 bench: $(VENV)/.installed
-	$(BIN)/python -m benchmarks.run_all
+	$(BIN)/python -m benchmarks.bench_engine
+	$(BIN)/python -m benchmarks.bench_training
+	$(BIN)/python -m benchmarks.bench_serving
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .hypothesis
