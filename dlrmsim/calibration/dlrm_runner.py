@@ -260,8 +260,7 @@ def dot_interaction_fwd(ops: _NumpyOps, bot_out: Any, emb: list[Any], li: Any, l
 
 def dot_interaction_bwd(ops: _NumpyOps, d_inter: Any, feats: Any, li: Any, lj: Any) -> tuple[Any, list[Any]]:
     """Backward of :func:`dot_interaction_fwd`: the bottom output's gradient and one gradient per table."""
-    n, f, _ = feats.shape
-    width = feats.shape[2]
+    n, f, width = feats.shape
     dz = ops.zeros((n, f, f))
     dz[:, li, lj] = d_inter[:, width:]
     dfeats = (dz + ops.swap(dz)) @ feats
