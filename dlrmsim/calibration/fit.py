@@ -31,6 +31,7 @@ from dlrmsim.calibration.schema import (
     MemoryFit,
     OverheadFit,
 )
+from dlrmsim.simulator.costs import dispatch_time_s
 from dlrmsim.topologies.topology import EfficiencyTable
 
 BIN_DECADES = 0.25
@@ -147,23 +148,9 @@ def fit_row_bandwidth(rows: Sequence[float], nbytes: Sequence[float], times: Seq
     row-sized copy's setup); the byte term the streaming. With one term negative the other is fitted alone.
     """
     r, b, t = (np.asarray(x, dtype=float) for x in (rows, nbytes, times))
-    x = np.stack([r / t, b / t], axis=1)
-    coef, *_ = np.linalg.lstsq(x, np.ones_like(t), rcond=None)
-    a, inv_bw = float(coef[0]), float(coef[1])
-    if a < 0 or inv_bw <= 0:
-        only_b = float(np.sum(x[:, 1]) / np.sum(x[:, 1] ** 2))  # min sum (b_i/t_i * c - 1)^2
-        only_a = float(np.sum(x[:, 0]) / np.sum(x[:, 0] ** 2))
-        err_b = float(np.sum((x[:, 1] * only_b - 1) ** 2))
-        err_a = float(np.sum((x[:, 0] * only_a - 1) ** 2))
-        if err_b <= err_a or only_a <= 0:
-            a, inv_bw = 0.0, only_b
-        else:  # pure per-row cost: keep a bandwidth far above any stream so bytes cost ~nothing
-            a, inv_bw = only_a, 1e-15
-    return a, 1.0 / inv_bw
-
-
-def _first_op_s(overhead: OverheadFit | None, cores: int) -> float:
-    return overhead.task_overhead_s(cores) if overhead is not None else 0.0
+    a, inv_bw = nonnegative_least_squares(np.stack([r / t, b / t], axis=1), np.ones_like(t))
+    # A pure per-row cost: keep a bandwidth far above any stream so bytes cost ~nothing.
+    return float(a), 1.0 / max(float(inv_bw), 1e-15)
 
 
 def fit_embedding(measurements: Sequence[Measurement], memory: MemoryFit, overhead: OverheadFit | None = None) -> list[EmbeddingFit]:
@@ -175,7 +162,7 @@ def fit_embedding(measurements: Sequence[Measurement], memory: MemoryFit, overhe
             groups[(str(m.params["op"]), str(m.params["distribution"]), m.cores)].append(m)
     out = []
     for (op, dist, cores), ms in sorted(groups.items()):
-        start = _first_op_s(overhead, cores)
+        start = dispatch_s(overhead, cores, 1.0)
         # The cold start is a small part of any benchmarked lookup; the floor only guards a noisy dispatch fit.
         work = [max(m.time_s - start, 0.5 * m.time_s) for m in ms]
         a, bw = fit_row_bandwidth([_lookups(m) for m in ms], [m.bytes for m in ms], work)
@@ -201,11 +188,10 @@ def fit_overhead(measurements: Sequence[Measurement]) -> OverheadFit | None:
 
 
 def dispatch_s(overhead: OverheadFit | None, cores: int, ops: float) -> float:
-    """What the simulator charges ``ops`` framework ops of one task (costs.dispatch_overhead_s): the first at
-    the first-op cost, every further one at the following ops' cost."""
+    """What the simulator charges ``ops`` framework ops of one task at ``cores`` cores (0 without a dispatch fit)."""
     if overhead is None:
         return 0.0
-    return min(ops, 1.0) * overhead.task_overhead_s(cores) + max(ops - 1.0, 0.0) * overhead.op_overhead_s(cores)
+    return dispatch_time_s(overhead.task_overhead_s(cores), overhead.op_overhead_s(cores), ops)
 
 
 def nonnegative_least_squares(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -349,21 +335,20 @@ class FittedModel:
 
 def predict_s(m: Measurement, model: FittedModel) -> float | None:
     """The fitted model's time for measurement ``m`` (None when no fitted parameter covers it)."""
-    gemm, memory, embedding, collectives, overhead, interaction = (
-        model.gemm, model.memory, model.embedding, model.collectives, model.overhead, model.interaction)  # fmt: skip
+    memory, overhead = model.memory, model.overhead
     if m.benchmark in ("gemm", "linear"):
-        return predict_gemm_s(gemm, m.flops, m.cores)
+        return predict_gemm_s(model.gemm, m.flops, m.cores)
     if m.benchmark == "stream":
         return m.bytes / (memory_bandwidth_GBps(memory, m.cores) * 1e9)
     if m.benchmark == "embedding":
-        e = embedding_fit_for(embedding, str(m.params["op"]), str(m.params["distribution"]), m.cores)
-        return _first_op_s(overhead, m.cores) + _lookups(m) * e.row_time_ns * 1e-9 + m.bytes / (e.bandwidth_GBps * 1e9)
+        e = embedding_fit_for(model.embedding, str(m.params["op"]), str(m.params["distribution"]), m.cores)
+        return dispatch_s(overhead, m.cores, 1.0) + _lookups(m) * e.row_time_ns * 1e-9 + m.bytes / (e.bandwidth_GBps * 1e9)
     if m.benchmark == "interaction":
-        fits = [f for f in interaction if f.direction == m.params["direction"] and f.cores == m.cores]
+        fits = [f for f in model.interaction if f.direction == m.params["direction"] and f.cores == m.cores]
         return predict_interaction_s(fits[0], m, memory, overhead) if fits else None
     if m.benchmark == "dispatch":
         return None
-    for c in collectives:
+    for c in model.collectives:
         if c.op == m.benchmark:
             return predict_collective_s(c, m.bytes)
     return None

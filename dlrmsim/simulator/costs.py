@@ -65,10 +65,15 @@ def stream_equivalent_bytes(spec: ComputeSpec, kind: str, nbytes: float) -> floa
     return nbytes / spec.bandwidth_fraction_by_kind.get(kind, 1.0)
 
 
+def dispatch_time_s(first_op_s: float, further_op_s: float, ops: float) -> float:
+    """Software time (s) of ``ops`` framework operations of one task: the first (or a fraction of one) at
+    ``first_op_s``, every further one at ``further_op_s``."""
+    return min(ops, 1.0) * first_op_s + max(ops - 1.0, 0.0) * further_op_s
+
+
 def dispatch_overhead_s(spec: ComputeSpec, ops: float) -> float:
-    """Software time (s) of a task standing for ``ops`` framework operations: the first (or a fraction of
-    one) at ``task_overhead_s``, every further one at ``op_overhead_s``."""
-    return min(ops, 1.0) * spec.task_overhead_s + max(ops - 1.0, 0.0) * spec.op_overhead_s
+    """:func:`dispatch_time_s` at ``spec``'s ``task_overhead_s`` (first op) and ``op_overhead_s`` (each further op)."""
+    return dispatch_time_s(spec.task_overhead_s, spec.op_overhead_s, ops)
 
 
 def fixed_time_s(spec: ComputeSpec, kind: str, ops: float, rows: float) -> float:
