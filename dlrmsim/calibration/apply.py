@@ -27,6 +27,7 @@ def calibrated_compute(spec: ComputeSpec, cal: Calibration) -> ComputeSpec:
     host = cal.host
     cores = max(1, min(spec.cores, host.cores))
     inter = interaction_costs(cal, cores)
+    emb = embedding_times(cal, cores=cores)
     table = gemm_table(cal.gemm, cores)
     peak = cores * host.clock_GHz * 1e9 * host.flops_per_cycle_fp32
     return dataclasses.replace(
@@ -39,9 +40,9 @@ def calibrated_compute(spec: ComputeSpec, cal: Calibration) -> ComputeSpec:
         memory_efficiency=EfficiencyTable.constant(1.0),
         saturation_cores=float(cal.memory.saturation_cores),
         bandwidth_fraction_by_kind=embedding_fractions(cal, cores=cores),
-        row_time_s_by_kind={**embedding_row_times(cal, cores=cores), **inter.row_time_s_by_kind},
+        row_time_s_by_kind={**emb.row_time_s_by_kind, **inter.row_time_s_by_kind},
         flop_rate_by_kind=inter.flop_rate_by_kind,
-        fixed_time_s_by_kind=inter.fixed_time_s_by_kind,
+        fixed_time_s_by_kind={**emb.fixed_time_s_by_kind, **inter.fixed_time_s_by_kind},
         task_overhead_s=cal.overhead.task_overhead_s(cores) if cal.overhead is not None else spec.task_overhead_s,
         op_overhead_s=cal.overhead.op_overhead_s(cores) if cal.overhead is not None else spec.op_overhead_s,
     )
@@ -64,16 +65,27 @@ def embedding_fractions(cal: Calibration, distribution: str = "uniform", cores: 
     return out
 
 
-def embedding_row_times(cal: Calibration, distribution: str = "uniform", cores: int | None = None) -> dict[str, float]:
-    """Fitted fixed time per looked-up row (s), per embedding task kind, at the core count nearest ``cores``."""
-    out: dict[str, float] = {}
+@dataclasses.dataclass(frozen=True)
+class EmbeddingTimes:
+    """The embedding fits' size-independent terms as ComputeSpec fields, per task kind (s per row, s per task)."""
+
+    row_time_s_by_kind: dict[str, float]
+    fixed_time_s_by_kind: dict[str, float]
+
+
+def embedding_times(cal: Calibration, distribution: str = "uniform", cores: int | None = None) -> EmbeddingTimes:
+    """Fitted time per looked-up row and per op (s), per embedding task kind, at the core count nearest
+    ``cores``; a kind appears only where its term is non-zero."""
+    out = EmbeddingTimes({}, {})
     for op, kind in EMBEDDING_KINDS.items():
         try:
-            row_ns = cal.embedding_fit(op, distribution, cores).row_time_ns
+            fit = cal.embedding_fit(op, distribution, cores)
         except KeyError:
             continue
-        if row_ns > 0:
-            out[kind] = row_ns * 1e-9
+        if fit.row_time_ns > 0:
+            out.row_time_s_by_kind[kind] = fit.row_time_ns * 1e-9
+        if fit.fixed_us > 0:
+            out.fixed_time_s_by_kind[kind] = fit.fixed_us * 1e-6
     return out
 
 

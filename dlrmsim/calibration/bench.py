@@ -141,6 +141,9 @@ def stream_elements(quick: bool) -> int:
     return (16 if quick else 64) * 2**20
 
 
+STREAM_STAGE = "memory streams"
+
+
 def stream_task(k: Kernels, kind: str, cores: int, elements: int, policy: TimingPolicy) -> BenchTask:
     name = f"stream {kind} c{cores}"
     arrays = 2 if kind == "copy" else 3  # STREAM counting: bytes read + written, no write-allocate
@@ -155,7 +158,7 @@ def stream_task(k: Kernels, kind: str, cores: int, elements: int, policy: Timing
         return [Measurement(benchmark="stream", name=name, cores=cores, params={"kind": kind, "elements": elements},
                             bytes=4.0 * arrays * elements, time_s=t, statistic="min", spread_pct=spread, repeats=reps)]
 
-    return BenchTask("memory streams", name, run, repeat=True)
+    return BenchTask(STREAM_STAGE, name, run, repeat=True)
 
 
 # --- embedding bags ------------------------------------------------------------------------------------------
@@ -502,8 +505,8 @@ def build_plan(k: Kernels, quick: bool, cores: int, implementation: str, ranks: 
     """Every micro-benchmark of a calibration, in the order they run.
 
     Tasks marked ``repeat`` (GEMMs, streams, dispatch, embedding bags, interaction) run again in each of
-    ``passes`` passes, after all of the first pass; :func:`fastest_pass` keeps each measurement's fastest pass.
-    Collectives run once (they start processes, and their spells of noise are averaged by their many ranks and
+    ``passes`` passes, after all of the first pass, and the streams once more at the end; :func:`fastest_pass`
+    keeps each measurement's fastest pass. Collectives run once (they start processes, and their spells of noise are averaged by their many ranks and
     sizes). ``tiny`` keeps a subset of the quick plan that still feeds every fit, in one pass: GEMMs up to
     1024^3, the streams, the dispatch cost, the first table shape's embedding bags, three interaction shapes,
     and four collective sizes; no preset shapes and no Eq. 1 / Eq. 2 check. Its rates are rougher than a
@@ -513,6 +516,12 @@ def build_plan(k: Kernels, quick: bool, cores: int, implementation: str, ranks: 
     again = [t for t in tasks if t.repeat] if not tiny else []
     for p in range(2, passes + 1):
         tasks += [replace(t, stage=f"{t.stage} (pass {p})", id=f"{t.id} pass {p}") for t in again]
+    # The streams once more after the collectives, the plan's last minute: a stream takes a second, and
+    # the socket bandwidth every memory-bound cost divides by should not rest on two passes a spell of a
+    # neighbour's memory traffic can cover (two quick runs once measured triad at 29 and 47 GB/s).
+    if passes > 1:
+        streams = [t for t in again if t.stage == STREAM_STAGE]
+        tasks += [replace(t, stage=f"{t.stage} (last pass)", id=f"{t.id} last pass") for t in streams]
     return tasks
 
 

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from dlrmsim.errors import DlrmsimError
+
+if TYPE_CHECKING:
+    from dlrmsim.calibration.drift import DriftSample
 
 
 def calibrate(
@@ -98,7 +101,26 @@ def validate(
             names = sorted(set(c.measured_phases_s) | set(c.predicted_phases_s))
             print_table(f"{c.name}: per phase", ["phase", "measured ms", "predicted ms"],
                         [(n, c.measured_phases_s.get(n, 0.0) * 1e3, c.predicted_phases_s.get(n, 0.0) * 1e3) for n in names])
+    _print_drift(report.drift_rounds)
     console.print(f"median |error| {100 * report.median_abs_error:.1f}%, max |error| {100 * report.max_abs_error:.1f}%")
+
+
+def _print_drift(rounds: list[list[DriftSample]]) -> None:
+    """The probe table, and a warning when the host drifted far enough to count in the errors."""
+    from dlrmsim.calibration.drift import DRIFT_WARN, worst
+    from dlrmsim.output import err_console, print_table
+
+    if not rounds:
+        return
+    names = [d.name for d in rounds[0]]
+    print_table("Host drift: probe time now / at calibration",
+                ["benchmark", *[f"round {i + 1}" for i in range(len(rounds))]],
+                [(n, *[next((d.ratio for d in r if d.name == n), float("nan")) for r in rounds]) for n in names])
+    w = worst([d for r in rounds for d in r])
+    if w is not None and abs(w.ratio - 1) > DRIFT_WARN:
+        err_console.print(f"[bold yellow]warning:[/] the host drifted since calibration ({w.name} ran at {w.ratio:.2f}x its "
+                          "calibrated time): part of each error above is the host's, not the model's (fix: calibrate and "
+                          "validate back to back on an idle host)", highlight=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

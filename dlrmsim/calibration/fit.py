@@ -3,7 +3,7 @@
 - GEMM: efficiency = achieved / physical peak(cores), against flops, per core count; the table is the
   median efficiency in each quarter-decade of flops (EfficiencyTable interpolates in log(flops) between).
 - Memory: bw(c) = min(c x per_core, bandwidth) from STREAM triad at 1..all cores.
-- Embedding: one achieved bandwidth per (op, distribution, cores), least squares on relative time error.
+- Embedding: per (op, distribution, cores), t = fixed + lookups x row time + bytes / bandwidth, NNLS on relative error.
 - Interaction: per (direction, cores) a fixed time, a per-sample time and the small matrices' flop rate.
 - Collectives: t(n) = alpha + n / beta per op: beta from the MiB-sized messages, alpha from the smallest.
 Every ``predict_s`` evaluates the fitted model for one measurement, for the fit-quality table.
@@ -141,21 +141,23 @@ def _lookups(m: Measurement) -> float:
     return 0.0  # no lookup count recorded: bandwidth only
 
 
-def fit_row_bandwidth(rows: Sequence[float], nbytes: Sequence[float], times: Sequence[float]) -> tuple[float, float]:
-    """(seconds per row, bytes/s) of t = rows x a + bytes / bw, least squares on the relative time error, a, 1/bw >= 0.
+def fit_embedding_terms(rows: Sequence[float], nbytes: Sequence[float], times: Sequence[float]) -> tuple[float, float, float]:
+    """(seconds per op, seconds per row, bytes/s) of t = fixed + rows x a + bytes / bw: non-negative least squares
+    on the relative time error.
 
-    A per-row term is the work that does not grow with a row's width (one kernel call per gradient row, a
-    row-sized copy's setup); the byte term the streaming. With one term negative the other is fitted alone.
+    The fixed term is what an op costs whatever its size (the bag offsets, the autograd and sparse-gradient
+    set-up, waking the thread pool); a per-row term the work that does not grow with a row's width (one kernel
+    call per gradient row, a row-sized copy's set-up); the byte term the streaming.
     """
     r, b, t = (np.asarray(x, dtype=float) for x in (rows, nbytes, times))
-    a, inv_bw = nonnegative_least_squares(np.stack([r / t, b / t], axis=1), np.ones_like(t))
-    # A pure per-row cost: keep a bandwidth far above any stream so bytes cost ~nothing.
-    return float(a), 1.0 / max(float(inv_bw), 1e-15)
+    fixed, a, inv_bw = nonnegative_least_squares(np.stack([1.0 / t, r / t, b / t], axis=1), np.ones_like(t))
+    # A pure per-row or fixed cost: keep a bandwidth far above any stream so bytes cost ~nothing.
+    return float(fixed), float(a), 1.0 / max(float(inv_bw), 1e-15)
 
 
 def fit_embedding(measurements: Sequence[Measurement], memory: MemoryFit, overhead: OverheadFit | None = None) -> list[EmbeddingFit]:
-    """Per (op, distribution, cores): the per-row time and bandwidth of the time left once the op's cold
-    start (the dispatch fit's first-op cost, which the simulator charges each task) is taken off."""
+    """Per (op, distribution, cores): the fixed, per-row and bandwidth terms of the time left once the op's
+    cold start (the dispatch fit's first-op cost, which the simulator charges each task) is taken off."""
     groups: dict[tuple[str, str, int], list[Measurement]] = defaultdict(list)
     for m in measurements:
         if m.benchmark == "embedding":
@@ -165,9 +167,10 @@ def fit_embedding(measurements: Sequence[Measurement], memory: MemoryFit, overhe
         start = dispatch_s(overhead, cores, 1.0)
         # The cold start is a small part of any benchmarked lookup; the floor only guards a noisy dispatch fit.
         work = [max(m.time_s - start, 0.5 * m.time_s) for m in ms]
-        a, bw = fit_row_bandwidth([_lookups(m) for m in ms], [m.bytes for m in ms], work)
+        fixed, a, bw = fit_embedding_terms([_lookups(m) for m in ms], [m.bytes for m in ms], work)
         out.append(EmbeddingFit(op=op, distribution=dist, cores=cores, bandwidth_GBps=_sig(bw / 1e9),  # type: ignore[arg-type]
-                                stream_fraction=_sig(bw / 1e9 / memory.bandwidth_GBps, 4), row_time_ns=_sig(a * 1e9)))
+                                stream_fraction=_sig(bw / 1e9 / memory.bandwidth_GBps, 4), row_time_ns=_sig(a * 1e9),
+                                fixed_us=_sig(fixed * 1e6)))
     return out
 
 
@@ -342,7 +345,7 @@ def predict_s(m: Measurement, model: FittedModel) -> float | None:
         return m.bytes / (memory_bandwidth_GBps(memory, m.cores) * 1e9)
     if m.benchmark == "embedding":
         e = embedding_fit_for(model.embedding, str(m.params["op"]), str(m.params["distribution"]), m.cores)
-        return dispatch_s(overhead, m.cores, 1.0) + _lookups(m) * e.row_time_ns * 1e-9 + m.bytes / (e.bandwidth_GBps * 1e9)
+        return dispatch_s(overhead, m.cores, 1.0) + e.fixed_us * 1e-6 + _lookups(m) * e.row_time_ns * 1e-9 + m.bytes / (e.bandwidth_GBps * 1e9)
     if m.benchmark == "interaction":
         fits = [f for f in model.interaction if f.direction == m.params["direction"] and f.cores == m.cores]
         return predict_interaction_s(fits[0], m, memory, overhead) if fits else None

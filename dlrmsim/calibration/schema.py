@@ -78,7 +78,8 @@ class MemoryFit(StrictModel):
 
 
 class EmbeddingFit(StrictModel):
-    """Achieved bandwidth of one embedding op for one index distribution (bytes as in kernels.embedding_bytes)."""
+    """One embedding op for one index distribution: t = first-op dispatch + fixed + lookups x row_time + bytes /
+    bandwidth (bytes as in kernels.embedding_bytes)."""
 
     op: Literal["forward", "backward", "update"]
     distribution: Literal["uniform", "zipf"]
@@ -87,6 +88,10 @@ class EmbeddingFit(StrictModel):
     stream_fraction: Positive = Field(description="bandwidth / memory.bandwidth_GBps")
     row_time_ns: Annotated[float, Field(ge=0)] = Field(
         0.0, description="fixed time per looked-up row (per-row kernel calls, row-sized copies): t = rows x row_time + bytes / bandwidth"
+    )
+    fixed_us: Annotated[float, Field(ge=0)] = Field(
+        0.0, description="time per op that grows with neither lookups nor bytes, beyond the dispatch fit's first-op cost "
+        "(the framework's bag offsets, autograd and sparse-gradient set-up, the thread pool's parallel regions)"
     )
 
 

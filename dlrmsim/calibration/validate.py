@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import Field, PositiveInt
 
 from dlrmsim import config
+from dlrmsim.calibration.drift import DriftSample
 from dlrmsim.config import StrictModel
 from dlrmsim.workloads.schema import Workload
 
@@ -70,6 +71,9 @@ class ValidationReport:
     cases: list[CaseResult]
     calibration: str
     backend: str
+    # Per round, the calibration's probe benchmarks measured again just before it (drift.py); empty when the
+    # validation runs another backend than the calibration measured.
+    drift_rounds: list[list[DriftSample]] = field(default_factory=list)
 
     @property
     def median_abs_error(self) -> float:
@@ -86,6 +90,7 @@ class ValidationReport:
             "cases": [asdict(c) for c in self.cases],
             "median_abs_error": self.median_abs_error,
             "max_abs_error": self.max_abs_error,
+            "host_drift": [[{**asdict(d), "ratio": d.ratio} for d in r] for r in self.drift_rounds],
         }
 
 
@@ -184,11 +189,15 @@ def run_validation(
 
     Each case is measured in ``rounds`` rounds, round-robin over the cases, and the fastest round's median
     is kept (with its phases): other jobs on a shared host only ever slow a run down, and a slow spell lasting
-    seconds would otherwise land whole on one case. Every round's median stays in the report.
+    seconds would otherwise land whole on one case. Every round's median stays in the report. Before each
+    round a few of the calibration's benchmarks run again (drift.py), so the report says whether the host
+    was still the calibrated one.
     """
     from rich.progress import Progress
 
     from dlrmsim.calibration import load_calibration
+    from dlrmsim.calibration.drift import measure_drift
+    from dlrmsim.calibration.kernels import get_kernels
     from dlrmsim.output import err_console
 
     cal = load_calibration(calibration_path)  # validate (and warn about another host) before any run
@@ -197,6 +206,7 @@ def run_validation(
     cases = load_cases(only=only)
     runs: dict[str, list[tuple[float, dict[str, float]]]] = {c.name: [] for c in cases}
     predictions: dict[str, tuple[float, dict[str, float]]] = {}
+    drift: list[list[DriftSample]] = []
     with Progress(console=err_console, transient=True, disable=not progress) as bar:
         task = bar.add_task("validating", total=len(cases) * (rounds + 1))
         for case in cases:
@@ -204,6 +214,9 @@ def run_validation(
             predictions[case.name] = predict(case, calibration_path)
             bar.advance(task)
         for r in range(rounds):
+            if backend == cal.host.backend:
+                bar.update(task, description=f"host drift probe (round {r + 1}/{rounds})")
+                drift.append(measure_drift(cal, get_kernels(backend)))
             for case in cases:
                 bar.update(task, description=f"{case.name}: running (round {r + 1}/{rounds})")
                 runs[case.name].append(measure(case, backend, iterations, warmup))
@@ -214,4 +227,4 @@ def run_validation(
         predicted, pphases = predictions[case.name]
         results.append(CaseResult(case.name, measured, predicted, (predicted - measured) / measured, case.ranks,
                                   case.threads, case.batch, mphases, pphases, [t for t, _ in runs[case.name]]))  # fmt: skip
-    return ValidationReport(results, str(calibration_path), backend)
+    return ValidationReport(results, str(calibration_path), backend, drift)

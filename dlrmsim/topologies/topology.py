@@ -90,9 +90,11 @@ class ComputeSpec:
     row_time_s_by_kind: dict[str, float] = field(default_factory=dict)
     # Kinds whose arithmetic is many tiny matrix products (the dot interaction's batched X X^T) run far below
     # the GEMM table's rate at the same total flops. A host calibration measures them: flop/s on all of this
-    # spec's cores by kind (overrides the GEMM table), and a fixed time per task (seconds, beyond dispatch:
-    # index set-up of the pair gather). Empty = GEMM table, no fixed time.
+    # spec's cores by kind (overrides the GEMM table). Empty = GEMM table.
     flop_rate_by_kind: dict[str, float] = field(default_factory=dict)
+    # Fixed time per task by kind (seconds, beyond dispatch): what an op costs whatever its size, such as the
+    # interaction's pair-index set-up or an embedding bag's offsets and sparse-gradient set-up. Empty = none;
+    # a host calibration fits it beside the per-row and per-byte terms.
     fixed_time_s_by_kind: dict[str, float] = field(default_factory=dict)
 
     def flops_rate(self, precision: str) -> float:

@@ -23,7 +23,7 @@ from dlrmsim.calibration.fit import (
     predict_s,
 )
 from dlrmsim.calibration.host import flops_per_cycle, host_differences, peak_gflops
-from dlrmsim.calibration.schema import Calibration, InteractionFit, Measurement, OverheadFit, load_calibration
+from dlrmsim.calibration.schema import Calibration, EmbeddingFit, InteractionFit, Measurement, OverheadFit, load_calibration
 from dlrmsim.errors import DlrmsimError
 from dlrmsim.topologies.topology import ComputeSpec, EfficiencyTable, Link, Topology
 
@@ -91,12 +91,15 @@ def test_overhead_fit_splits_first_op_from_further_ops() -> None:
 
 
 def test_embedding_fit_takes_the_cold_start_off_and_predicts_it_back(quick_cal: Calibration) -> None:
-    start, row, bw = 30e-6, 20e-9, 8e9
+    """Times made of the first-op cost, a fixed time per op, a time per lookup and a bandwidth come back as
+    the same three fitted terms (the cold start is not mistaken for the fixed term) and are predicted back."""
+    start, fixed, row, bw = 30e-6, 100e-6, 20e-9, 8e9
     overhead = OverheadFit(task_overhead_us_by_cores=[(2, start * 1e6)], op_overhead_us_by_cores=[(2, 1.0)])
-    ms = [_m("embedding", 2, start + lk * row + nb / bw, bytes=nb,
+    ms = [_m("embedding", 2, start + fixed + lk * row + nb / bw, bytes=nb,
              params={"op": "update", "distribution": "uniform", "lookups": lk})
-          for lk, nb in ((8192, 3e6), (65536, 2.4e7), (8192, 1.3e7), (65536, 9e7))]
+          for lk, nb in ((1024, 5e5), (8192, 3e6), (65536, 2.4e7), (8192, 1.3e7), (65536, 9e7))]
     (fit,) = fit_embedding(ms, quick_cal.memory, overhead)
+    assert fit.fixed_us == pytest.approx(fixed * 1e6, rel=1e-3)
     assert fit.row_time_ns == pytest.approx(row * 1e9, rel=1e-3)
     assert fit.bandwidth_GBps == pytest.approx(bw / 1e9, rel=1e-3)
     for m in ms:
@@ -132,12 +135,26 @@ def test_apply_gives_interaction_kinds_their_fitted_costs(quick_cal: Calibration
             InteractionFit(direction="backward", cores=1, fixed_us=50.0, sample_time_ns=150.0, GFLOPs=40.0)]
     spec = apply_calibration(_tiny_host_topology(), quick_cal.model_copy(update={"interaction": fits})).compute(0)
     assert spec.flop_rate_by_kind == {"interaction": 20e9, "interaction_bwd": 40e9}
-    assert spec.fixed_time_s_by_kind == pytest.approx({"interaction": 100e-6, "interaction_bwd": 50e-6})
+    assert spec.fixed_time_s_by_kind["interaction"] == pytest.approx(100e-6)
+    assert spec.fixed_time_s_by_kind["interaction_bwd"] == pytest.approx(50e-6)
     assert spec.row_time_s_by_kind["interaction"] == pytest.approx(300e-9)
     assert spec.row_time_s_by_kind["interaction_bwd"] == pytest.approx(150e-9)
     # Without the benchmark (an older file) the interaction keeps the GEMM table.
     old = apply_calibration(_tiny_host_topology(), quick_cal.model_copy(update={"interaction": []})).compute(0)
     assert old.flop_rate_by_kind == {} and "interaction" not in old.row_time_s_by_kind
+
+
+def test_apply_gives_embedding_kinds_their_fixed_and_row_times(quick_cal: Calibration) -> None:
+    fits = [EmbeddingFit(op=op, distribution="uniform", cores=1, bandwidth_GBps=5.0, stream_fraction=0.5,
+                         row_time_ns=row, fixed_us=fixed)
+            for op, row, fixed in (("forward", 2.0, 120.0), ("backward", 0.0, 150.0), ("update", 60.0, 0.0))]
+    spec = apply_calibration(_tiny_host_topology(), quick_cal.model_copy(update={"embedding": fits})).compute(0)
+    assert spec.fixed_time_s_by_kind["embedding"] == pytest.approx(120e-6)
+    assert spec.fixed_time_s_by_kind["embedding_bwd"] == pytest.approx(150e-6)
+    assert "update" not in spec.fixed_time_s_by_kind  # a zero term is left out, not stored as 0
+    assert spec.row_time_s_by_kind["embedding"] == pytest.approx(2e-9)
+    assert spec.row_time_s_by_kind["update"] == pytest.approx(60e-9)
+    assert "embedding_bwd" not in spec.row_time_s_by_kind
 
 
 def test_flops_per_cycle_from_flags() -> None:

@@ -8,7 +8,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from dlrmsim.calibration import drift
 from dlrmsim.calibration import validate as v
+from dlrmsim.calibration.drift import DriftSample
+from dlrmsim.calibration.schema import Calibration
 
 ROUND_TIMES = [0.030, 0.010, 0.020]  # what the fake runner measures in rounds 1, 2, 3
 
@@ -23,6 +26,14 @@ def fake_runner(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         return t, {"embedding_update": t / 2}
 
     monkeypatch.setattr(v, "measure", measure)
+    # The host drift probe (tested on its own below): the first round finds the host 1.5x slower.
+    probes: list[int] = []
+
+    def measure_drift(cal: object, kernels: object) -> list[DriftSample]:
+        probes.append(1)
+        return [DriftSample("gemm 512x512x512 c2", 1e-3, 1.5e-3 if len(probes) == 1 else 1e-3)]
+
+    monkeypatch.setattr(drift, "measure_drift", measure_drift)
     return calls
 
 
@@ -44,6 +55,8 @@ def test_rounds_are_round_robin_and_keep_the_fastest(quick_cal_path: Path, fake_
         assert c.measured_phases_s == {"embedding_update": min(ROUND_TIMES) / 2}
         # The simulated phases add up to no more than the simulated iteration (blocking schedule, one rank).
         assert 0 < sum(c.predicted_phases_s.values()) <= c.predicted_s * 1.001 or c.ranks > 1
+    # the probe ran before each round, and its ratios are now / calibrated
+    assert [[d.ratio for d in r] for r in report.drift_rounds] == [[pytest.approx(1.5)], [1.0], [1.0]]
     assert report.median_abs_error == pytest.approx(sorted(abs(c.error) for c in report.cases)[0] / 2 + sorted(abs(c.error) for c in report.cases)[1] / 2)
 
 
@@ -56,3 +69,30 @@ def test_validate_json_has_the_issue_keys(quick_cal_path: Path, fake_runner: lis
     assert set(data) >= {"cases", "median_abs_error", "max_abs_error"}
     (case,) = data["cases"]
     assert set(case) >= {"name", "measured_s", "predicted_s", "error"} and case["measured_rounds_s"] == ROUND_TIMES[:2]
+    assert [r[0]["ratio"] for r in data["host_drift"]] == [pytest.approx(1.5), 1.0]
+
+
+def test_validate_warns_when_the_host_drifted(quick_cal_path: Path, fake_runner: list[str]) -> None:
+    from dlrmsim.cli import app
+
+    res = CliRunner().invoke(app, ["validate", "-c", str(quick_cal_path), "--case", "base", "--rounds", "2"])
+    assert res.exit_code == 0, res.output
+    assert "Host drift" in res.output and "1.5" in res.output
+    assert "host drifted since calibration" in res.output
+
+
+def test_drift_probe_reruns_the_calibrations_own_benchmarks(quick_cal: Calibration) -> None:
+    """The probe rebuilds a GEMM, the triad and an embedding configuration from the calibration's rows and
+    measures them again under the same names; a sample's ratio is now / calibrated."""
+    from dlrmsim.calibration.kernels import get_kernels
+
+    samples = drift.measure_drift(quick_cal, get_kernels(quick_cal.host.backend))
+    calibrated = {m.name: m.time_s for m in quick_cal.measurements}
+    kinds = {s.name.split()[0] for s in samples}
+    assert kinds == {"gemm", "stream", "embedding"}, kinds
+    assert any(s.name.startswith("embedding update") for s in samples)
+    for s in samples:
+        assert s.calibrated_s == calibrated[s.name] and s.now_s > 0
+        assert s.ratio == pytest.approx(s.now_s / s.calibrated_s)
+    assert drift.worst([DriftSample("a", 1.0, 1.2), DriftSample("b", 1.0, 0.5)]).name == "b"  # type: ignore[union-attr]
+    assert drift.worst([]) is None

@@ -157,15 +157,16 @@ def test_training_charges_first_op_then_further_ops_overhead() -> None:
     from dlrmsim.simulator.training import CollectiveCoordinator, _rank_process
     from dlrmsim.topologies.topology import ComputeSpec
 
-    spec = dataclasses.replace(SPEC, task_overhead_s=1e-4, op_overhead_s=2e-5, row_time_s_by_kind={"update": 1e-8})
+    spec = dataclasses.replace(SPEC, task_overhead_s=1e-4, op_overhead_s=2e-5, row_time_s_by_kind={"update": 1e-8},
+                               fixed_time_s_by_kind={"update": 5e-5})
     assert isinstance(spec, ComputeSpec)
     sim = Simulation(two_node(spec=spec))
     graph = IterationGraph(programs=[[Task("u", "update", 0.0, 0.0, ops=3.0, rows=1e4)], []], collectives={})
     coord = CollectiveCoordinator(sim, graph, None, 1)  # type: ignore[arg-type]
     acc = {"compute": 0.0, "end": 0.0}
     sim.run(sim.env.process(_rank_process(sim, 0, graph, coord, "fp32", acc, {})))
-    # first op cold (1e-4), two further ops warm (2e-5 each), plus the per-row time
-    assert acc["end"] == pytest.approx(1e-4 + 2 * 2e-5 + 1e4 * 1e-8, rel=1e-9)
+    # first op cold (1e-4), two further ops warm (2e-5 each), the kind's fixed time once, plus the per-row time
+    assert acc["end"] == pytest.approx(1e-4 + 2 * 2e-5 + 5e-5 + 1e4 * 1e-8, rel=1e-9)
 
 
 def test_measured_flop_rate_and_fixed_time_of_a_kind() -> None:

@@ -1,0 +1,92 @@
+"""Host drift: has the host changed since it was calibrated?
+
+A shared or virtualised host does not stay one machine: a neighbour's memory traffic can make random-access
+kernels twice as slow for minutes (seen on the 2-vCPU VM this project is developed on). A validation that
+runs in such a spell compares the model with a different machine than the one it was fitted to, and its error
+is then partly the host's. So `dlrmsim validate` re-runs a few of the calibration's own micro-benchmarks (a
+GEMM, the saturated triad, one embedding-bag configuration) before each round and reports each one's time now
+against the calibration's: a ratio far from 1 says how much of an error is drift rather than model.
+
+Nothing here feeds a prediction; it is a diagnostic printed beside the errors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dlrmsim.calibration.bench import (
+    QUICK_POLICY,
+    BenchTask,
+    EmbeddingConfig,
+    embedding_task,
+    gemm_task,
+    stream_task,
+)
+from dlrmsim.calibration.kernels import Kernels
+from dlrmsim.calibration.schema import Calibration, Measurement
+
+PROBE_GEMM_MAX_DIM = 512  # the largest calibrated square GEMM up to this size: compute-bound, ~10 ms a sweep
+
+# |ratio - 1| beyond which a validation warns that the host drifted (a quiet host repeats these within ~10 %).
+DRIFT_WARN = 0.15
+
+
+@dataclass(frozen=True)
+class DriftSample:
+    """One probe benchmark, measured now against the calibration (seconds per call)."""
+
+    name: str
+    calibrated_s: float
+    now_s: float
+
+    @property
+    def ratio(self) -> float:
+        """now / calibrated: above 1, the host is slower than when it was calibrated."""
+        return self.now_s / self.calibrated_s
+
+
+def probe_tasks(cal: Calibration, kernels: Kernels) -> list[BenchTask]:
+    """The calibration benchmarks to measure again, rebuilt from their recorded parameters, at all cores (and
+    the embedding configuration at one core before)."""
+    cores = cal.host.cores
+    mine = [m for m in cal.measurements if m.cores == cores]
+    tasks: list[BenchTask] = []
+    gemms = [m for m in mine if m.benchmark == "gemm" and int(m.params["m"]) <= PROBE_GEMM_MAX_DIM]
+    if gemms:
+        n = int(max(gemms, key=lambda m: int(m.params["m"])).params["m"])
+        tasks.append(gemm_task(kernels, n, cores, QUICK_POLICY))
+    triad = [m for m in mine if m.benchmark == "stream" and m.params["kind"] == "triad"]
+    if triad:
+        tasks.append(stream_task(kernels, "triad", cores, int(triad[0].params["elements"]), QUICK_POLICY))
+    # The smallest uniform table configuration: its update is the most drift-prone op the model has. At one
+    # core first, then all, as the plan runs it: measured alone at all cores, its forward ran ~1.5x slower
+    # than in the plan (tables and thread pool as the one-core run leaves them), which is not drift.
+    emb = [m for m in mine if m.benchmark == "embedding" and m.params["op"] == "update" and m.params["distribution"] == "uniform"]
+    if emb:
+        p = min(emb, key=lambda m: (int(m.params["rows"]) * int(m.params["dim"]), int(m.params["pooling"]))).params
+        cfg = EmbeddingConfig(int(p["rows"]), int(p["dim"]), int(p["pooling"]), str(p["distribution"]), int(p["batch"]))
+        tasks += [embedding_task(kernels, cfg, c, QUICK_POLICY) for c in sorted({1, cores})]
+    return tasks
+
+
+def compare(cal: Calibration, measured: list[Measurement]) -> list[DriftSample]:
+    """Each re-measured benchmark against the calibration's row of the same name."""
+    by_name = {m.name: m for m in cal.measurements}
+    return [DriftSample(m.name, by_name[m.name].time_s, m.time_s) for m in measured if m.name in by_name]
+
+
+def measure_drift(cal: Calibration, kernels: Kernels) -> list[DriftSample]:
+    """Run the probe now (a few seconds) and compare it with the calibration."""
+    from dlrmsim.calibration.bench import clear_table_cache
+
+    try:
+        return compare(cal, [m for t in probe_tasks(cal, kernels) for m in t.run()])
+    finally:
+        clear_table_cache()
+
+
+def worst(samples: list[DriftSample]) -> DriftSample | None:
+    """The probe furthest from its calibrated time (in log ratio: twice as slow and twice as fast weigh alike)."""
+    import math
+
+    return max(samples, key=lambda s: abs(math.log(s.ratio)), default=None)
