@@ -15,19 +15,19 @@ import copy
 import dataclasses
 
 from dlrmsim.calibration.fit import gemm_table
-from dlrmsim.calibration.schema import Calibration
+from dlrmsim.calibration.schema import Calibration, EmbeddingFit
 from dlrmsim.topologies.topology import ComputeSpec, EfficiencyTable, Link, Topology
 
 SHM_LINK_KIND = "shm"
 
 
-def calibrated_compute(spec: ComputeSpec, cal: Calibration) -> ComputeSpec:
-    """``spec`` with the host's fitted fp32 GEMM, memory bandwidth and saturation, embedding and interaction
-    costs, and per-op overheads."""
+def calibrated_compute(spec: ComputeSpec, cal: Calibration, distribution: str = "uniform") -> ComputeSpec:
+    """``spec`` with the host's fitted fp32 GEMM, memory bandwidth and saturation, embedding costs for the
+    workload's index ``distribution``, interaction costs, and per-op overheads."""
     host = cal.host
     cores = max(1, min(spec.cores, host.cores))
     inter = interaction_costs(cal, cores)
-    emb = embedding_times(cal, cores=cores)
+    emb = embedding_times(cal, distribution, cores)
     table = gemm_table(cal.gemm, cores)
     peak = cores * host.clock_GHz * 1e9 * host.flops_per_cycle_fp32
     return dataclasses.replace(
@@ -39,7 +39,7 @@ def calibrated_compute(spec: ComputeSpec, cal: Calibration) -> ComputeSpec:
         memory_bandwidth_Bps=cal.memory.bandwidth_GBps * 1e9,
         memory_efficiency=EfficiencyTable.constant(1.0),
         saturation_cores=float(cal.memory.saturation_cores),
-        bandwidth_fraction_by_kind=embedding_fractions(cal, cores=cores),
+        bandwidth_fraction_by_kind=embedding_fractions(cal, distribution, cores),
         row_time_s_by_kind={**emb.row_time_s_by_kind, **inter.row_time_s_by_kind},
         flop_rate_by_kind=inter.flop_rate_by_kind,
         fixed_time_s_by_kind={**emb.fixed_time_s_by_kind, **inter.fixed_time_s_by_kind},
@@ -53,16 +53,27 @@ def calibrated_compute(spec: ComputeSpec, cal: Calibration) -> ComputeSpec:
 EMBEDDING_KINDS = {"forward": "embedding", "backward": "embedding_bwd", "update": "update"}
 
 
-def embedding_fractions(cal: Calibration, distribution: str = "uniform", cores: int | None = None) -> dict[str, float]:
-    """Achieved embedding-op bandwidth as a fraction of the saturated stream bandwidth, per task kind, from the
-    fit at the core count nearest ``cores`` (None: the most cores measured)."""
-    out: dict[str, float] = {}
+def embedding_fits(cal: Calibration, distribution: str = "uniform", cores: int | None = None) -> dict[str, EmbeddingFit]:
+    """The embedding fit per task kind for index ``distribution`` (the uniform fit where the calibration did not
+    measure it) at the core count nearest ``cores`` (None: the most cores measured).
+
+    Skewed indices hit the cache on their hot rows, so each distribution has its own fit; a zipf workload uses
+    the fit measured at the benchmark's exponent (bench.ZIPF_EXPONENT), whatever its own exponent is.
+    """
+    out: dict[str, EmbeddingFit] = {}
     for op, kind in EMBEDDING_KINDS.items():
-        try:
-            out[kind] = cal.embedding_fit(op, distribution, cores).bandwidth_GBps / cal.memory.bandwidth_GBps
-        except KeyError:
-            continue
+        for dist in dict.fromkeys((distribution, "uniform")):
+            try:
+                out[kind] = cal.embedding_fit(op, dist, cores)
+                break
+            except KeyError:
+                continue
     return out
+
+
+def embedding_fractions(cal: Calibration, distribution: str = "uniform", cores: int | None = None) -> dict[str, float]:
+    """Achieved embedding-op bandwidth as a fraction of the saturated stream bandwidth, per task kind."""
+    return {kind: fit.bandwidth_GBps / cal.memory.bandwidth_GBps for kind, fit in embedding_fits(cal, distribution, cores).items()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,11 +88,7 @@ def embedding_times(cal: Calibration, distribution: str = "uniform", cores: int 
     """Fitted time per looked-up row and per op (s), per embedding task kind, at the core count nearest
     ``cores``; a kind appears only where its term is non-zero."""
     out = EmbeddingTimes({}, {})
-    for op, kind in EMBEDDING_KINDS.items():
-        try:
-            fit = cal.embedding_fit(op, distribution, cores)
-        except KeyError:
-            continue
+    for kind, fit in embedding_fits(cal, distribution, cores).items():
         if fit.row_time_ns > 0:
             out.row_time_s_by_kind[kind] = fit.row_time_ns * 1e-9
         if fit.fixed_us > 0:
@@ -125,8 +132,9 @@ def calibrated_link(link: Link, cal: Calibration) -> Link:
     return dataclasses.replace(link, bandwidth_Bps=fit.bus_bandwidth_GBps * 1e9, latency_s=0.0, overhead_s=fit.alpha_us * 1e-6)
 
 
-def apply_calibration(topology: Topology, cal: Calibration) -> Topology:
-    """A new Topology (same class, ranks and routes) whose compute specs and shm links use ``cal``'s rates.
+def apply_calibration(topology: Topology, cal: Calibration, distribution: str = "uniform") -> Topology:
+    """A new Topology (same class, ranks and routes) whose compute specs and shm links use ``cal``'s rates
+    (embedding costs for the workload's index ``distribution``).
 
     Every node carrying a ComputeSpec is calibrated (ranks and any other endpoint); other links are kept.
     The input topology is not modified.
@@ -135,7 +143,7 @@ def apply_calibration(topology: Topology, cal: Calibration) -> Topology:
     for node, data in graph.nodes(data=True):
         spec = data.get("compute")
         if isinstance(spec, ComputeSpec):
-            graph.nodes[node]["compute"] = calibrated_compute(spec, cal)
+            graph.nodes[node]["compute"] = calibrated_compute(spec, cal, distribution)
     for u, v, data in graph.edges(data=True):
         link = data.get("link")
         if isinstance(link, Link) and link.kind == SHM_LINK_KIND:

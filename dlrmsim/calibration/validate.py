@@ -139,7 +139,7 @@ def predict(case: ValidationCase, calibration_path: Path) -> tuple[float, dict[s
 
     cal = load_calibration(calibration_path)
     topo = load_topology("host", {"compute.host-cpu.cores": case.ranks * case.threads}, ranks=case.ranks)
-    topo = apply_calibration(topo, cal)
+    topo = apply_calibration(topo, cal, case.workload.index_distribution.kind)
     cfg = TrainingConfig(
         topology="host",
         workload=case.workload.name,

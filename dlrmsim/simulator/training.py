@@ -164,7 +164,7 @@ def load_inputs(cfg: TrainingConfig, workload: Workload | None = None, topology:
     if cfg.calibration:
         from dlrmsim.calibration import apply_calibration, load_calibration
 
-        topo = apply_calibration(topo, load_calibration(Path(cfg.calibration)))
+        topo = apply_calibration(topo, load_calibration(Path(cfg.calibration)), w.index_distribution.kind)
     be_over = dict(cfg.backend_overrides)
     if cfg.comm_cores is not None:
         be_over["comm_cores"] = cfg.comm_cores

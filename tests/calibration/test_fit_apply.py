@@ -155,6 +155,14 @@ def test_apply_gives_embedding_kinds_their_fixed_and_row_times(quick_cal: Calibr
     assert spec.row_time_s_by_kind["embedding"] == pytest.approx(2e-9)
     assert spec.row_time_s_by_kind["update"] == pytest.approx(60e-9)
     assert "embedding_bwd" not in spec.row_time_s_by_kind
+    # A zipf workload gets the zipf fit where one was measured (the forward here), the uniform one elsewhere.
+    zipf = [EmbeddingFit(op="forward", distribution="zipf", cores=1, bandwidth_GBps=20.0, stream_fraction=0.9, fixed_us=80.0)]
+    cal = quick_cal.model_copy(update={"embedding": fits + zipf})
+    skewed = apply_calibration(_tiny_host_topology(), cal, "zipf").compute(0)
+    assert skewed.fixed_time_s_by_kind["embedding"] == pytest.approx(80e-6) and "embedding" not in skewed.row_time_s_by_kind
+    assert skewed.bandwidth_fraction_by_kind["embedding"] == pytest.approx(20.0 / quick_cal.memory.bandwidth_GBps)
+    assert skewed.fixed_time_s_by_kind["embedding_bwd"] == pytest.approx(150e-6)
+    assert apply_calibration(_tiny_host_topology(), cal).compute(0).fixed_time_s_by_kind["embedding"] == pytest.approx(120e-6)
 
 
 def test_flops_per_cycle_from_flags() -> None:
