@@ -43,6 +43,9 @@ def calibrated_compute(spec: ComputeSpec, cal: Calibration, distribution: str = 
         row_time_s_by_kind={**emb.row_time_s_by_kind, **inter.row_time_s_by_kind},
         flop_rate_by_kind=inter.flop_rate_by_kind,
         fixed_time_s_by_kind={**emb.fixed_time_s_by_kind, **inter.fixed_time_s_by_kind},
+        walk_time_s_by_kind=emb.walk_time_s_by_kind,
+        page_bytes=float(host.page_bytes),
+        l2_bytes=float(host.l2_bytes),
         task_overhead_s=cal.overhead.task_overhead_s(cores) if cal.overhead is not None else spec.task_overhead_s,
         op_overhead_s=cal.overhead.op_overhead_s(cores) if cal.overhead is not None else spec.op_overhead_s,
     )
@@ -78,19 +81,23 @@ def embedding_fractions(cal: Calibration, distribution: str = "uniform", cores: 
 
 @dataclasses.dataclass(frozen=True)
 class EmbeddingTimes:
-    """The embedding fits' size-independent terms as ComputeSpec fields, per task kind (s per row, s per task)."""
+    """The embedding fits' terms beside bandwidth as ComputeSpec fields, per task kind (s per row, s per
+    L2-missing page walk, s per task)."""
 
     row_time_s_by_kind: dict[str, float]
+    walk_time_s_by_kind: dict[str, float]
     fixed_time_s_by_kind: dict[str, float]
 
 
 def embedding_times(cal: Calibration, distribution: str = "uniform", cores: int | None = None) -> EmbeddingTimes:
-    """Fitted time per looked-up row and per op (s), per embedding task kind, at the core count nearest
-    ``cores``; a kind appears only where its term is non-zero."""
-    out = EmbeddingTimes({}, {})
+    """Fitted time per looked-up row, per L2-missing page walk and per op (s), per embedding task kind, at the
+    core count nearest ``cores``; a kind appears only where its term is non-zero."""
+    out = EmbeddingTimes({}, {}, {})
     for kind, fit in embedding_fits(cal, distribution, cores).items():
         if fit.row_time_ns > 0:
             out.row_time_s_by_kind[kind] = fit.row_time_ns * 1e-9
+        if fit.walk_time_ns > 0:
+            out.walk_time_s_by_kind[kind] = fit.walk_time_ns * 1e-9
         if fit.fixed_us > 0:
             out.fixed_time_s_by_kind[kind] = fit.fixed_us * 1e-6
     return out

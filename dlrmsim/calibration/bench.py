@@ -259,8 +259,9 @@ def embedding_task(k: Kernels, cfg: EmbeddingConfig, cores: int, policy: TimingP
                    for _ in range(EMBEDDING_BATCHES)]
         unique_rows = round(statistics.mean(np.unique(b).size for b in batches))
         nbytes = embedding_bytes(cfg.batch, cfg.pooling, cfg.dim, unique_rows)
+        tables = tables_per_cycle(cfg, last_level_cache_bytes())
         with k.threads(cores):
-            samples = time_embedding_cycle(k.name, cfg, batches, policy, k.flush, tables_per_cycle(cfg, last_level_cache_bytes()))
+            samples = time_embedding_cycle(k.name, cfg, batches, policy, k.flush, tables)
         out = []
         for op_name in ("forward", "backward", "update"):
             ts = samples[op_name]
@@ -269,7 +270,7 @@ def embedding_task(k: Kernels, cfg: EmbeddingConfig, cores: int, policy: TimingP
                 benchmark="embedding", name=f"embedding {op_name} {base}", cores=cores,
                 params={"op": op_name, "rows": cfg.rows, "dim": cfg.dim, "pooling": cfg.pooling,
                         "distribution": cfg.distribution, "batch": cfg.batch, "unique_rows": unique_rows,
-                        "lookups": cfg.batch * cfg.pooling},
+                        "lookups": cfg.batch * cfg.pooling, "tables": tables},
                 bytes=nbytes[op_name], time_s=med, spread_pct=100.0 * (max(ts) - min(ts)) / med, repeats=len(ts)))
         return out
 

@@ -129,7 +129,7 @@ def run_calibration(quick: bool, backend: str | None, out: Path | None, progress
     gemm = fit_gemm(measurements, host)
     memory = fit_memory(measurements, host)
     overhead = fit_overhead(measurements)
-    embedding = fit_embedding(measurements, memory, overhead)
+    embedding = fit_embedding(measurements, memory, overhead, host)
     collectives = fit_collectives(measurements)
     interaction = fit_interaction(measurements, memory, host, overhead)
     cal = Calibration(
@@ -141,7 +141,7 @@ def run_calibration(quick: bool, backend: str | None, out: Path | None, progress
         overhead=overhead,
         interaction=interaction,
         measurements=measurements,
-        fit_quality=fit_quality(measurements, FittedModel(gemm, memory, embedding, collectives, overhead, interaction)),
+        fit_quality=fit_quality(measurements, FittedModel(gemm, memory, embedding, collectives, overhead, interaction, host)),
         eq_check=eq_check(measurements, collectives),
     )
     save_calibration(cal, out)

@@ -3,7 +3,8 @@
 - GEMM: efficiency = achieved / physical peak(cores), against flops, per core count; the table is the
   median efficiency in each quarter-decade of flops (EfficiencyTable interpolates in log(flops) between).
 - Memory: bw(c) = min(c x per_core, bandwidth) from STREAM triad at 1..all cores.
-- Embedding: per (op, distribution, cores), t = fixed + lookups x row time + bytes / bandwidth, NNLS on relative error.
+- Embedding: per (op, distribution, cores), t = fixed + lookups x row time + walk-missing lookups x walk time
+  + bytes / bandwidth, NNLS on relative error.
 - Interaction: per (direction, cores) a fixed time, a per-sample time and the small matrices' flop rate.
 - Collectives: t(n) = alpha + n / beta per op: beta from the MiB-sized messages, alpha from the smallest.
 Every ``predict_s`` evaluates the fitted model for one measurement, for the fit-quality table.
@@ -141,23 +142,34 @@ def _lookups(m: Measurement) -> float:
     return 0.0  # no lookup count recorded: bandwidth only
 
 
-def fit_embedding_terms(rows: Sequence[float], nbytes: Sequence[float], times: Sequence[float]) -> tuple[float, float, float]:
-    """(seconds per op, seconds per row, bytes/s) of t = fixed + rows x a + bytes / bw: non-negative least squares
-    on the relative time error.
+def walk_lookups(m: Measurement, host: HostInfo | None) -> float:
+    """Lookups of an embedding measurement weighted by the share whose page walk misses L2
+    (costs.page_walk_miss_share over the tables its cycle walks); 0 for the backward, which never reads the
+    table, and for rows that do not record their tables or host."""
+    from dlrmsim.simulator.costs import page_walk_miss_share
 
-    The fixed term is what an op costs whatever its size (the bag offsets, the autograd and sparse-gradient
-    set-up, waking the thread pool); a per-row term the work that does not grow with a row's width (one kernel
-    call per gradient row, a row-sized copy's set-up); the byte term the streaming.
+    p = m.params
+    if host is None or p.get("op") == "backward" or "tables" not in p:
+        return 0.0
+    tables_bytes = float(p["tables"]) * float(p["rows"]) * float(p["dim"]) * 4.0
+    return _lookups(m) * page_walk_miss_share(tables_bytes, host.page_bytes, host.l2_bytes)
+
+
+def fit_embedding_terms(features: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """Non-negative coefficients c of t = features . c, least squares on the relative time error.
+
+    Columns, in EmbeddingFit's order: 1 (s per op: the bag offsets, autograd and sparse-gradient set-up,
+    waking the thread pool), lookups (s per row: work that does not grow with a row's width, one kernel call
+    per gradient row), walk-missing lookups (s per page walk that misses L2), bytes (s per byte: streaming).
+    A term the data does not need comes out 0; with no byte term the bandwidth is left far above any stream.
     """
-    r, b, t = (np.asarray(x, dtype=float) for x in (rows, nbytes, times))
-    fixed, a, inv_bw = nonnegative_least_squares(np.stack([1.0 / t, r / t, b / t], axis=1), np.ones_like(t))
-    # A pure per-row or fixed cost: keep a bandwidth far above any stream so bytes cost ~nothing.
-    return float(fixed), float(a), 1.0 / max(float(inv_bw), 1e-15)
+    return nonnegative_least_squares(features / times[:, None], np.ones_like(times))
 
 
-def fit_embedding(measurements: Sequence[Measurement], memory: MemoryFit, overhead: OverheadFit | None = None) -> list[EmbeddingFit]:
-    """Per (op, distribution, cores): the fixed, per-row and bandwidth terms of the time left once the op's
-    cold start (the dispatch fit's first-op cost, which the simulator charges each task) is taken off."""
+def fit_embedding(measurements: Sequence[Measurement], memory: MemoryFit, overhead: OverheadFit | None = None,
+                  host: HostInfo | None = None) -> list[EmbeddingFit]:
+    """Per (op, distribution, cores): the fixed, per-row, page-walk and bandwidth terms of the time left once
+    the op's cold start (the dispatch fit's first-op cost, which the simulator charges each task) is taken off."""
     groups: dict[tuple[str, str, int], list[Measurement]] = defaultdict(list)
     for m in measurements:
         if m.benchmark == "embedding":
@@ -166,11 +178,13 @@ def fit_embedding(measurements: Sequence[Measurement], memory: MemoryFit, overhe
     for (op, dist, cores), ms in sorted(groups.items()):
         start = dispatch_s(overhead, cores, 1.0)
         # The cold start is a small part of any benchmarked lookup; the floor only guards a noisy dispatch fit.
-        work = [max(m.time_s - start, 0.5 * m.time_s) for m in ms]
-        fixed, a, bw = fit_embedding_terms([_lookups(m) for m in ms], [m.bytes for m in ms], work)
+        work = np.array([max(m.time_s - start, 0.5 * m.time_s) for m in ms])
+        x = np.array([[1.0, _lookups(m), walk_lookups(m, host), m.bytes] for m in ms])
+        fixed, a, walk, inv_bw = fit_embedding_terms(x, work)
+        bw = 1.0 / max(float(inv_bw), 1e-15)
         out.append(EmbeddingFit(op=op, distribution=dist, cores=cores, bandwidth_GBps=_sig(bw / 1e9),  # type: ignore[arg-type]
                                 stream_fraction=_sig(bw / 1e9 / memory.bandwidth_GBps, 4), row_time_ns=_sig(a * 1e9),
-                                fixed_us=_sig(fixed * 1e6)))
+                                walk_time_ns=_sig(walk * 1e9), fixed_us=_sig(fixed * 1e6)))
     return out
 
 
@@ -334,6 +348,7 @@ class FittedModel:
     collectives: Sequence[CollectiveFit] = ()
     overhead: OverheadFit | None = None
     interaction: Sequence[InteractionFit] = ()
+    host: HostInfo | None = None  # page and L2 sizes for the embedding page-walk term
 
 
 def predict_s(m: Measurement, model: FittedModel) -> float | None:
@@ -345,7 +360,8 @@ def predict_s(m: Measurement, model: FittedModel) -> float | None:
         return m.bytes / (memory_bandwidth_GBps(memory, m.cores) * 1e9)
     if m.benchmark == "embedding":
         e = embedding_fit_for(model.embedding, str(m.params["op"]), str(m.params["distribution"]), m.cores)
-        return dispatch_s(overhead, m.cores, 1.0) + e.fixed_us * 1e-6 + _lookups(m) * e.row_time_ns * 1e-9 + m.bytes / (e.bandwidth_GBps * 1e9)
+        return (dispatch_s(overhead, m.cores, 1.0) + e.fixed_us * 1e-6 + _lookups(m) * e.row_time_ns * 1e-9
+                + walk_lookups(m, model.host) * e.walk_time_ns * 1e-9 + m.bytes / (e.bandwidth_GBps * 1e9))
     if m.benchmark == "interaction":
         fits = [f for f in model.interaction if f.direction == m.params["direction"] and f.cores == m.cores]
         return predict_interaction_s(fits[0], m, memory, overhead) if fits else None

@@ -132,6 +132,8 @@ def detect_host(backend: str, quick: bool, libraries: dict[str, str], date: str)
         isa=isa,
         peak_fp32_GFLOPs=round(cores * facts.clock_GHz * fpc, 3),
         memory_bound_GBps=round(cores * facts.clock_GHz * L1_BYTES_PER_CYCLE, 3),
+        page_bytes=page_bytes(),
+        l2_bytes=l2_cache_bytes(),
         libraries=libraries,
         backend=backend,  # type: ignore[arg-type]
         date=date,
@@ -140,16 +142,38 @@ def detect_host(backend: str, quick: bool, libraries: dict[str, str], date: str)
 
 
 @functools.cache
+def cache_sizes() -> tuple[tuple[int, int], ...]:
+    """(level, bytes) of each data or unified CPU cache Linux reports for cpu0 (sysfs cache index entries);
+    empty elsewhere."""
+    out = []
+    for d in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            level, kind, text = ((d / f).read_text().strip() for f in ("level", "type", "size"))
+        except OSError:
+            continue
+        unit = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:].upper(), 1)
+        digits = text.rstrip("KMGkmg")
+        if kind != "Instruction" and digits.isdigit() and level.isdigit():
+            out.append((int(level), int(digits) * unit))
+    return tuple(out)
+
+
 def last_level_cache_bytes(default: int = 32 << 20) -> int:
-    """Size (bytes) of the largest CPU cache Linux reports (sysfs cache index entries); ``default`` elsewhere."""
-    sizes = []
-    for f in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
-        text = f.read_text().strip().upper() if f.is_file() else ""
-        unit = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-        digits = text.rstrip("KMG")
-        if digits.isdigit():
-            sizes.append(int(digits) * unit)
-    return max(sizes, default=default)
+    """Size (bytes) of the largest CPU cache; ``default`` where Linux does not say."""
+    return max((size for _, size in cache_sizes()), default=default)
+
+
+def l2_cache_bytes(default: int = 1 << 20) -> int:
+    """Size (bytes) of a core's level-2 cache; ``default`` where Linux does not say."""
+    return next((size for level, size in cache_sizes() if level == 2), default)
+
+
+def page_bytes(default: int = 4096) -> int:
+    """The virtual memory page size (bytes); ``default`` where the OS does not say."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        return default
 
 
 def steady_allocator() -> bool:
@@ -211,7 +235,8 @@ def warn_if_other_host(host: HostInfo, source: str) -> list[str]:
 
 def host_key(host: HostInfo) -> str:
     """Stable key of the machine and software a measurement depends on (partial-results cache key)."""
-    # "cold-v3": the benchmark method (cold-cache timing); partial results of another method are not reused.
-    parts = ["cold-v3", host.cpu_model, host.vendor, str(host.cores), host.isa, f"{host.memory_GB:.0f}", host.backend, str(host.quick)]
+    # "walk-v4": the benchmark method (cold-cache timing, tables per embedding cycle recorded); partial results
+    # of another method are not reused.
+    parts = ["walk-v4", host.cpu_model, host.vendor, str(host.cores), host.isa, f"{host.memory_GB:.0f}", host.backend, str(host.quick)]
     parts += [f"{k}={v}" for k, v in sorted(host.libraries.items())]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]

@@ -34,6 +34,8 @@ class HostInfo(StrictModel):
     isa: str = Field(description="widest vector ISA seen in the flags")
     peak_fp32_GFLOPs: Positive = Field(description="cores x clock x flops/cycle: the physical fp32 peak")
     memory_bound_GBps: Positive = Field(description="generous physical bound on any memory stream (see host.py)")
+    page_bytes: Annotated[int, Field(gt=0)] = Field(4096, description="virtual memory page size (bytes)")
+    l2_bytes: Annotated[int, Field(gt=0)] = Field(1 << 20, description="a core's level-2 cache (bytes): where page-table walks hit or miss")
     libraries: dict[str, str]
     backend: Literal["numpy", "torch"]
     date: str = Field(description="ISO 8601 time the calibration finished")
@@ -78,8 +80,8 @@ class MemoryFit(StrictModel):
 
 
 class EmbeddingFit(StrictModel):
-    """One embedding op for one index distribution: t = first-op dispatch + fixed + lookups x row_time + bytes /
-    bandwidth (bytes as in kernels.embedding_bytes)."""
+    """One embedding op for one index distribution: t = first-op dispatch + fixed + lookups x (row_time + miss
+    share x walk_time) + bytes / bandwidth (bytes as in kernels.embedding_bytes)."""
 
     op: Literal["forward", "backward", "update"]
     distribution: Literal["uniform", "zipf"]
@@ -88,6 +90,10 @@ class EmbeddingFit(StrictModel):
     stream_fraction: Positive = Field(description="bandwidth / memory.bandwidth_GBps")
     row_time_ns: Annotated[float, Field(ge=0)] = Field(
         0.0, description="fixed time per looked-up row (per-row kernel calls, row-sized copies): t = rows x row_time + bytes / bandwidth"
+    )
+    walk_time_ns: Annotated[float, Field(ge=0)] = Field(
+        0.0, description="time per lookup whose page-table walk misses L2, charged as lookups x the miss share of the "
+        "op's tables (simulator.costs.page_walk_miss_share); the backward never reads the table"
     )
     fixed_us: Annotated[float, Field(ge=0)] = Field(
         0.0, description="time per op that grows with neither lookups nor bytes, beyond the dispatch fit's first-op cost "
@@ -102,6 +108,10 @@ class InteractionFit(StrictModel):
 
     direction: Literal["forward", "backward"]
     cores: Annotated[int, Field(gt=0)]
+    walk_time_ns: Annotated[float, Field(ge=0)] = Field(
+        0.0, description="time per lookup whose page-table walk misses L2, charged as lookups x the miss share of the "
+        "op's tables (simulator.costs.page_walk_miss_share); the backward never reads the table"
+    )
     fixed_us: Annotated[float, Field(ge=0)] = Field(description="per call, beyond the ops' dispatch")
     sample_time_ns: Annotated[float, Field(ge=0)] = Field(description="per sample: one small matrix product and its pairs")
     GFLOPs: Positive = Field(description="achieved rate of the many small per-sample matrix products")

@@ -76,10 +76,29 @@ def dispatch_overhead_s(spec: ComputeSpec, ops: float) -> float:
     return dispatch_time_s(spec.task_overhead_s, spec.op_overhead_s, ops)
 
 
-def fixed_time_s(spec: ComputeSpec, kind: str, ops: float, rows: float) -> float:
+PAGE_TABLE_ENTRY_BYTES = 8  # one last-level page-table entry (x86-64, AArch64)
+
+
+def page_walk_miss_share(tables_bytes: float, page_bytes: float, l2_bytes: float) -> float:
+    """Share of random lookups into ``tables_bytes`` of tables whose page-table walk misses a core's L2 cache.
+
+    Tables far beyond the TLB's reach make nearly every random lookup walk the page table; the walk is cheap
+    while the tables' page-table entries (8 bytes per page) stay in L2, and costs a trip to the last-level
+    cache or memory once they do not. ws / (ws + L2), for ws the entries' bytes, is a smooth stand-in for that
+    share: ~0 when the entries are far smaller than L2, 1/2 when equal, towards 1 when far larger.
+    """
+    ws = tables_bytes / page_bytes * PAGE_TABLE_ENTRY_BYTES
+    return ws / (ws + l2_bytes) if ws > 0 else 0.0
+
+
+def fixed_time_s(spec: ComputeSpec, kind: str, ops: float, rows: float, tables_bytes: float = 0.0) -> float:
     """Time (s) of a task that neither flops nor bytes explain: dispatch of its ``ops`` framework ops, its
-    ``rows`` items at the kind's per-item time, and the kind's fixed time per task."""
-    return dispatch_overhead_s(spec, ops) + rows * spec.row_time_s_by_kind.get(kind, 0.0) + spec.fixed_time_s_by_kind.get(kind, 0.0)
+    ``rows`` items at the kind's per-item time and, for lookups into ``tables_bytes`` of tables, the share of
+    them whose page walk misses L2 at the kind's walk time, and the kind's fixed time per task."""
+    walk = spec.walk_time_s_by_kind.get(kind, 0.0)
+    if walk > 0:
+        walk *= page_walk_miss_share(tables_bytes, spec.page_bytes, spec.l2_bytes)
+    return dispatch_overhead_s(spec, ops) + rows * (spec.row_time_s_by_kind.get(kind, 0.0) + walk) + spec.fixed_time_s_by_kind.get(kind, 0.0)
 
 
 def task_time(

@@ -13,7 +13,7 @@ wait for it; the dense optimizer waits for every allreduce.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Literal
 
@@ -83,6 +83,7 @@ class Task:
     ops: float = 1.0  # framework operations (kernel launches) the task stands for; each pays ComputeSpec.task_overhead_s
     rows: float = 0.0  # items the task walks one by one (embedding rows looked up or updated, samples of the
     # interaction's batched small matrices); each pays ComputeSpec.row_time_s_by_kind[kind]
+    tables_bytes: float = 0.0  # embedding tables on the rank whose page tables a lookup walks (costs.fixed_time_s)
 
 
 @dataclass(frozen=True)
@@ -462,7 +463,12 @@ def _rank_program(
     tensors = 2 * len(model.mlp_layers(w)) + len(placement.replicated_tables)  # each layer's weight and bias
     add(Task("optimizer", "optimizer", flops=2.0 * dense_params, bytes=OPTIMIZER_BYTES_PER_PARAM[s.optimizer] * dense_params,
              ops=OPTIMIZER_OPS_PER_TENSOR[s.optimizer] * tensors))
-    return prog
+    # Lookups and updates read the tables at random: their page walks compete with every table on the rank.
+    held = placement.table_bytes_on(w, r)
+    return [replace(t, tables_bytes=held) if isinstance(t, Task) and t.kind in TABLE_WALK_KINDS else t for t in prog]
+
+
+TABLE_WALK_KINDS = ("embedding", "update")  # task kinds that read rows of the tables (the backward does not)
 
 
 def _bytes_touching(c: Collective, rank: int) -> float:

@@ -96,6 +96,12 @@ class ComputeSpec:
     # interaction's pair-index set-up or an embedding bag's offsets and sparse-gradient set-up. Empty = none;
     # a host calibration fits it beside the per-row and per-byte terms.
     fixed_time_s_by_kind: dict[str, float] = field(default_factory=dict)
+    # Time per random lookup whose page-table walk misses L2, by kind (seconds), charged for the share of
+    # lookups costs.page_walk_miss_share gives the rank's tables, with this spec's page and L2 sizes (bytes).
+    # Empty = not modelled; a host calibration fits it from tables of two sizes.
+    walk_time_s_by_kind: dict[str, float] = field(default_factory=dict)
+    page_bytes: float = 4096.0
+    l2_bytes: float = float(1 << 20)
 
     def flops_rate(self, precision: str) -> float:
         """Peak op/s for ``precision``; falls back to fp32 when the unit has no faster path."""

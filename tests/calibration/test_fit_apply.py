@@ -91,19 +91,32 @@ def test_overhead_fit_splits_first_op_from_further_ops() -> None:
 
 
 def test_embedding_fit_takes_the_cold_start_off_and_predicts_it_back(quick_cal: Calibration) -> None:
-    """Times made of the first-op cost, a fixed time per op, a time per lookup and a bandwidth come back as
-    the same three fitted terms (the cold start is not mistaken for the fixed term) and are predicted back."""
-    start, fixed, row, bw = 30e-6, 100e-6, 20e-9, 8e9
+    """Times made of the first-op cost, a fixed time per op, a time per lookup, a time per L2-missing page
+    walk and a bandwidth come back as the same four fitted terms (the cold start is not mistaken for the fixed
+    term) and are predicted back."""
+    from dlrmsim.simulator.costs import page_walk_miss_share
+
+    host = quick_cal.host.model_copy(update={"page_bytes": 4096, "l2_bytes": 1 << 20})
+    start, fixed, row, walk, bw = 30e-6, 100e-6, 20e-9, 60e-9, 8e9
     overhead = OverheadFit(task_overhead_us_by_cores=[(2, start * 1e6)], op_overhead_us_by_cores=[(2, 1.0)])
-    ms = [_m("embedding", 2, start + fixed + lk * row + nb / bw, bytes=nb,
-             params={"op": "update", "distribution": "uniform", "lookups": lk})
-          for lk, nb in ((1024, 5e5), (8192, 3e6), (65536, 2.4e7), (8192, 1.3e7), (65536, 9e7))]
-    (fit,) = fit_embedding(ms, quick_cal.memory, overhead)
+    ms = []
+    for lk, nb, rows, tables in ((1024, 5e5, 2**18, 2), (8192, 3e6, 2**18, 2), (65536, 2.4e7, 2**18, 2), (8192, 1.3e7, 2**21, 2),
+                                 (65536, 9e7, 2**21, 2), (65536, 2.4e7, 2**21, 4)):
+        share = page_walk_miss_share(tables * rows * 32 * 4.0, 4096, 1 << 20)
+        ms.append(_m("embedding", 2, start + fixed + lk * (row + share * walk) + nb / bw, bytes=nb,
+                     params={"op": "update", "distribution": "uniform", "lookups": lk, "rows": rows, "dim": 32, "tables": tables}))
+    (fit,) = fit_embedding(ms, quick_cal.memory, overhead, host)
     assert fit.fixed_us == pytest.approx(fixed * 1e6, rel=1e-3)
     assert fit.row_time_ns == pytest.approx(row * 1e9, rel=1e-3)
+    assert fit.walk_time_ns == pytest.approx(walk * 1e9, rel=1e-3)
     assert fit.bandwidth_GBps == pytest.approx(bw / 1e9, rel=1e-3)
     for m in ms:
-        assert predict_s(m, FittedModel(quick_cal.gemm, quick_cal.memory, [fit], overhead=overhead)) == pytest.approx(m.time_s, rel=1e-3)
+        pred = predict_s(m, FittedModel(quick_cal.gemm, quick_cal.memory, [fit], overhead=overhead, host=host))
+        assert pred == pytest.approx(m.time_s, rel=1e-3)
+    # The backward never reads the table: no walk term, whatever its tables.
+    bwd = [m.model_copy(update={"params": {**m.params, "op": "backward"}, "time_s": start + fixed + m.bytes / bw}) for m in ms]
+    (bfit,) = fit_embedding(bwd, quick_cal.memory, overhead, host)
+    assert bfit.walk_time_ns == 0 and bfit.fixed_us == pytest.approx(fixed * 1e6, rel=1e-3)
 
 
 def test_interaction_fit_recovers_its_own_model(quick_cal: Calibration) -> None:
@@ -146,9 +159,11 @@ def test_apply_gives_interaction_kinds_their_fitted_costs(quick_cal: Calibration
 
 def test_apply_gives_embedding_kinds_their_fixed_and_row_times(quick_cal: Calibration) -> None:
     fits = [EmbeddingFit(op=op, distribution="uniform", cores=1, bandwidth_GBps=5.0, stream_fraction=0.5,
-                         row_time_ns=row, fixed_us=fixed)
-            for op, row, fixed in (("forward", 2.0, 120.0), ("backward", 0.0, 150.0), ("update", 60.0, 0.0))]
+                         row_time_ns=row, fixed_us=fixed, walk_time_ns=walk)
+            for op, row, fixed, walk in (("forward", 2.0, 120.0, 25.0), ("backward", 0.0, 150.0, 0.0), ("update", 60.0, 0.0, 70.0))]
     spec = apply_calibration(_tiny_host_topology(), quick_cal.model_copy(update={"embedding": fits})).compute(0)
+    assert spec.walk_time_s_by_kind == pytest.approx({"embedding": 25e-9, "update": 70e-9})
+    assert (spec.page_bytes, spec.l2_bytes) == (quick_cal.host.page_bytes, quick_cal.host.l2_bytes)
     assert spec.fixed_time_s_by_kind["embedding"] == pytest.approx(120e-6)
     assert spec.fixed_time_s_by_kind["embedding_bwd"] == pytest.approx(150e-6)
     assert "update" not in spec.fixed_time_s_by_kind  # a zero term is left out, not stored as 0

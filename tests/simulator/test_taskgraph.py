@@ -93,6 +93,18 @@ def test_embedding_lookup_bytes() -> None:
     assert emb[0].bytes == n * p * (e * 4 + 8) + n * e * 4
 
 
+def test_lookups_and_updates_walk_every_table_on_their_rank_the_backward_none() -> None:
+    """Page walks of a lookup compete with all the tables a rank holds (its shards and replicas)."""
+    for ranks, replicate in ((1, None), (8, None), (4, 10**5)):
+        g, pl = graph(MLPERF, ranks, replicate=replicate)
+        for r in range(ranks):
+            held = pl.table_bytes_on(MLPERF, r)
+            tasks = g.tasks(r)
+            walking = [t for t in tasks if t.kind in ("embedding", "update")]
+            assert walking and all(t.tables_bytes == held > 0 for t in walking)
+            assert all(t.tables_bytes == 0 for t in tasks if t.kind not in ("embedding", "update"))
+
+
 COSTS = UpdateCosts(atomic_conflict_s=100e-9, rtm_conflict_s=150e-9, cache_line_bytes=64, core_bandwidth_Bps=10e9)
 
 
