@@ -46,6 +46,9 @@ def calibrated_compute(spec: ComputeSpec, cal: Calibration, distribution: str = 
         walk_time_s_by_kind=emb.walk_time_s_by_kind,
         page_bytes=float(host.page_bytes),
         l2_bytes=float(host.l2_bytes),
+        reload_time_s_by_kind=emb.reload_time_s_by_kind,
+        # A rank gets its cores' share of the cache all the host's cores share (two ranks: half each).
+        llc_bytes=host.llc_bytes * cores / host.cores,
         task_overhead_s=cal.overhead.task_overhead_s(cores) if cal.overhead is not None else spec.task_overhead_s,
         op_overhead_s=cal.overhead.op_overhead_s(cores) if cal.overhead is not None else spec.op_overhead_s,
     )
@@ -82,24 +85,23 @@ def embedding_fractions(cal: Calibration, distribution: str = "uniform", cores: 
 @dataclasses.dataclass(frozen=True)
 class EmbeddingTimes:
     """The embedding fits' terms beside bandwidth as ComputeSpec fields, per task kind (s per row, s per
-    L2-missing page walk, s per task)."""
+    L2-missing page walk, s per row reloaded into the last-level cache, s per task)."""
 
     row_time_s_by_kind: dict[str, float]
     walk_time_s_by_kind: dict[str, float]
+    reload_time_s_by_kind: dict[str, float]
     fixed_time_s_by_kind: dict[str, float]
 
 
 def embedding_times(cal: Calibration, distribution: str = "uniform", cores: int | None = None) -> EmbeddingTimes:
-    """Fitted time per looked-up row, per L2-missing page walk and per op (s), per embedding task kind, at the
-    core count nearest ``cores``; a kind appears only where its term is non-zero."""
-    out = EmbeddingTimes({}, {}, {})
+    """Fitted time per looked-up row, per L2-missing page walk, per reloaded row and per op (s), per embedding
+    task kind, at the core count nearest ``cores``; a kind appears only where its term is non-zero."""
+    out = EmbeddingTimes({}, {}, {}, {})
     for kind, fit in embedding_fits(cal, distribution, cores).items():
-        if fit.row_time_ns > 0:
-            out.row_time_s_by_kind[kind] = fit.row_time_ns * 1e-9
-        if fit.walk_time_ns > 0:
-            out.walk_time_s_by_kind[kind] = fit.walk_time_ns * 1e-9
-        if fit.fixed_us > 0:
-            out.fixed_time_s_by_kind[kind] = fit.fixed_us * 1e-6
+        for table, value in ((out.row_time_s_by_kind, fit.row_time_ns * 1e-9), (out.walk_time_s_by_kind, fit.walk_time_ns * 1e-9),
+                             (out.reload_time_s_by_kind, fit.reload_time_ns * 1e-9), (out.fixed_time_s_by_kind, fit.fixed_us * 1e-6)):
+            if value > 0:
+                table[kind] = value
     return out
 
 

@@ -4,7 +4,7 @@
   median efficiency in each quarter-decade of flops (EfficiencyTable interpolates in log(flops) between).
 - Memory: bw(c) = min(c x per_core, bandwidth) from STREAM triad at 1..all cores.
 - Embedding: per (op, distribution, cores), t = fixed + lookups x row time + walk-missing lookups x walk time
-  + bytes / bandwidth, NNLS on relative error.
+  + reload-missing lookups x reload time + bytes / bandwidth, NNLS on relative error.
 - Interaction: per (direction, cores) a fixed time, a per-sample time and the small matrices' flop rate.
 - Collectives: t(n) = alpha + n / beta per op: beta from the MiB-sized messages, alpha from the smallest.
 Every ``predict_s`` evaluates the fitted model for one measurement, for the fit-quality table.
@@ -155,14 +155,29 @@ def walk_lookups(m: Measurement, host: HostInfo | None) -> float:
     return _lookups(m) * page_walk_miss_share(tables_bytes, host.page_bytes, host.l2_bytes)
 
 
-def fit_embedding_terms(features: np.ndarray, times: np.ndarray) -> np.ndarray:
-    """Non-negative coefficients c of t = features . c, least squares on the relative time error.
+def reload_lookups(m: Measurement, host: HostInfo | None) -> float:
+    """Lookups of an update measurement weighted by the share whose rows its cycle pushed out of the last-level
+    cache between the forward and the update (costs.cache_miss_share of the cycle's tables' update working
+    sets, taskgraph.update_reuse_bytes); 0 for the forward and backward, and rows without tables or host."""
+    from dlrmsim.simulator.costs import cache_miss_share
 
-    Columns, in EmbeddingFit's order: 1 (s per op: the bag offsets, autograd and sparse-gradient set-up,
-    waking the thread pool), lookups (s per row: work that does not grow with a row's width, one kernel call
-    per gradient row), walk-missing lookups (s per page walk that misses L2), bytes (s per byte: streaming).
-    A term the data does not need comes out 0; with no byte term the bandwidth is left far above any stream.
-    """
+    p = m.params
+    if host is None or p.get("op") != "update" or "tables" not in p:
+        return 0.0
+    per_table = (float(p["unique_rows"]) + _lookups(m)) * float(p["dim"]) * 4.0
+    return _lookups(m) * cache_miss_share(float(p["tables"]) * per_table, host.llc_bytes)
+
+
+def embedding_features(m: Measurement, host: HostInfo | None) -> np.ndarray:
+    """The embedding cost's terms for one measurement, in EmbeddingFit's order: 1 (per op: the bag offsets,
+    autograd and sparse-gradient set-up, waking the thread pool), lookups (work that does not grow with a
+    row's width, one kernel call per gradient row), walk-missing lookups, reload-missing lookups, bytes."""
+    return np.array([1.0, _lookups(m), walk_lookups(m, host), reload_lookups(m, host), m.bytes])
+
+
+def fit_embedding_terms(features: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """Non-negative coefficients c of t = features . c (rows of :func:`embedding_features`), least squares on
+    the relative time error. A term the data does not need comes out 0."""
     return nonnegative_least_squares(features / times[:, None], np.ones_like(times))
 
 
@@ -179,12 +194,11 @@ def fit_embedding(measurements: Sequence[Measurement], memory: MemoryFit, overhe
         start = dispatch_s(overhead, cores, 1.0)
         # The cold start is a small part of any benchmarked lookup; the floor only guards a noisy dispatch fit.
         work = np.array([max(m.time_s - start, 0.5 * m.time_s) for m in ms])
-        x = np.array([[1.0, _lookups(m), walk_lookups(m, host), m.bytes] for m in ms])
-        fixed, a, walk, inv_bw = fit_embedding_terms(x, work)
-        bw = 1.0 / max(float(inv_bw), 1e-15)
+        fixed, a, walk, reload, inv_bw = fit_embedding_terms(np.stack([embedding_features(m, host) for m in ms]), work)
+        bw = 1.0 / max(float(inv_bw), 1e-15)  # no byte term: a bandwidth far above any stream
         out.append(EmbeddingFit(op=op, distribution=dist, cores=cores, bandwidth_GBps=_sig(bw / 1e9),  # type: ignore[arg-type]
                                 stream_fraction=_sig(bw / 1e9 / memory.bandwidth_GBps, 4), row_time_ns=_sig(a * 1e9),
-                                walk_time_ns=_sig(walk * 1e9), fixed_us=_sig(fixed * 1e6)))
+                                walk_time_ns=_sig(walk * 1e9), reload_time_ns=_sig(reload * 1e9), fixed_us=_sig(fixed * 1e6)))
     return out
 
 
@@ -348,7 +362,7 @@ class FittedModel:
     collectives: Sequence[CollectiveFit] = ()
     overhead: OverheadFit | None = None
     interaction: Sequence[InteractionFit] = ()
-    host: HostInfo | None = None  # page and L2 sizes for the embedding page-walk term
+    host: HostInfo | None = None  # page and cache sizes for the embedding walk and reload terms
 
 
 def predict_s(m: Measurement, model: FittedModel) -> float | None:
@@ -360,8 +374,8 @@ def predict_s(m: Measurement, model: FittedModel) -> float | None:
         return m.bytes / (memory_bandwidth_GBps(memory, m.cores) * 1e9)
     if m.benchmark == "embedding":
         e = embedding_fit_for(model.embedding, str(m.params["op"]), str(m.params["distribution"]), m.cores)
-        return (dispatch_s(overhead, m.cores, 1.0) + e.fixed_us * 1e-6 + _lookups(m) * e.row_time_ns * 1e-9
-                + walk_lookups(m, model.host) * e.walk_time_ns * 1e-9 + m.bytes / (e.bandwidth_GBps * 1e9))
+        coef = np.array([e.fixed_us * 1e-6, e.row_time_ns * 1e-9, e.walk_time_ns * 1e-9, e.reload_time_ns * 1e-9, 1.0 / (e.bandwidth_GBps * 1e9)])
+        return dispatch_s(overhead, m.cores, 1.0) + float(embedding_features(m, model.host) @ coef)
     if m.benchmark == "interaction":
         fits = [f for f in model.interaction if f.direction == m.params["direction"] and f.cores == m.cores]
         return predict_interaction_s(fits[0], m, memory, overhead) if fits else None

@@ -134,6 +134,7 @@ def detect_host(backend: str, quick: bool, libraries: dict[str, str], date: str)
         memory_bound_GBps=round(cores * facts.clock_GHz * L1_BYTES_PER_CYCLE, 3),
         page_bytes=page_bytes(),
         l2_bytes=l2_cache_bytes(),
+        llc_bytes=last_level_cache_bytes(),
         libraries=libraries,
         backend=backend,  # type: ignore[arg-type]
         date=date,

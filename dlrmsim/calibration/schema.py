@@ -36,6 +36,7 @@ class HostInfo(StrictModel):
     memory_bound_GBps: Positive = Field(description="generous physical bound on any memory stream (see host.py)")
     page_bytes: Annotated[int, Field(gt=0)] = Field(4096, description="virtual memory page size (bytes)")
     l2_bytes: Annotated[int, Field(gt=0)] = Field(1 << 20, description="a core's level-2 cache (bytes): where page-table walks hit or miss")
+    llc_bytes: Annotated[int, Field(gt=0)] = Field(32 << 20, description="the last-level cache all cores share (bytes)")
     libraries: dict[str, str]
     backend: Literal["numpy", "torch"]
     date: str = Field(description="ISO 8601 time the calibration finished")
@@ -80,8 +81,9 @@ class MemoryFit(StrictModel):
 
 
 class EmbeddingFit(StrictModel):
-    """One embedding op for one index distribution: t = first-op dispatch + fixed + lookups x (row_time + miss
-    share x walk_time) + bytes / bandwidth (bytes as in kernels.embedding_bytes)."""
+    """One embedding op for one index distribution: t = first-op dispatch + fixed + lookups x (row_time + walk
+    miss share x walk_time + reload miss share x reload_time) + bytes / bandwidth (bytes as in
+    kernels.embedding_bytes)."""
 
     op: Literal["forward", "backward", "update"]
     distribution: Literal["uniform", "zipf"]
@@ -94,6 +96,10 @@ class EmbeddingFit(StrictModel):
     walk_time_ns: Annotated[float, Field(ge=0)] = Field(
         0.0, description="time per lookup whose page-table walk misses L2, charged as lookups x the miss share of the "
         "op's tables (simulator.costs.page_walk_miss_share); the backward never reads the table"
+    )
+    reload_time_ns: Annotated[float, Field(ge=0)] = Field(
+        0.0, description="update only: time per lookup whose rows the forward and backward left in the last-level cache "
+        "but the rest of the cycle pushed out, charged as lookups x the cycle's miss share (simulator.costs.cache_miss_share)"
     )
     fixed_us: Annotated[float, Field(ge=0)] = Field(
         0.0, description="time per op that grows with neither lookups nor bytes, beyond the dispatch fit's first-op cost "
@@ -111,6 +117,10 @@ class InteractionFit(StrictModel):
     walk_time_ns: Annotated[float, Field(ge=0)] = Field(
         0.0, description="time per lookup whose page-table walk misses L2, charged as lookups x the miss share of the "
         "op's tables (simulator.costs.page_walk_miss_share); the backward never reads the table"
+    )
+    reload_time_ns: Annotated[float, Field(ge=0)] = Field(
+        0.0, description="update only: time per lookup whose rows the forward and backward left in the last-level cache "
+        "but the rest of the cycle pushed out, charged as lookups x the cycle's miss share (simulator.costs.cache_miss_share)"
     )
     fixed_us: Annotated[float, Field(ge=0)] = Field(description="per call, beyond the ops' dispatch")
     sample_time_ns: Annotated[float, Field(ge=0)] = Field(description="per sample: one small matrix product and its pairs")

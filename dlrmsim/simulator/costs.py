@@ -79,26 +79,36 @@ def dispatch_overhead_s(spec: ComputeSpec, ops: float) -> float:
 PAGE_TABLE_ENTRY_BYTES = 8  # one last-level page-table entry (x86-64, AArch64)
 
 
+def cache_miss_share(footprint_bytes: float, cache_bytes: float) -> float:
+    """Share of accesses to data a ``footprint_bytes`` working set revisits that miss a ``cache_bytes`` cache:
+    fp / (fp + cache), a smooth stand-in for the capacity misses of random reuse (~0 when the working set is
+    far smaller than the cache, 1/2 when equal, towards 1 when far larger)."""
+    return footprint_bytes / (footprint_bytes + cache_bytes) if footprint_bytes > 0 else 0.0
+
+
 def page_walk_miss_share(tables_bytes: float, page_bytes: float, l2_bytes: float) -> float:
     """Share of random lookups into ``tables_bytes`` of tables whose page-table walk misses a core's L2 cache.
 
     Tables far beyond the TLB's reach make nearly every random lookup walk the page table; the walk is cheap
     while the tables' page-table entries (8 bytes per page) stay in L2, and costs a trip to the last-level
-    cache or memory once they do not. ws / (ws + L2), for ws the entries' bytes, is a smooth stand-in for that
-    share: ~0 when the entries are far smaller than L2, 1/2 when equal, towards 1 when far larger.
+    cache or memory once they do not: :func:`cache_miss_share` of the entries' bytes in L2.
     """
-    ws = tables_bytes / page_bytes * PAGE_TABLE_ENTRY_BYTES
-    return ws / (ws + l2_bytes) if ws > 0 else 0.0
+    return cache_miss_share(tables_bytes / page_bytes * PAGE_TABLE_ENTRY_BYTES, l2_bytes)
 
 
-def fixed_time_s(spec: ComputeSpec, kind: str, ops: float, rows: float, tables_bytes: float = 0.0) -> float:
-    """Time (s) of a task that neither flops nor bytes explain: dispatch of its ``ops`` framework ops, its
-    ``rows`` items at the kind's per-item time and, for lookups into ``tables_bytes`` of tables, the share of
-    them whose page walk misses L2 at the kind's walk time, and the kind's fixed time per task."""
+def fixed_time_s(spec: ComputeSpec, kind: str, ops: float, rows: float, tables_bytes: float = 0.0, reuse_bytes: float = 0.0) -> float:
+    """Time (s) of a task that neither flops nor bytes explain: dispatch of its ``ops`` framework ops, the
+    kind's fixed time per task, and per item of its ``rows``: the kind's time per item, the share of lookups
+    into ``tables_bytes`` of tables whose page walk misses L2 at the kind's walk time, and the share of items
+    whose data a ``reuse_bytes`` working set has pushed out of the last-level cache at its reload time."""
+    per_row = spec.row_time_s_by_kind.get(kind, 0.0)
     walk = spec.walk_time_s_by_kind.get(kind, 0.0)
     if walk > 0:
-        walk *= page_walk_miss_share(tables_bytes, spec.page_bytes, spec.l2_bytes)
-    return dispatch_overhead_s(spec, ops) + rows * (spec.row_time_s_by_kind.get(kind, 0.0) + walk) + spec.fixed_time_s_by_kind.get(kind, 0.0)
+        per_row += walk * page_walk_miss_share(tables_bytes, spec.page_bytes, spec.l2_bytes)
+    reload = spec.reload_time_s_by_kind.get(kind, 0.0)
+    if reload > 0:
+        per_row += reload * cache_miss_share(reuse_bytes, spec.llc_bytes)
+    return dispatch_overhead_s(spec, ops) + rows * per_row + spec.fixed_time_s_by_kind.get(kind, 0.0)
 
 
 def task_time(

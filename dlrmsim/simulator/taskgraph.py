@@ -84,6 +84,7 @@ class Task:
     rows: float = 0.0  # items the task walks one by one (embedding rows looked up or updated, samples of the
     # interaction's batched small matrices); each pays ComputeSpec.row_time_s_by_kind[kind]
     tables_bytes: float = 0.0  # embedding tables on the rank whose page tables a lookup walks (costs.fixed_time_s)
+    reuse_bytes: float = 0.0  # the rank's embedding working set between a table's forward and its update (ditto)
 
 
 @dataclass(frozen=True)
@@ -397,8 +398,7 @@ def _rank_program(
             post(cid)
     else:
         for sh in shards:
-            frac = sh.rows / w.table_rows[sh.table] if row_wise else 1.0
-            add(embedding_forward_task(w, f"emb{sh.table}.c{sh.col_offset}.fwd", n_global, sh.columns, frac))
+            add(embedding_forward_task(w, f"emb{sh.table}.c{sh.col_offset}.fwd", n_global, sh.columns, lookup_fraction(w, sh, row_wise)))
     for t in placement.replicated_tables:
         add(embedding_forward_task(w, f"emb{t}.replica.fwd", n, w.embedding_dim))
     if not scatter_list:
@@ -446,7 +446,7 @@ def _rank_program(
         wait(cid)
     # 6. Embedding backward and sparse update once the gradients have arrived.
     for sh in shards:
-        frac = sh.rows / w.table_rows[sh.table] if row_wise else 1.0
+        frac = lookup_fraction(w, sh, row_wise)
         for task in embedding_backward_update_tasks(w, f"emb{sh.table}.c{sh.col_offset}", sh.rows, n_global, sh.columns, s, frac):
             add(task)
     for t in placement.replicated_tables:
@@ -464,11 +464,26 @@ def _rank_program(
     add(Task("optimizer", "optimizer", flops=2.0 * dense_params, bytes=OPTIMIZER_BYTES_PER_PARAM[s.optimizer] * dense_params,
              ops=OPTIMIZER_OPS_PER_TENSOR[s.optimizer] * tensors))
     # Lookups and updates read the tables at random: their page walks compete with every table on the rank.
+    # An update re-reads what its table's forward and backward touched, after every other table's did too.
     held = placement.table_bytes_on(w, r)
-    return [replace(t, tables_bytes=held) if isinstance(t, Task) and t.kind in TABLE_WALK_KINDS else t for t in prog]
+    reuse = sum(update_reuse_bytes(w, sh.rows, n_global * w.lookups_per_sample * lookup_fraction(w, sh, row_wise), sh.columns)
+                for sh in shards)
+    return [replace(t, tables_bytes=held, reuse_bytes=reuse if t.kind == "update" else 0.0)
+            if isinstance(t, Task) and t.kind in TABLE_WALK_KINDS else t for t in prog]
 
 
 TABLE_WALK_KINDS = ("embedding", "update")  # task kinds that read rows of the tables (the backward does not)
+
+
+def lookup_fraction(w: Workload, shard: Shard, row_wise: bool) -> float:
+    """Share of a table's lookups that land on ``shard``: its share of the rows when tables are split by rows."""
+    return shard.rows / w.table_rows[shard.table] if row_wise else 1.0
+
+
+def update_reuse_bytes(w: Workload, rows: int, lookups: float, columns: int) -> float:
+    """Bytes of one table (slice) that its sparse update touches again after the forward and backward
+    touched them (bytes): every distinct row the forward read and every gradient row the backward wrote."""
+    return _expected_unique_rows(rows, lookups, w.index_distribution) * columns * w.table_element_bytes + lookups * columns * 4.0
 
 
 def _bytes_touching(c: Collective, rank: int) -> float:

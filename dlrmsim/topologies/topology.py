@@ -102,6 +102,12 @@ class ComputeSpec:
     walk_time_s_by_kind: dict[str, float] = field(default_factory=dict)
     page_bytes: float = 4096.0
     l2_bytes: float = float(1 << 20)
+    # Time per row whose data a working set has pushed out of the last-level cache since it was last touched
+    # (the sparse update re-reading the forward's rows and the backward's gradient rows), by kind (seconds),
+    # charged for the share costs.cache_miss_share gives the rank's embedding working set in llc_bytes (this
+    # spec's share of the last-level cache, bytes). Empty = not modelled; a host calibration fits it.
+    reload_time_s_by_kind: dict[str, float] = field(default_factory=dict)
+    llc_bytes: float = float(32 << 20)
 
     def flops_rate(self, precision: str) -> float:
         """Peak op/s for ``precision``; falls back to fp32 when the unit has no faster path."""

@@ -92,31 +92,36 @@ def test_overhead_fit_splits_first_op_from_further_ops() -> None:
 
 def test_embedding_fit_takes_the_cold_start_off_and_predicts_it_back(quick_cal: Calibration) -> None:
     """Times made of the first-op cost, a fixed time per op, a time per lookup, a time per L2-missing page
-    walk and a bandwidth come back as the same four fitted terms (the cold start is not mistaken for the fixed
-    term) and are predicted back."""
-    from dlrmsim.simulator.costs import page_walk_miss_share
+    walk, a time per row reloaded into the last-level cache and a bandwidth come back as the same five fitted
+    terms (the cold start is not mistaken for the fixed term) and are predicted back."""
+    from dlrmsim.simulator.costs import cache_miss_share, page_walk_miss_share
 
-    host = quick_cal.host.model_copy(update={"page_bytes": 4096, "l2_bytes": 1 << 20})
-    start, fixed, row, walk, bw = 30e-6, 100e-6, 20e-9, 60e-9, 8e9
+    host = quick_cal.host.model_copy(update={"page_bytes": 4096, "l2_bytes": 1 << 20, "llc_bytes": 32 << 20})
+    start, fixed, row, walk, reload, bw = 30e-6, 100e-6, 20e-9, 60e-9, 90e-9, 8e9
     overhead = OverheadFit(task_overhead_us_by_cores=[(2, start * 1e6)], op_overhead_us_by_cores=[(2, 1.0)])
     ms = []
-    for lk, nb, rows, tables in ((1024, 5e5, 2**18, 2), (8192, 3e6, 2**18, 2), (65536, 2.4e7, 2**18, 2), (8192, 1.3e7, 2**21, 2),
-                                 (65536, 9e7, 2**21, 2), (65536, 2.4e7, 2**21, 4)):
-        share = page_walk_miss_share(tables * rows * 32 * 4.0, 4096, 1 << 20)
-        ms.append(_m("embedding", 2, start + fixed + lk * (row + share * walk) + nb / bw, bytes=nb,
-                     params={"op": "update", "distribution": "uniform", "lookups": lk, "rows": rows, "dim": 32, "tables": tables}))
+    for lk, unique, nb, rows, tables in ((1024, 1000, 5e5, 2**18, 2), (8192, 8000, 3e6, 2**18, 2), (65536, 58000, 2.4e7, 2**18, 2),
+                                         (8192, 8100, 1.3e7, 2**21, 2), (65536, 64000, 9e7, 2**21, 2), (65536, 64000, 2.4e7, 2**21, 4),
+                                         (16384, 15000, 1e7, 2**18, 4)):
+        walk_share = page_walk_miss_share(tables * rows * 32 * 4.0, 4096, 1 << 20)
+        reload_share = cache_miss_share(tables * (unique + lk) * 32 * 4.0, 32 << 20)
+        ms.append(_m("embedding", 2, start + fixed + lk * (row + walk_share * walk + reload_share * reload) + nb / bw, bytes=nb,
+                     params={"op": "update", "distribution": "uniform", "lookups": lk, "unique_rows": unique, "rows": rows, "dim": 32,
+                             "tables": tables}))
     (fit,) = fit_embedding(ms, quick_cal.memory, overhead, host)
     assert fit.fixed_us == pytest.approx(fixed * 1e6, rel=1e-3)
     assert fit.row_time_ns == pytest.approx(row * 1e9, rel=1e-3)
     assert fit.walk_time_ns == pytest.approx(walk * 1e9, rel=1e-3)
+    assert fit.reload_time_ns == pytest.approx(reload * 1e9, rel=1e-3)
     assert fit.bandwidth_GBps == pytest.approx(bw / 1e9, rel=1e-3)
     for m in ms:
         pred = predict_s(m, FittedModel(quick_cal.gemm, quick_cal.memory, [fit], overhead=overhead, host=host))
         assert pred == pytest.approx(m.time_s, rel=1e-3)
-    # The backward never reads the table: no walk term, whatever its tables.
+    # The backward never reads the table, and only the update re-reads what the forward read: no walk or
+    # reload term for the backward, whatever its tables.
     bwd = [m.model_copy(update={"params": {**m.params, "op": "backward"}, "time_s": start + fixed + m.bytes / bw}) for m in ms]
     (bfit,) = fit_embedding(bwd, quick_cal.memory, overhead, host)
-    assert bfit.walk_time_ns == 0 and bfit.fixed_us == pytest.approx(fixed * 1e6, rel=1e-3)
+    assert bfit.walk_time_ns == 0 and bfit.reload_time_ns == 0 and bfit.fixed_us == pytest.approx(fixed * 1e6, rel=1e-3)
 
 
 def test_interaction_fit_recovers_its_own_model(quick_cal: Calibration) -> None:
@@ -161,9 +166,13 @@ def test_apply_gives_embedding_kinds_their_fixed_and_row_times(quick_cal: Calibr
     fits = [EmbeddingFit(op=op, distribution="uniform", cores=1, bandwidth_GBps=5.0, stream_fraction=0.5,
                          row_time_ns=row, fixed_us=fixed, walk_time_ns=walk)
             for op, row, fixed, walk in (("forward", 2.0, 120.0, 25.0), ("backward", 0.0, 150.0, 0.0), ("update", 60.0, 0.0, 70.0))]
+    fits[2] = fits[2].model_copy(update={"reload_time_ns": 90.0})
     spec = apply_calibration(_tiny_host_topology(), quick_cal.model_copy(update={"embedding": fits})).compute(0)
     assert spec.walk_time_s_by_kind == pytest.approx({"embedding": 25e-9, "update": 70e-9})
+    assert spec.reload_time_s_by_kind == pytest.approx({"update": 90e-9})
     assert (spec.page_bytes, spec.l2_bytes) == (quick_cal.host.page_bytes, quick_cal.host.l2_bytes)
+    # the tiny host's rank has one core: its share of the cache all the host's cores share
+    assert spec.llc_bytes == pytest.approx(quick_cal.host.llc_bytes / quick_cal.host.cores)
     assert spec.fixed_time_s_by_kind["embedding"] == pytest.approx(120e-6)
     assert spec.fixed_time_s_by_kind["embedding_bwd"] == pytest.approx(150e-6)
     assert "update" not in spec.fixed_time_s_by_kind  # a zero term is left out, not stored as 0

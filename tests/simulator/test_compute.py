@@ -159,23 +159,26 @@ def test_training_charges_first_op_then_further_ops_overhead() -> None:
 
     spec = dataclasses.replace(SPEC, task_overhead_s=1e-4, op_overhead_s=2e-5, row_time_s_by_kind={"update": 1e-8},
                                fixed_time_s_by_kind={"update": 5e-5}, walk_time_s_by_kind={"update": 4e-8},
-                               page_bytes=4096.0, l2_bytes=2.0**20)
+                               page_bytes=4096.0, l2_bytes=2.0**20, reload_time_s_by_kind={"update": 6e-8}, llc_bytes=2.0**25)
     assert isinstance(spec, ComputeSpec)
     sim = Simulation(two_node(spec=spec))
     # 512 MiB of tables: 1 MiB of page-table entries, as large as L2, so half the lookups' walks miss it
-    graph = IterationGraph(programs=[[Task("u", "update", 0.0, 0.0, ops=3.0, rows=1e4, tables_bytes=2.0**29)], []], collectives={})
+    # and a 96 MiB working set since the forward, three times the 32 MiB last-level cache: 3/4 of rows reloaded
+    graph = IterationGraph(programs=[[Task("u", "update", 0.0, 0.0, ops=3.0, rows=1e4, tables_bytes=2.0**29, reuse_bytes=3 * 2.0**25)], []],
+                           collectives={})
     coord = CollectiveCoordinator(sim, graph, None, 1)  # type: ignore[arg-type]
     acc = {"compute": 0.0, "end": 0.0}
     sim.run(sim.env.process(_rank_process(sim, 0, graph, coord, "fp32", acc, {})))
     # first op cold (1e-4), two further ops warm (2e-5 each), the kind's fixed time once, the per-row time,
-    # and half the rows' page walks missing L2
-    assert acc["end"] == pytest.approx(1e-4 + 2 * 2e-5 + 5e-5 + 1e4 * 1e-8 + 0.5 * 1e4 * 4e-8, rel=1e-9)
+    # half the rows' page walks missing L2, and 3/4 of the rows reloaded
+    assert acc["end"] == pytest.approx(1e-4 + 2 * 2e-5 + 5e-5 + 1e4 * 1e-8 + 0.5 * 1e4 * 4e-8 + 0.75 * 1e4 * 6e-8, rel=1e-9)
 
 
 @pytest.mark.parametrize(("tables_bytes", "share"), [(0.0, 0.0), (2.0**29, 0.5), (3 * 2.0**29, 0.75), (2.0**29 / 3, 0.25)])
 def test_page_walk_miss_share_is_entries_over_entries_plus_l2(tables_bytes: float, share: float) -> None:
     # 8-byte entries per 4 KiB page: 512 MiB of tables have 1 MiB of entries, a 1 MiB L2's worth
     assert costs.page_walk_miss_share(tables_bytes, 4096.0, 2.0**20) == pytest.approx(share)
+    assert costs.cache_miss_share(tables_bytes / 512, 2.0**20) == pytest.approx(share)
 
 
 def test_measured_flop_rate_and_fixed_time_of_a_kind() -> None:

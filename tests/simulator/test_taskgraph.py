@@ -6,7 +6,16 @@ import numpy as np
 import pytest
 
 from dlrmsim.simulator.costs import MATRIX_KINDS
-from dlrmsim.simulator.taskgraph import IterationSettings, Post, Task, UpdateCosts, Wait, build_iteration, local_batches
+from dlrmsim.simulator.taskgraph import (
+    IterationSettings,
+    Post,
+    Task,
+    UpdateCosts,
+    Wait,
+    build_iteration,
+    local_batches,
+    update_reuse_bytes,
+)
 from dlrmsim.workloads import load_workload, model
 from dlrmsim.workloads.placement import PlacementSpec, place
 
@@ -103,6 +112,18 @@ def test_lookups_and_updates_walk_every_table_on_their_rank_the_backward_none() 
             walking = [t for t in tasks if t.kind in ("embedding", "update")]
             assert walking and all(t.tables_bytes == held > 0 for t in walking)
             assert all(t.tables_bytes == 0 for t in tasks if t.kind not in ("embedding", "update"))
+            # an update's working set since its forward: every shard's distinct rows and gradient rows
+            shards = pl.shards_on(r)
+            reuse = sum(update_reuse_bytes(MLPERF, sh.rows, MLPERF.minibatch.strong_global * MLPERF.lookups_per_sample, sh.columns)
+                        for sh in shards)
+            assert all(t.reuse_bytes == pytest.approx(reuse) for t in tasks if t.kind == "update")
+            assert all(t.reuse_bytes == 0 for t in tasks if t.kind != "update")
+
+
+def test_update_reuse_bytes_counts_distinct_rows_and_gradient_rows() -> None:
+    lookups = 1e5
+    unique = model.expected_unique_rows(10**6, lookups, MLPERF.index_distribution)
+    assert update_reuse_bytes(MLPERF, 10**6, lookups, 128) == pytest.approx(unique * 128 * MLPERF.table_element_bytes + lookups * 128 * 4)
 
 
 COSTS = UpdateCosts(atomic_conflict_s=100e-9, rtm_conflict_s=150e-9, cache_line_bytes=64, core_bandwidth_Bps=10e9)
