@@ -177,8 +177,10 @@ def embedding_features(m: Measurement, host: HostInfo | None) -> np.ndarray:
 
 def fit_embedding_terms(features: np.ndarray, times: np.ndarray) -> np.ndarray:
     """Non-negative coefficients c of t = features . c (rows of :func:`embedding_features`), least squares on
-    the relative time error. A term the data does not need comes out 0."""
-    return nonnegative_least_squares(features / times[:, None], np.ones_like(times))
+    the relative time error. A term the data does not need, or never exercises (an all-zero column), is 0."""
+    c = nonnegative_least_squares(features / times[:, None], np.ones_like(times))
+    c[~features.any(axis=0)] = 0.0  # least squares leaves rounding noise on a column it cannot see
+    return c
 
 
 def fit_embedding(measurements: Sequence[Measurement], memory: MemoryFit, overhead: OverheadFit | None = None,
