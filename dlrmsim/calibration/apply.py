@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 
-from dlrmsim.calibration.fit import gemm_table
 from dlrmsim.calibration.schema import Calibration, EmbeddingFit
 from dlrmsim.topologies.topology import ComputeSpec, EfficiencyTable, Link, Topology
 
@@ -28,7 +27,7 @@ def calibrated_compute(spec: ComputeSpec, cal: Calibration, distribution: str = 
     cores = max(1, min(spec.cores, host.cores))
     inter = interaction_costs(cal, cores)
     emb = embedding_times(cal, distribution, cores)
-    table = gemm_table(cal.gemm, cores)
+    table = cal.gemm_table(cores)
     peak = cores * host.clock_GHz * 1e9 * host.flops_per_cycle_fp32
     return dataclasses.replace(
         spec,

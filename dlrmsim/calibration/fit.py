@@ -31,6 +31,7 @@ from dlrmsim.calibration.schema import (
     Measurement,
     MemoryFit,
     OverheadFit,
+    select_embedding_fit,
 )
 from dlrmsim.simulator.costs import dispatch_time_s
 from dlrmsim.topologies.topology import EfficiencyTable
@@ -89,12 +90,8 @@ def fit_gemm(measurements: Sequence[Measurement], host: HostInfo) -> GemmFit:
     return GemmFit(peak_efficiency=_sig(min(1.0, best), 4), tables=tables, achieved_GFLOPs_by_cores=achieved)
 
 
-def gemm_table(fit: GemmFit, cores: int) -> GemmTable:
-    return min(fit.tables, key=lambda t: (abs(t.cores - cores), -t.cores))
-
-
 def predict_gemm_s(fit: GemmFit, flops: float, cores: int) -> float:
-    table = gemm_table(fit, cores)
+    table = fit.table(cores)
     eff = EfficiencyTable(tuple(table.points))(flops)
     peak = table.peak_GFLOPs * 1e9 * cores / table.cores  # the physical peak is linear in cores
     return flops / (peak * eff)
@@ -291,11 +288,6 @@ def predict_interaction_s(fit: InteractionFit, m: Measurement, memory: MemoryFit
                               float(m.params["batch"]), m.flops, m.bytes, dispatch_s(overhead, m.cores, float(m.params["ops"])))  # fmt: skip
 
 
-def embedding_fit_for(fits: Sequence[EmbeddingFit], op: str, distribution: str, cores: int) -> EmbeddingFit:
-    rows = [e for e in fits if e.op == op and e.distribution == distribution]
-    return min(rows, key=lambda e: (abs(e.cores - cores), -e.cores))
-
-
 # --- collectives ---------------------------------------------------------------------------------------------
 
 
@@ -375,7 +367,7 @@ def predict_s(m: Measurement, model: FittedModel) -> float | None:
     if m.benchmark == "stream":
         return m.bytes / (memory_bandwidth_GBps(memory, m.cores) * 1e9)
     if m.benchmark == "embedding":
-        e = embedding_fit_for(model.embedding, str(m.params["op"]), str(m.params["distribution"]), m.cores)
+        e = select_embedding_fit(model.embedding, str(m.params["op"]), str(m.params["distribution"]), m.cores)
         coef = np.array([e.fixed_us * 1e-6, e.row_time_ns * 1e-9, e.walk_time_ns * 1e-9, e.reload_time_ns * 1e-9, 1.0 / (e.bandwidth_GBps * 1e9)])
         return dispatch_s(overhead, m.cores, 1.0) + float(embedding_features(m, model.host) @ coef)
     if m.benchmark == "interaction":

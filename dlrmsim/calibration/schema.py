@@ -6,8 +6,10 @@ Field names carry their units (``_GBps`` = 1e9 bytes/s, ``_us`` = microseconds, 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from operator import attrgetter
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 
 from pydantic import Field, model_validator
 
@@ -17,6 +19,13 @@ FORMAT_VERSION = 1
 
 Positive = Annotated[float, Field(gt=0)]
 Fraction = Annotated[float, Field(gt=0, le=1)]
+
+T = TypeVar("T")
+
+
+def nearest_cores(rows: Sequence[T], cores: int, of: Callable[[T], int] = attrgetter("cores")) -> T:
+    """The row measured at the core count nearest ``cores`` (ties: the larger count)."""
+    return min(rows, key=lambda r: (abs(of(r) - cores), -of(r)))
 
 
 class HostInfo(StrictModel):
@@ -68,6 +77,10 @@ class GemmFit(StrictModel):
         description="[[cores, best achieved GFLOP/s], ...] for the largest GEMMs"
     )
 
+    def table(self, cores: int) -> GemmTable:
+        """The efficiency table measured at the core count nearest ``cores`` (ties: the larger)."""
+        return nearest_cores(self.tables, cores)
+
 
 class MemoryFit(StrictModel):
     """Socket memory bandwidth: bw(c) = min(c x per_core, bandwidth), the STREAM-triad fit."""
@@ -91,7 +104,7 @@ class EmbeddingFit(StrictModel):
     bandwidth_GBps: Positive
     stream_fraction: Positive = Field(description="bandwidth / memory.bandwidth_GBps")
     row_time_ns: Annotated[float, Field(ge=0)] = Field(
-        0.0, description="fixed time per looked-up row (per-row kernel calls, row-sized copies): t = rows x row_time + bytes / bandwidth"
+        0.0, description="time per looked-up row that grows neither with its width nor with the tables (per-row kernel calls)"
     )
     walk_time_ns: Annotated[float, Field(ge=0)] = Field(
         0.0, description="time per lookup whose page-table walk misses L2, charged as lookups x the miss share of the "
@@ -132,15 +145,11 @@ class OverheadFit(StrictModel):
         "(empty: a calibration from before this split; every op then costs the first op's time)",
     )
 
-    @staticmethod
-    def _nearest(rows: list[tuple[int, float]], cores: int) -> float:
-        return min(rows, key=lambda r: (abs(r[0] - cores), -r[0]))[1] * 1e-6
-
     def task_overhead_s(self, cores: int) -> float:
-        return self._nearest(self.task_overhead_us_by_cores, cores)
+        return nearest_cores(self.task_overhead_us_by_cores, cores, of=lambda r: r[0])[1] * 1e-6
 
     def op_overhead_s(self, cores: int) -> float:
-        return self._nearest(self.op_overhead_us_by_cores or self.task_overhead_us_by_cores, cores)
+        return nearest_cores(self.op_overhead_us_by_cores or self.task_overhead_us_by_cores, cores, of=lambda r: r[0])[1] * 1e-6
 
 
 class CollectiveFit(StrictModel):
@@ -218,7 +227,7 @@ class Calibration(StrictModel):
 
     def gemm_table(self, cores: int) -> GemmTable:
         """The efficiency table measured at the core count nearest ``cores`` (ties: the larger)."""
-        return min(self.gemm.tables, key=lambda t: (abs(t.cores - cores), -t.cores))
+        return self.gemm.table(cores)
 
     def collective(self, op: str) -> CollectiveFit:
         for c in self.collectives:
@@ -228,24 +237,21 @@ class Calibration(StrictModel):
 
     def embedding_fit(self, op: str, distribution: str = "uniform", cores: int | None = None) -> EmbeddingFit:
         """The embedding fit of ``op`` at the core count nearest ``cores`` (None: the most cores measured)."""
-        rows = [e for e in self.embedding if e.op == op and e.distribution == distribution]
-        if not rows:
-            raise KeyError((op, distribution))
-        if cores is None:
-            return max(rows, key=lambda e: e.cores)
-        return min(rows, key=lambda e: (abs(e.cores - cores), -e.cores))
+        return select_embedding_fit(self.embedding, op, distribution, cores)
 
     def interaction_fit(self, direction: str, cores: int) -> InteractionFit | None:
         """The interaction fit of ``direction`` at the core count nearest ``cores`` (None: not measured)."""
         rows = [f for f in self.interaction if f.direction == direction]
-        return min(rows, key=lambda f: (abs(f.cores - cores), -f.cores)) if rows else None
+        return nearest_cores(rows, cores) if rows else None
 
-    def embedding_bandwidth(self, op: str, distribution: str = "uniform") -> float:
-        """Achieved bandwidth (GB/s) of an embedding op, at the most cores measured."""
-        rows = [e for e in self.embedding if e.op == op and e.distribution == distribution]
-        if not rows:
-            raise KeyError((op, distribution))
-        return max(rows, key=lambda e: e.cores).bandwidth_GBps
+
+def select_embedding_fit(fits: Sequence[EmbeddingFit], op: str, distribution: str, cores: int | None) -> EmbeddingFit:
+    """The fit of ``op`` for ``distribution`` at the core count nearest ``cores`` (None: the most cores);
+    KeyError when that op and distribution were not measured."""
+    rows = [e for e in fits if e.op == op and e.distribution == distribution]
+    if not rows:
+        raise KeyError((op, distribution))
+    return max(rows, key=lambda e: e.cores) if cores is None else nearest_cores(rows, cores)
 
 
 def load_calibration(path: str | Path) -> Calibration:
