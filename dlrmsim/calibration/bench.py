@@ -55,9 +55,14 @@ def time_op(op: Op, policy: TimingPolicy, statistic: str = "median") -> tuple[fl
         for _ in range(inner):
             op()
         samples.append((time.perf_counter() - t0) / inner)
+    med, spread = median_spread(samples)
+    return (min(samples) if statistic == "min" else med), spread, policy.repeats
+
+
+def median_spread(samples: list[float]) -> tuple[float, float]:
+    """(median, (max - min) / median in %) of timing samples (seconds)."""
     med = statistics.median(samples)
-    kept = min(samples) if statistic == "min" else med
-    return kept, 100.0 * (max(samples) - min(samples)) / med, policy.repeats
+    return med, 100.0 * (max(samples) - min(samples)) / med
 
 
 @dataclass(frozen=True)
@@ -265,13 +270,13 @@ def embedding_task(k: Kernels, cfg: EmbeddingConfig, cores: int, policy: TimingP
         out = []
         for op_name in ("forward", "backward", "update"):
             ts = samples[op_name]
-            med = statistics.median(ts)
+            med, spread = median_spread(ts)
             out.append(Measurement(
                 benchmark="embedding", name=f"embedding {op_name} {base}", cores=cores,
                 params={"op": op_name, "rows": cfg.rows, "dim": cfg.dim, "pooling": cfg.pooling,
                         "distribution": cfg.distribution, "batch": cfg.batch, "unique_rows": unique_rows,
                         "lookups": cfg.batch * cfg.pooling, "tables": tables},
-                bytes=nbytes[op_name], time_s=med, spread_pct=100.0 * (max(ts) - min(ts)) / med, repeats=len(ts)))
+                bytes=nbytes[op_name], time_s=med, spread_pct=spread, repeats=len(ts)))
         return out
 
     return BenchTask("embedding bags", f"embedding {base}", run, repeat=True)
@@ -345,14 +350,14 @@ def interaction_task(k: Kernels, cfg: InteractionConfig, cores: int, policy: Tim
         out = []
         for direction, ts in samples.items():
             back = direction == "backward"
-            med = statistics.median(ts)
+            med, spread = median_spread(ts)
             out.append(Measurement(
                 benchmark="interaction", name=f"interaction {direction} {base}", cores=cores,
                 params={"direction": direction, "batch": cfg.batch, "tables": cfg.tables, "dim": cfg.dim,
                         "ops": model.interaction_ops(w, backward=back)},
                 flops=model.interaction_flops(w, cfg.batch, backward=back),
                 bytes=(2.0 if back else 1.0) * model.interaction_bytes(w, cfg.batch),
-                time_s=med, spread_pct=100.0 * (max(ts) - min(ts)) / med, repeats=len(ts)))
+                time_s=med, spread_pct=spread, repeats=len(ts)))
         return out
 
     return BenchTask("dot interaction", f"interaction {base}", run, repeat=True)
@@ -399,10 +404,10 @@ def dispatch_task(k: Kernels, cores: int, policy: TimingPolicy) -> BenchTask:
         with k.threads(cores):
             for n in DISPATCH_ELEMENTS:
                 for position, ts in zip(("first", "rest"), time_dispatch(k, n, policy), strict=True):
-                    med = statistics.median(ts)
+                    med, spread = median_spread(ts)
                     out.append(Measurement(benchmark="dispatch", name=f"dispatch {position} mul n{n} c{cores}", cores=cores,
                                            params={"elements": n, "position": position}, bytes=12.0 * n, time_s=med,
-                                           spread_pct=100.0 * (max(ts) - min(ts)) / med, repeats=len(ts)))
+                                           spread_pct=spread, repeats=len(ts)))
         return out
 
     return BenchTask("op dispatch", name, run, repeat=True)
@@ -507,8 +512,8 @@ def build_plan(k: Kernels, quick: bool, cores: int, implementation: str, ranks: 
 
     Tasks marked ``repeat`` (GEMMs, streams, dispatch, embedding bags, interaction) run again in each of
     ``passes`` passes, after all of the first pass, and the streams once more at the end; :func:`fastest_pass`
-    keeps each measurement's fastest pass. Collectives run once (they start processes, and their spells of noise are averaged by their many ranks and
-    sizes). ``tiny`` keeps a subset of the quick plan that still feeds every fit, in one pass: GEMMs up to
+    keeps each measurement's fastest pass. Collectives run once (they start processes, and their spells of
+    noise are averaged by their many ranks and sizes). ``tiny`` keeps a subset of the quick plan that still feeds every fit, in one pass: GEMMs up to
     1024^3, the streams, the dispatch cost, the first table shape's embedding bags, three interaction shapes,
     and four collective sizes; no preset shapes and no Eq. 1 / Eq. 2 check. Its rates are rougher than a
     quick calibration's.
@@ -516,14 +521,18 @@ def build_plan(k: Kernels, quick: bool, cores: int, implementation: str, ranks: 
     tasks = _first_pass(k, quick, cores, implementation, ranks, tiny)
     again = [t for t in tasks if t.repeat] if not tiny else []
     for p in range(2, passes + 1):
-        tasks += [replace(t, stage=f"{t.stage} (pass {p})", id=f"{t.id} pass {p}") for t in again]
+        tasks += _again(again, f"pass {p}")
     # The streams once more after the collectives, the plan's last minute: a stream takes a second, and
     # the socket bandwidth every memory-bound cost divides by should not rest on two passes a spell of a
     # neighbour's memory traffic can cover (two quick runs once measured triad at 29 and 47 GB/s).
     if passes > 1:
-        streams = [t for t in again if t.stage == STREAM_STAGE]
-        tasks += [replace(t, stage=f"{t.stage} (last pass)", id=f"{t.id} last pass") for t in streams]
+        tasks += _again([t for t in again if t.stage == STREAM_STAGE], "last pass")
     return tasks
+
+
+def _again(tasks: list[BenchTask], label: str) -> list[BenchTask]:
+    """``tasks`` measured once more, under ids the partial-results cache tells apart."""
+    return [replace(t, stage=f"{t.stage} ({label})", id=f"{t.id} {label}") for t in tasks]
 
 
 def fastest_pass(measurements: list[Measurement]) -> list[Measurement]:

@@ -12,12 +12,14 @@ Nothing here feeds a prediction; it is a diagnostic printed beside the errors.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from dlrmsim.calibration.bench import (
     QUICK_POLICY,
     BenchTask,
     EmbeddingConfig,
+    clear_table_cache,
     embedding_task,
     gemm_task,
     stream_task,
@@ -77,8 +79,6 @@ def compare(cal: Calibration, measured: list[Measurement]) -> list[DriftSample]:
 
 def measure_drift(cal: Calibration, kernels: Kernels) -> list[DriftSample]:
     """Run the probe now (a few seconds) and compare it with the calibration."""
-    from dlrmsim.calibration.bench import clear_table_cache
-
     try:
         return compare(cal, [m for t in probe_tasks(cal, kernels) for m in t.run()])
     finally:
@@ -87,6 +87,4 @@ def measure_drift(cal: Calibration, kernels: Kernels) -> list[DriftSample]:
 
 def worst(samples: list[DriftSample]) -> DriftSample | None:
     """The probe furthest from its calibrated time (in log ratio: twice as slow and twice as fast weigh alike)."""
-    import math
-
     return max(samples, key=lambda s: abs(math.log(s.ratio)), default=None)

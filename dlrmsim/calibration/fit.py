@@ -33,7 +33,7 @@ from dlrmsim.calibration.schema import (
     OverheadFit,
     select_embedding_fit,
 )
-from dlrmsim.simulator.costs import dispatch_time_s
+from dlrmsim.simulator.costs import cache_miss_share, dispatch_time_s, page_walk_miss_share
 from dlrmsim.topologies.topology import EfficiencyTable
 
 BIN_DECADES = 0.25
@@ -143,8 +143,6 @@ def walk_lookups(m: Measurement, host: HostInfo | None) -> float:
     """Lookups of an embedding measurement weighted by the share whose page walk misses L2
     (costs.page_walk_miss_share over the tables its cycle walks); 0 for the backward, which never reads the
     table, and for rows that do not record their tables or host."""
-    from dlrmsim.simulator.costs import page_walk_miss_share
-
     p = m.params
     if host is None or p.get("op") == "backward" or "tables" not in p:
         return 0.0
@@ -156,8 +154,6 @@ def reload_lookups(m: Measurement, host: HostInfo | None) -> float:
     """Lookups of an update measurement weighted by the share whose rows its cycle pushed out of the last-level
     cache between the forward and the update (costs.cache_miss_share of the cycle's tables' update working
     sets, taskgraph.update_reuse_bytes); 0 for the forward and backward, and rows without tables or host."""
-    from dlrmsim.simulator.costs import cache_miss_share
-
     p = m.params
     if host is None or p.get("op") != "update" or "tables" not in p:
         return 0.0

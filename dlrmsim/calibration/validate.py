@@ -207,6 +207,8 @@ def run_validation(
     runs: dict[str, list[tuple[float, dict[str, float]]]] = {c.name: [] for c in cases}
     predictions: dict[str, tuple[float, dict[str, float]]] = {}
     drift: list[list[DriftSample]] = []
+    # The probe re-runs the calibration's kernels, so only when this validation runs the same backend.
+    probe = get_kernels(backend) if backend == cal.host.backend else None
     with Progress(console=err_console, transient=True, disable=not progress) as bar:
         task = bar.add_task("validating", total=len(cases) * (rounds + 1))
         for case in cases:
@@ -214,9 +216,9 @@ def run_validation(
             predictions[case.name] = predict(case, calibration_path)
             bar.advance(task)
         for r in range(rounds):
-            if backend == cal.host.backend:
+            if probe is not None:
                 bar.update(task, description=f"host drift probe (round {r + 1}/{rounds})")
-                drift.append(measure_drift(cal, get_kernels(backend)))
+                drift.append(measure_drift(cal, probe))
             for case in cases:
                 bar.update(task, description=f"{case.name}: running (round {r + 1}/{rounds})")
                 runs[case.name].append(measure(case, backend, iterations, warmup))
