@@ -425,14 +425,50 @@ def collective_sizes(quick: bool) -> list[int]:
     return [4**i * 1024 for i in range(11)]
 
 
+# Compute each rank runs before every timed collective call, as a training step computes between its
+# collectives (the runner's 2-rank validation cases compute 1-3 ms between them). On a host whose cores all
+# run compute threads, a collective's helper threads (gloo's progress and I/O threads) wait for a core
+# whenever the other rank has left the previous collective and is computing again: back-to-back calls, or
+# calls each behind a barrier, never show that wait, and a training loop pays it on a third of its calls.
+COLLECTIVE_GAP_S = 2e-3
+GAP_MATRIX = 128  # the gap's GEMM: small enough that the count rounds finely, big enough to be compute
+
+
 def _inner_calls(nbytes: int) -> int:
-    # Loop short collectives so one timed sample covers ~4 MiB of traffic (at least one call).
-    return max(1, min(64, (4 * 2**20) // max(nbytes, 1)))
+    # Calls per timed sample: enough that one sample averages over the occasional late completion, and at
+    # least 4 because a sample's first call follows the repeat's barrier rather than the other rank's compute.
+    return max(4, min(8, (32 * 2**20) // max(nbytes, 1)))
 
 
-def time_collective(comm, op: str, send: np.ndarray, recv: np.ndarray | None, policy: TimingPolicy) -> list[float]:  # noqa: ANN001
-    """Per-repeat seconds of one collective on this rank (all ranks start together after a barrier)."""
+def _gap_work(gap_s: float) -> Callable[[], None]:
+    """A fixed amount of GEMM work lasting about ``gap_s`` on this rank's threads (sized once, up front)."""
+    a = np.full((GAP_MATRIX, GAP_MATRIX), 0.5, dtype=np.float32)
+    one = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        a @ a
+        one.append(time.perf_counter() - t0)
+    count = max(1, round(gap_s / max(statistics.median(one), 1e-7)))
+
+    def work() -> None:
+        for _ in range(count):
+            a @ a
+
+    return work
+
+
+CallTimes = list[list[tuple[float, float]]]  # per repeat, per call: (entry, exit) on perf_counter's clock
+
+
+def time_collective(comm, op: str, send: np.ndarray, recv: np.ndarray | None, policy: TimingPolicy,  # noqa: ANN001
+                    gap_s: float = COLLECTIVE_GAP_S) -> CallTimes:
+    """Entry and exit times of each timed call on this rank, in a training loop's rhythm: ranks start a
+    repeat together (barrier), then each call follows ``gap_s`` of compute, so ranks arrive apart by their
+    compute's own jitter and one rank computes while the other finishes the previous call.
+    ``time.perf_counter`` reads the host's monotonic clock, the same in every process, so ranks' times
+    compare (combine_ranks)."""
     inner = _inner_calls(send.nbytes)
+    gap = _gap_work(gap_s)
 
     def call() -> None:
         if op == "allreduce":
@@ -441,19 +477,23 @@ def time_collective(comm, op: str, send: np.ndarray, recv: np.ndarray | None, po
             comm.alltoall(send, recv)
 
     for _ in range(policy.warmup):
+        gap()
         call()
-    samples = []
+    samples: CallTimes = []
     for _ in range(policy.repeats):
         comm.barrier()
-        t0 = time.perf_counter()
+        calls = []
         for _ in range(inner):
+            gap()
+            t0 = time.perf_counter()
             call()
-        samples.append((time.perf_counter() - t0) / inner)
+            calls.append((t0, time.perf_counter()))
+        samples.append(calls)
     return samples
 
 
-def collective_sweep_rank(comm, op: str, sizes: list[int], policy: TimingPolicy) -> list[list[float]]:  # noqa: ANN001
-    """Rank body of a collective sweep: per size, the per-repeat times on this rank."""
+def collective_sweep_rank(comm, op: str, sizes: list[int], policy: TimingPolicy) -> list[CallTimes]:  # noqa: ANN001
+    """Rank body of a collective sweep: per size, the timed calls on this rank."""
     out = []
     for nbytes in sizes:
         elems = max(comm.size, nbytes // 4 // comm.size * comm.size)
@@ -465,11 +505,15 @@ def collective_sweep_rank(comm, op: str, sizes: list[int], policy: TimingPolicy)
     return out
 
 
-def combine_ranks(per_rank: list[list[float]]) -> tuple[float, float]:
-    """A collective ends when its slowest rank does: per repeat the max over ranks, then the median."""
-    worst = [max(vals) for vals in zip(*per_rank, strict=True)]
-    med = statistics.median(worst)
-    return med, 100.0 * (max(worst) - min(worst)) / med
+def combine_ranks(per_rank: list[CallTimes]) -> tuple[float, float]:
+    """One collective call costs a step from the last rank's arrival to the last rank's departure: the
+    arrival skew is the compute's imbalance, not the collective's. Per repeat the mean over its calls (a
+    step pays every call, the occasional late wake-up included), then the median over repeats."""
+    samples = []
+    for calls in zip(*per_rank, strict=True):
+        per_call = [max(c[1] for c in ranks) - max(c[0] for c in ranks) for ranks in zip(*calls, strict=True)]
+        samples.append(statistics.fmean(per_call))
+    return median_spread(samples)
 
 
 def collective_task(op: str, sizes: list[int], ranks: int, implementation: str, threads: int, policy: TimingPolicy) -> BenchTask:
@@ -484,7 +528,8 @@ def collective_task(op: str, sizes: list[int], ranks: int, implementation: str, 
             elems = max(ranks, nbytes // 4 // ranks * ranks)
             med, spread = combine_ranks([r[i] for r in results])
             out.append(Measurement(benchmark=op, name=f"{op} {elems * 4}B R{ranks}", cores=threads * ranks,
-                                   params={"ranks": ranks, "implementation": implementation, "bytes_per_rank": elems * 4},
+                                   params={"ranks": ranks, "implementation": implementation, "bytes_per_rank": elems * 4,
+                                           "calls": _inner_calls(elems * 4), "gap_s": COLLECTIVE_GAP_S},
                                    bytes=elems * 4.0, time_s=med, spread_pct=spread, repeats=policy.repeats))
         return out
 

@@ -9,7 +9,9 @@ iteration. Inputs are random (dense features, labels, indices drawn from the wor
 Phases: bottom_mlp_fwd, embedding_fwd, alltoall_fwd, interaction_fwd, top_mlp_fwd (with the loss),
 top_mlp_bwd, interaction_bwd, alltoall_bwd, embedding_bwd, bottom_mlp_bwd, allreduce (packing the
 gradients into one flat buffer, the collective, averaging), embedding_update (sparse SGD on the touched
-rows), mlp_update (dense SGD).
+rows), mlp_update (dense SGD). With several ranks, arrival_wait: the time ranks spent in collectives waiting
+for the last rank to arrive (their compute's imbalance), taken out of the collective phases, which keep the
+packing, the time from the last arrival to each rank's exit, and the unpacking.
 """
 
 from __future__ import annotations
@@ -42,7 +44,9 @@ PHASES = (
     "allreduce",
     "embedding_update",
     "mlp_update",
+    "arrival_wait",
 )
+COLLECTIVE_PHASES = ("alltoall_fwd", "alltoall_bwd", "allreduce")
 LEARNING_RATE = 0.01
 INPUT_BATCHES = 3  # distinct random minibatches, cycled (generated before timing)
 
@@ -51,8 +55,9 @@ INPUT_BATCHES = 3  # distinct random minibatches, cycled (generated before timin
 class IterationMeasurement:
     """Median times (seconds) of one training iteration and its phases, after warm-up.
 
-    Per iteration a phase's time is the slowest rank's; ``iteration_s`` is the median of the per-iteration
-    wall clock of the slowest rank. Byte counts are what the collectives were handed: ``allreduce_bytes``
+    Per iteration a phase's time is the slowest rank's, a collective phase's after taking out each rank's
+    wait for the last rank to arrive (summed over the collectives as ``arrival_wait``); ``iteration_s`` is
+    the median of the per-iteration wall clock of the slowest rank. Byte counts are what the collectives were handed: ``allreduce_bytes``
     per rank (Eq. 1 convention), ``alltoall_bytes`` all ranks, one direction (Eq. 2 convention).
     """
 
@@ -330,15 +335,23 @@ class _Rank:
                     dz = self.ops.relu_backward(dx, acts[i])
         return dx, grads
 
+    def _collective(self, call: Callable[[], Any]) -> None:
+        # Entry and exit on perf_counter's clock, the host's monotonic clock in every process: the parent
+        # compares ranks' entries to split arrival wait from the collective itself.
+        t0 = time.perf_counter()
+        call()
+        self.calls.append((t0, time.perf_counter()))
+
     def _alltoall(self, send: Any) -> Any:
         recv = self.ops.zeros(tuple(send.shape))
-        self.comm.alltoall(self.ops.numpy(send) if self.ops.name == "numpy" else send.numpy(), recv if self.ops.name == "numpy" else recv.numpy())
+        self._collective(lambda: self.comm.alltoall(self.ops.numpy(send), self.ops.numpy(recv)))
         return recv
 
     def iteration(self, it: int) -> tuple[dict[str, float], float]:
         ops, w, n, e, size = self.ops, self.w, self.n, self.w.embedding_dim, self.size
         dense, labels, idx = self.inputs[it % len(self.inputs)]
         t: dict[str, float] = {}
+        self.calls: list[tuple[float, float]] = []
         clock = time.perf_counter
         start = last = clock()
 
@@ -394,7 +407,7 @@ class _Rank:
         grads = bot_grads + top_grads
         if size > 1:
             flat = np.concatenate([ops.numpy(g).reshape(-1) for g in grads])
-            self.comm.allreduce(flat)
+            self._collective(lambda: self.comm.allreduce(flat))
             flat /= size
             off = 0
             for i, g in enumerate(grads):
@@ -422,6 +435,7 @@ def _run_rank(comm: Any, w: Workload, global_batch: int, backend: str, threads: 
         model.allreduce_bytes = 0
         phases: list[dict[str, float]] = []
         totals: list[float] = []
+        calls: list[list[tuple[float, float]]] = []
         for it in range(warmup + iterations):
             if comm is not None:
                 comm.barrier()
@@ -429,7 +443,26 @@ def _run_rank(comm: Any, w: Workload, global_batch: int, backend: str, threads: 
             if it >= warmup:
                 phases.append(t)
                 totals.append(total)
-    return {"phases": phases, "totals": totals, "allreduce_bytes": model.allreduce_bytes, "loss": model.last_loss}
+                calls.append(model.calls)
+    return {"phases": phases, "totals": totals, "calls": calls, "allreduce_bytes": model.allreduce_bytes,
+            "loss": model.last_loss}
+
+
+def iteration_phases(results: list[dict[str, Any]], i: int) -> dict[str, float]:
+    """Iteration ``i``'s phase times over ranks: each phase its slowest rank's, a collective phase's after
+    taking out the rank's wait for the last arrival (entry times compared across ranks), those waits summed
+    as ``arrival_wait``. A collective phase still holds its packing and unpacking and the time from the last
+    arrival to the rank's exit."""
+    out = {ph: max(r["phases"][i].get(ph, 0.0) for r in results) for ph in PHASES}
+    calls = [r["calls"][i] for r in results]
+    if len(results) < 2 or not calls[0]:
+        out["arrival_wait"] = 0.0
+        return out
+    waits = [[max(c[k][0] for c in calls) - mine[k][0] for k in range(len(mine))] for mine in calls]
+    for k, ph in enumerate(COLLECTIVE_PHASES):
+        out[ph] = max(r["phases"][i][ph] - waits[j][k] for j, r in enumerate(results))
+    out["arrival_wait"] = sum(max(w[k] for w in waits) for k in range(len(calls[0])))
+    return out
 
 
 def _validate(w: Workload, global_batch: int, ranks: int, iterations: int) -> None:
@@ -483,7 +516,7 @@ def run_dlrm_iteration(
         impl = implementation_for(backend)
         results = run_ranks(_run_rank, ranks, impl, args=(workload, batch, backend, threads, iterations, warmup, seed),
                             threads_per_rank=threads, timeout_s=3600)
-    per_iter = [{ph: max(r["phases"][i].get(ph, 0.0) for r in results) for ph in PHASES} for i in range(iterations)]
+    per_iter = [iteration_phases(results, i) for i in range(iterations)]
     totals = [max(r["totals"][i] for r in results) for i in range(iterations)]
     per_rank_tables = -(-workload.num_tables // ranks)
     moved_a2a = alltoall_bytes(workload, batch, tables=per_rank_tables * ranks) if ranks > 1 else 0.0
