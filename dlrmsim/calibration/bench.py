@@ -435,9 +435,10 @@ GAP_MATRIX = 128  # the gap's GEMM: small enough that the count rounds finely, b
 
 
 def _inner_calls(nbytes: int) -> int:
-    # Calls per timed sample: enough that one sample averages over the occasional late completion, and at
-    # least 4 because a sample's first call follows the repeat's barrier rather than the other rank's compute.
-    return max(4, min(8, (32 * 2**20) // max(nbytes, 1)))
+    # Calls per timed sample: enough that one sample averages over the occasional late completion (8 up to
+    # 4 MiB), and at least 2 because a sample's first call follows the repeat's barrier rather than the other
+    # rank's compute. Calls of 16 MiB and up take long enough that a late wake-up hardly shows.
+    return max(2, min(8, (32 * 2**20) // max(nbytes, 1)))
 
 
 def _gap_work(gap_s: float) -> Callable[[], None]:
