@@ -57,8 +57,9 @@ class IterationMeasurement:
 
     Per iteration a phase's time is the slowest rank's, a collective phase's after taking out each rank's
     wait for the last rank to arrive (summed over the collectives as ``arrival_wait``); ``iteration_s`` is
-    the median of the per-iteration wall clock of the slowest rank. Byte counts are what the collectives were handed: ``allreduce_bytes``
-    per rank (Eq. 1 convention), ``alltoall_bytes`` all ranks, one direction (Eq. 2 convention).
+    the median of the per-iteration wall clock of the slowest rank. Byte counts are what the collectives
+    were handed: ``allreduce_bytes`` per rank (Eq. 1 convention), ``alltoall_bytes`` all ranks, one
+    direction (Eq. 2 convention).
     """
 
     workload: str
@@ -288,6 +289,7 @@ class _Rank:
         s = w.num_tables
         self.owned = [t for t in range(s) if t % self.size == self.rank]
         self.per_rank = -(-s // self.size)  # alltoall blocks padded to the largest share
+        self.calls: list[tuple[float, float]] = []  # this iteration's collectives: (entry, exit)
         self.bottom = self._mlp(w.bottom_mlp, wrng)
         self.top = self._mlp([interaction_width(w), *w.top_mlp], wrng)
         self.tables = [ops.new_table(w.table_rows[t], w.embedding_dim, np.random.default_rng(seed + t)) for t in self.owned]
@@ -351,7 +353,7 @@ class _Rank:
         ops, w, n, e, size = self.ops, self.w, self.n, self.w.embedding_dim, self.size
         dense, labels, idx = self.inputs[it % len(self.inputs)]
         t: dict[str, float] = {}
-        self.calls: list[tuple[float, float]] = []
+        self.calls = []
         clock = time.perf_counter
         start = last = clock()
 
