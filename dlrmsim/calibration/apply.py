@@ -26,7 +26,7 @@ def calibrated_compute(spec: ComputeSpec, cal: Calibration, distribution: str = 
     host = cal.host
     cores = max(1, min(spec.cores, host.cores))
     inter = interaction_costs(cal, cores)
-    emb = embedding_times(cal, distribution, cores)
+    emb = embedding_costs(cal, distribution, cores)
     table = cal.gemm_table(cores)
     peak = cores * host.clock_GHz * 1e9 * host.flops_per_cycle_fp32
     return dataclasses.replace(
@@ -38,7 +38,7 @@ def calibrated_compute(spec: ComputeSpec, cal: Calibration, distribution: str = 
         memory_bandwidth_Bps=cal.memory.bandwidth_GBps * 1e9,
         memory_efficiency=EfficiencyTable.constant(1.0),
         saturation_cores=float(cal.memory.saturation_cores),
-        bandwidth_fraction_by_kind=embedding_fractions(cal, distribution, cores),
+        bandwidth_fraction_by_kind=emb.bandwidth_fraction_by_kind,
         row_time_s_by_kind={**emb.row_time_s_by_kind, **inter.row_time_s_by_kind},
         flop_rate_by_kind=inter.flop_rate_by_kind,
         fixed_time_s_by_kind={**emb.fixed_time_s_by_kind, **inter.fixed_time_s_by_kind},
@@ -76,27 +76,26 @@ def embedding_fits(cal: Calibration, distribution: str = "uniform", cores: int |
     return out
 
 
-def embedding_fractions(cal: Calibration, distribution: str = "uniform", cores: int | None = None) -> dict[str, float]:
-    """Achieved embedding-op bandwidth as a fraction of the saturated stream bandwidth, per task kind."""
-    return {kind: fit.bandwidth_GBps / cal.memory.bandwidth_GBps for kind, fit in embedding_fits(cal, distribution, cores).items()}
-
-
 @dataclasses.dataclass(frozen=True)
-class EmbeddingTimes:
-    """The embedding fits' terms beside bandwidth as ComputeSpec fields, per task kind (s per row, s per
-    L2-missing page walk, s per row reloaded into the last-level cache, s per task)."""
+class EmbeddingCosts:
+    """The embedding fits as ComputeSpec fields, per task kind (achieved bandwidth as a fraction of the
+    saturated stream bandwidth, s per row, s per L2-missing page walk, s per row reloaded into the last-level
+    cache, s per task)."""
 
+    bandwidth_fraction_by_kind: dict[str, float]
     row_time_s_by_kind: dict[str, float]
     walk_time_s_by_kind: dict[str, float]
     reload_time_s_by_kind: dict[str, float]
     fixed_time_s_by_kind: dict[str, float]
 
 
-def embedding_times(cal: Calibration, distribution: str = "uniform", cores: int | None = None) -> EmbeddingTimes:
-    """Fitted time per looked-up row, per L2-missing page walk, per reloaded row and per op (s), per embedding
-    task kind, at the core count nearest ``cores``; a kind appears only where its term is non-zero."""
-    out = EmbeddingTimes({}, {}, {}, {})
+def embedding_costs(cal: Calibration, distribution: str = "uniform", cores: int | None = None) -> EmbeddingCosts:
+    """Fitted bandwidth fraction, and time per looked-up row, per L2-missing page walk, per reloaded row and per
+    op (s), per embedding task kind, at the core count nearest ``cores``; a kind appears in a time table only
+    where its term is non-zero."""
+    out = EmbeddingCosts({}, {}, {}, {}, {})
     for kind, fit in embedding_fits(cal, distribution, cores).items():
+        out.bandwidth_fraction_by_kind[kind] = fit.bandwidth_GBps / cal.memory.bandwidth_GBps
         for table, value in ((out.row_time_s_by_kind, fit.row_time_ns * 1e-9), (out.walk_time_s_by_kind, fit.walk_time_ns * 1e-9),
                              (out.reload_time_s_by_kind, fit.reload_time_ns * 1e-9), (out.fixed_time_s_by_kind, fit.fixed_us * 1e-6)):
             if value > 0:

@@ -432,6 +432,7 @@ def collective_sizes(quick: bool) -> list[int]:
 # calls each behind a barrier, never show that wait, and a training loop pays it on a third of its calls.
 COLLECTIVE_GAP_S = 2e-3
 GAP_MATRIX = 128  # the gap's GEMM: small enough that the count rounds finely, big enough to be compute
+GAP_SIZING_POLICY = TimingPolicy(warmup=1, repeats=5, min_sample_s=0.0)  # one GEMM per sample, as the gap runs it
 
 
 def _inner_calls(nbytes: int) -> int:
@@ -444,12 +445,8 @@ def _inner_calls(nbytes: int) -> int:
 def _gap_work(gap_s: float) -> Callable[[], None]:
     """A fixed amount of GEMM work lasting about ``gap_s`` on this rank's threads (sized once, up front)."""
     a = np.full((GAP_MATRIX, GAP_MATRIX), 0.5, dtype=np.float32)
-    one = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        a @ a
-        one.append(time.perf_counter() - t0)
-    count = max(1, round(gap_s / max(statistics.median(one), 1e-7)))
+    one, _, _ = time_op(lambda: a @ a, GAP_SIZING_POLICY)
+    count = max(1, round(gap_s / max(one, 1e-7)))
 
     def work() -> None:
         for _ in range(count):
@@ -559,10 +556,10 @@ def build_plan(k: Kernels, quick: bool, cores: int, implementation: str, ranks: 
     Tasks marked ``repeat`` (GEMMs, streams, dispatch, embedding bags, interaction) run again in each of
     ``passes`` passes, after all of the first pass, and the streams once more at the end; :func:`fastest_pass`
     keeps each measurement's fastest pass. Collectives run once (they start processes, and their spells of
-    noise are averaged by their many ranks and sizes). ``tiny`` keeps a subset of the quick plan that still feeds every fit, in one pass: GEMMs up to
-    1024^3, the streams, the dispatch cost, the first table shape's embedding bags, three interaction shapes,
-    and four collective sizes; no preset shapes and no Eq. 1 / Eq. 2 check. Its rates are rougher than a
-    quick calibration's.
+    noise are averaged by their many ranks and sizes). ``tiny`` keeps a subset of the quick plan that still
+    feeds every fit, in one pass: GEMMs up to 1024^3, the streams, the dispatch cost, the first table shape's
+    embedding bags, three interaction shapes, and four collective sizes; no preset shapes and no Eq. 1 / Eq. 2
+    check. Its rates are rougher than a quick calibration's.
     """
     tasks = _first_pass(k, quick, cores, implementation, ranks, tiny)
     again = [t for t in tasks if t.repeat] if not tiny else []

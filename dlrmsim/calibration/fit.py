@@ -32,6 +32,7 @@ from dlrmsim.calibration.schema import (
     MemoryFit,
     OverheadFit,
     select_embedding_fit,
+    select_interaction_fit,
 )
 from dlrmsim.simulator.costs import cache_miss_share, dispatch_time_s, page_walk_miss_share
 from dlrmsim.topologies.topology import EfficiencyTable
@@ -367,8 +368,8 @@ def predict_s(m: Measurement, model: FittedModel) -> float | None:
         coef = np.array([e.fixed_us * 1e-6, e.row_time_ns * 1e-9, e.walk_time_ns * 1e-9, e.reload_time_ns * 1e-9, 1.0 / (e.bandwidth_GBps * 1e9)])
         return dispatch_s(overhead, m.cores, 1.0) + float(embedding_features(m, model.host) @ coef)
     if m.benchmark == "interaction":
-        fits = [f for f in model.interaction if f.direction == m.params["direction"] and f.cores == m.cores]
-        return predict_interaction_s(fits[0], m, memory, overhead) if fits else None
+        fit = select_interaction_fit(model.interaction, str(m.params["direction"]), m.cores)
+        return predict_interaction_s(fit, m, memory, overhead) if fit is not None else None
     if m.benchmark == "dispatch":
         return None
     for c in model.collectives:

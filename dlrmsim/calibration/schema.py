@@ -241,8 +241,7 @@ class Calibration(StrictModel):
 
     def interaction_fit(self, direction: str, cores: int) -> InteractionFit | None:
         """The interaction fit of ``direction`` at the core count nearest ``cores`` (None: not measured)."""
-        rows = [f for f in self.interaction if f.direction == direction]
-        return nearest_cores(rows, cores) if rows else None
+        return select_interaction_fit(self.interaction, direction, cores)
 
 
 def select_embedding_fit(fits: Sequence[EmbeddingFit], op: str, distribution: str, cores: int | None) -> EmbeddingFit:
@@ -252,6 +251,12 @@ def select_embedding_fit(fits: Sequence[EmbeddingFit], op: str, distribution: st
     if not rows:
         raise KeyError((op, distribution))
     return max(rows, key=lambda e: e.cores) if cores is None else nearest_cores(rows, cores)
+
+
+def select_interaction_fit(fits: Sequence[InteractionFit], direction: str, cores: int) -> InteractionFit | None:
+    """The fit of ``direction`` at the core count nearest ``cores``; None when that direction was not measured."""
+    rows = [f for f in fits if f.direction == direction]
+    return nearest_cores(rows, cores) if rows else None
 
 
 def load_calibration(path: str | Path) -> Calibration:
