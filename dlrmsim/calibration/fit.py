@@ -2,6 +2,8 @@
 
 - GEMM: efficiency = achieved / physical peak(cores), against flops, per core count; the table is the
   median efficiency in each quarter-decade of flops (EfficiencyTable interpolates in log(flops) between).
+  A GEMM is predicted as the simulator runs it: the longer of its flops at that rate and its compulsory
+  bytes at the memory bandwidth (matrix-vector shapes are bound by the bytes).
 - Memory: bw(c) = min(c x per_core, bandwidth) from STREAM triad at 1..all cores.
 - Embedding: per (op, distribution, cores), t = fixed + lookups x row time + walk-missing lookups x walk time
   + reload-missing lookups x reload time + bytes / bandwidth, NNLS on relative error.
@@ -36,6 +38,7 @@ from dlrmsim.calibration.schema import (
 )
 from dlrmsim.simulator.costs import cache_miss_share, dispatch_time_s, page_walk_miss_share
 from dlrmsim.topologies.topology import EfficiencyTable
+from dlrmsim.workloads.model import Gemm, Layer, Pass, layer_gemm
 
 BIN_DECADES = 0.25
 
@@ -98,6 +101,25 @@ def predict_gemm_s(fit: GemmFit, flops: float, cores: int) -> float:
     return flops / (peak * eff)
 
 
+def measured_gemm(m: Measurement) -> Gemm:
+    """The GEMM a "gemm" or "linear" measurement ran (a linear pass has the shape the simulator gives it)."""
+    p = m.params
+    if m.benchmark == "gemm":
+        return Gemm(m=int(p["m"]), n=int(p["n"]), k=int(p["k"]))
+    layer = Layer("measured", int(p["fan_in"]), int(p["fan_out"]), "top", 0)
+    return layer_gemm(layer, int(p["batch"]), Pass(str(p["pass"])))
+
+
+def predict_gemm_roofline_s(gemm: GemmFit, memory: MemoryFit, m: Measurement) -> float:
+    """What the simulator charges the GEMM of measurement ``m`` running alone (the roofline of
+    ``costs.task_time``): the flops at the efficiency table's rate, or the compulsory bytes
+    (``Gemm.bytes_moved``) at the memory bandwidth of its cores, whichever takes longer. A matrix-vector
+    shape (a 1-wide output layer) is bound by the bytes; the flops-keyed table alone would call it 5x faster."""
+    t_flops = predict_gemm_s(gemm, m.flops, m.cores)
+    t_bytes = measured_gemm(m).bytes_moved(4.0) / (memory_bandwidth_GBps(memory, m.cores) * 1e9)
+    return max(t_flops, t_bytes)
+
+
 # --- memory --------------------------------------------------------------------------------------------------
 
 
@@ -125,7 +147,10 @@ def fit_memory(measurements: Sequence[Measurement], host: HostInfo) -> MemoryFit
 
 
 def memory_bandwidth_GBps(fit: MemoryFit, cores: int) -> float:
-    return min(cores * fit.per_core_GBps, fit.bandwidth_GBps)
+    """Stream bandwidth of ``cores`` cores as the simulator gives a calibrated rank (costs.task_bandwidth_cap):
+    the socket's bandwidth times min(cores / saturation_cores, 1), i.e. min(cores x per_core, bandwidth) with
+    the knee as the YAML records it."""
+    return fit.bandwidth_GBps * min(cores / fit.saturation_cores, 1.0)
 
 
 # --- embedding -----------------------------------------------------------------------------------------------
@@ -360,7 +385,7 @@ def predict_s(m: Measurement, model: FittedModel) -> float | None:
     """The fitted model's time for measurement ``m`` (None when no fitted parameter covers it)."""
     memory, overhead = model.memory, model.overhead
     if m.benchmark in ("gemm", "linear"):
-        return predict_gemm_s(model.gemm, m.flops, m.cores)
+        return predict_gemm_roofline_s(model.gemm, memory, m)
     if m.benchmark == "stream":
         return m.bytes / (memory_bandwidth_GBps(memory, m.cores) * 1e9)
     if m.benchmark == "embedding":

@@ -60,6 +60,27 @@ def test_gemm_table_reproduces_its_measurements(quick_cal: Calibration) -> None:
     assert fit_gemm([*ms, skinny], host).tables == fit.tables
 
 
+def test_gemm_rows_are_predicted_with_the_simulators_roofline(quick_cal: Calibration) -> None:
+    """A matrix-vector layer costs its compulsory bytes at the cores' memory bandwidth (the flops-keyed table
+    would make it several times faster); a square GEMM costs its flops. Both as the simulator's task_time."""
+    from dlrmsim.calibration.apply import calibrated_compute
+    from dlrmsim.simulator.costs import task_time
+    from dlrmsim.workloads.model import Gemm
+
+    model = FittedModel(quick_cal.gemm, quick_cal.memory)
+    matvec = _m("linear", 1, 1.0, flops=2.0 * 256 * 4096, params={"batch": 256, "fan_in": 4096, "fan_out": 1, "pass": "fwd"})
+    nbytes = 4.0 * (256 * 4096 + 4096 + 2 * 256)  # read x and w, read and write y
+    assert predict_s(matvec, model) == pytest.approx(nbytes / (memory_bandwidth_GBps(quick_cal.memory, 1) * 1e9), rel=1e-9)
+    assert predict_s(matvec, model) > 2 * predict_gemm_s(quick_cal.gemm, matvec.flops, 1)
+    cores = quick_cal.host.cores
+    square = _m("gemm", cores, 1.0, flops=2.0 * 512**3, params={"m": 512, "n": 512, "k": 512})
+    assert predict_s(square, model) == pytest.approx(predict_gemm_s(quick_cal.gemm, square.flops, cores), rel=1e-9)
+    for m, g in ((matvec, Gemm(256, 1, 4096)), (square, Gemm(512, 512, 512))):
+        spec = calibrated_compute(ComputeSpec(name="cpu", cores=m.cores, clock_hz=1e9, peak_flops={"fp32": 1e12},
+                                              memory_bandwidth_Bps=1e11, memory_capacity_B=64e9), quick_cal)
+        assert predict_s(m, model) == pytest.approx(task_time(m.flops, g.bytes_moved(4.0), spec, kind="gemm"), rel=1e-3)
+
+
 def test_memory_fit_finds_the_knee(quick_cal: Calibration) -> None:
     gb = 1e9
     ms = [_m("stream", c, 12 * 2**24 / (bw * gb), bytes=12.0 * 2**24, params={"kind": "triad"})
