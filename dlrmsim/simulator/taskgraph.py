@@ -19,6 +19,7 @@ from typing import Literal
 
 import numpy as np
 
+from dlrmsim.simulator.optimizers import OptimizerSpec, load_optimizer
 from dlrmsim.workloads import model
 from dlrmsim.workloads.model import Layer, Pass
 from dlrmsim.workloads.placement import Placement, Shard
@@ -26,16 +27,6 @@ from dlrmsim.workloads.schema import Workload
 
 CommVariant = Literal["alltoall", "fused-scatter", "scatter-list"]
 UpdateStrategy = Literal["atomic", "rtm", "race_free"]
-Optimizer = Literal["sgd", "lamb"]
-
-# Bytes an optimizer streams per fp32 parameter per step: SGD reads w and g and writes w; LAMB also
-# reads and writes two fp32 moments (REFERENCE: LAMB keeps two fp32 moments per weight).
-OPTIMIZER_BYTES_PER_PARAM: dict[str, float] = {"sgd": 3 * 4.0, "lamb": 7 * 4.0}
-# Framework ops per parameter tensor: SGD is one fused add (torch.optim.SGD without momentum on CPU runs
-# param.add_(grad, alpha=-lr) per tensor); LAMB's count is a rough assumption (moments, norms, update).
-OPTIMIZER_OPS_PER_TENSOR: dict[str, float] = {"sgd": 1.0, "lamb": 2.0}
-# Optimizer state per fp32 parameter (bytes): the weight, plus two moments for LAMB (3x the memory).
-OPTIMIZER_STATE_BYTES_PER_PARAM: dict[str, float] = {"sgd": 4.0, "lamb": 12.0}
 
 
 @dataclass(frozen=True)
@@ -62,7 +53,7 @@ class IterationSettings:
     bucket_bytes: float = 25e6
     update_strategy: UpdateStrategy = "race_free"
     fuse_backward_update: bool = False
-    optimizer: Optimizer = "sgd"
+    optimizer: OptimizerSpec = field(default_factory=lambda: load_optimizer("sgd"))
     threads: int = 1  # compute threads per rank, for the race-free update's load balance
     update_costs: UpdateCosts = field(default_factory=lambda: UpdateCosts(0.0, 0.0))
     # Pre/post-processing passes per collective: copies into and out of flat buffers, gradient averaging.
@@ -461,8 +452,8 @@ def _rank_program(
         add(copy_task(f"allreduce{i}.post", nbytes, s.allreduce_prepost_passes * 2 / 3))
     dense_params = placement.dense_params(w)
     tensors = 2 * len(model.mlp_layers(w)) + len(placement.replicated_tables)  # each layer's weight and bias
-    add(Task("optimizer", "optimizer", flops=2.0 * dense_params, bytes=OPTIMIZER_BYTES_PER_PARAM[s.optimizer] * dense_params,
-             ops=OPTIMIZER_OPS_PER_TENSOR[s.optimizer] * tensors))
+    add(Task("optimizer", "optimizer", flops=2.0 * dense_params, bytes=s.optimizer.bytes_per_param * dense_params,
+             ops=s.optimizer.ops_per_tensor * tensors))
     # Lookups and updates read the tables at random: their page walks compete with every table on the rank.
     # An update re-reads what its table's forward and backward touched, after every other table's did too.
     held = placement.table_bytes_on(w, r)

@@ -20,13 +20,12 @@ from dlrmsim.errors import DlrmsimError
 from dlrmsim.simulator.backends import Backend, load_backend
 from dlrmsim.simulator.costs import MATRIX_KINDS, fixed_time_s
 from dlrmsim.simulator.records import Record
+from dlrmsim.simulator.optimizers import load_optimizer
 from dlrmsim.simulator.taskgraph import (
-    OPTIMIZER_STATE_BYTES_PER_PARAM,
     Collective,
     CommVariant,
     IterationGraph,
     IterationSettings,
-    Optimizer,
     Post,
     Task,
     UpdateCosts,
@@ -56,7 +55,7 @@ class TrainingConfig(StrictModel):
     blocking: bool = False
     update_strategy: UpdateStrategy = "race_free"
     fuse_backward_update: bool = False
-    optimizer: Optimizer = "sgd"
+    optimizer: str = Field("sgd", description="optimizer preset (sgd, lamb) or an optimizer YAML")
     comm_cores: int | None = Field(None, ge=0, description="override the backend's pinned communication cores")
     allreduce_algorithm: str | None = None
     alltoall_algorithm: str | None = None
@@ -181,7 +180,8 @@ def load_inputs(cfg: TrainingConfig, workload: Workload | None = None, topology:
             fix=f"use at most {topo.num_ranks} ranks or a larger topology",
         )
     placement = place(w, cfg.placement, cfg.ranks, source=_source(cfg.workload))
-    check_memory(w, placement, topo, cfg)
+    optimizer = load_optimizer(cfg.optimizer)
+    check_memory(w, placement, topo, cfg, optimizer.state_bytes_per_param)
     spec = topo.compute(0)
     compute_cores = max(1, spec.cores - backend.comm_cores)
     costs = update_costs(topo)
@@ -192,7 +192,7 @@ def load_inputs(cfg: TrainingConfig, workload: Workload | None = None, topology:
         bucket_bytes=backend.bucket_bytes,
         update_strategy=cfg.update_strategy,
         fuse_backward_update=cfg.fuse_backward_update,
-        optimizer=cfg.optimizer,
+        optimizer=optimizer,
         threads=compute_cores,
         update_costs=costs,
         allreduce_prepost_passes=backend.prepost.allreduce_passes,
@@ -216,8 +216,8 @@ def _source(workload: str) -> str:
     return workload if workload.endswith((".yaml", ".yml")) else f"{workload}.yaml"
 
 
-def check_memory(w: Workload, placement: Placement, topo: Topology, cfg: TrainingConfig) -> None:
-    state = OPTIMIZER_STATE_BYTES_PER_PARAM[cfg.optimizer]
+def check_memory(w: Workload, placement: Placement, topo: Topology, cfg: TrainingConfig, state: float) -> None:
+    """Each rank's tables, weights and ``state`` bytes of optimizer state per parameter fit its memory."""
     need = placement.max_memory(w, state)
     have = min(topo.compute(r).memory_capacity_B for r in range(placement.ranks))
     if need > have:
@@ -339,7 +339,7 @@ def run_iteration(inputs: Inputs, cfg: TrainingConfig) -> TrainingResult:
         comm_bytes=comm_bytes,
         records=sim.records,
     )
-    result.epochs, result.time_to_train_s = time_to_train(inputs.workload, cfg.optimizer, inputs.settings.global_batch, iteration)
+    result.epochs, result.time_to_train_s = time_to_train(inputs.workload, inputs.settings.optimizer.name, inputs.settings.global_batch, iteration)
     return result
 
 

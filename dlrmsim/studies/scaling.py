@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 import pandas as pd
 
 from dlrmsim.errors import DlrmsimError
-from dlrmsim.simulator.taskgraph import OPTIMIZER_STATE_BYTES_PER_PARAM
+from dlrmsim.simulator.optimizers import load_optimizer
 from dlrmsim.simulator.training import TrainingConfig, TrainingResult, load_inputs, run_iteration
 from dlrmsim.workloads.placement import min_ranks_for_capacity
 
@@ -23,7 +23,7 @@ def baseline_ranks(cfg: TrainingConfig) -> int:
     w = load_workload(cfg.workload, cfg.workload_overrides or None)
     topo = load_topology(cfg.topology, cfg.topology_overrides or None)
     capacity = topo.compute(0).memory_capacity_B
-    fewest = min_ranks_for_capacity(w, cfg.placement, capacity, OPTIMIZER_STATE_BYTES_PER_PARAM[cfg.optimizer])
+    fewest = min_ranks_for_capacity(w, cfg.placement, capacity, load_optimizer(cfg.optimizer).state_bytes_per_param)
     if fewest is None:
         raise DlrmsimError(
             "no rank count of this placement holds the workload in memory",
