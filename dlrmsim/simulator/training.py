@@ -19,8 +19,8 @@ from dlrmsim.config import StrictModel
 from dlrmsim.errors import DlrmsimError
 from dlrmsim.simulator.backends import Backend, load_backend
 from dlrmsim.simulator.costs import MATRIX_KINDS, fixed_time_s
-from dlrmsim.simulator.records import Record
 from dlrmsim.simulator.optimizers import load_optimizer
+from dlrmsim.simulator.records import Record
 from dlrmsim.simulator.taskgraph import (
     Collective,
     CommVariant,
