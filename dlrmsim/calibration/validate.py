@@ -16,6 +16,7 @@ from pydantic import Field, PositiveInt
 
 from dlrmsim import config
 from dlrmsim.calibration.drift import DriftSample
+from dlrmsim.calibration.schema import Calibration
 from dlrmsim.config import StrictModel
 from dlrmsim.workloads.schema import Workload
 
@@ -130,14 +131,13 @@ def sim_phase(name: str, category: str) -> str:
     return "other"
 
 
-def predict(case: ValidationCase, calibration_path: Path) -> tuple[float, dict[str, float]]:
-    """Simulated iteration time (s) and per-phase times of ``case`` on the calibrated host model."""
-    from dlrmsim.calibration import apply_calibration, load_calibration
+def predict(case: ValidationCase, cal: Calibration) -> tuple[float, dict[str, float]]:
+    """Simulated iteration time (s) and per-phase times of ``case`` on the host model calibrated by ``cal``."""
+    from dlrmsim.calibration import apply_calibration
     from dlrmsim.simulator.records import records_frame
     from dlrmsim.simulator.training import TrainingConfig, load_inputs, run_iteration
     from dlrmsim.topologies import load_topology
 
-    cal = load_calibration(calibration_path)
     topo = load_topology("host", {"compute.host-cpu.cores": case.ranks * case.threads}, ranks=case.ranks)
     topo = apply_calibration(topo, cal, case.workload.index_distribution.kind)
     cfg = TrainingConfig(
@@ -213,7 +213,7 @@ def run_validation(
         task = bar.add_task("validating", total=len(cases) * (rounds + 1))
         for case in cases:
             bar.update(task, description=f"{case.name}: simulating")
-            predictions[case.name] = predict(case, calibration_path)
+            predictions[case.name] = predict(case, cal)
             bar.advance(task)
         for r in range(rounds):
             if probe is not None:

@@ -59,8 +59,8 @@ def test_unknown_optimizer_and_bad_field_are_one_line_errors(tmp_path: Path) -> 
         load_optimizer(path)
 
 
-def test_lamb_state_needs_more_ranks_than_sgd() -> None:
-    """LAMB keeps 12 bytes per dense parameter against SGD's 4: the memory check charges the preset's state."""
+def test_lamb_state_costs_eight_more_bytes_per_dense_parameter() -> None:
+    """LAMB keeps 12 bytes per dense parameter against SGD's 4; a rank's memory need counts the preset's state."""
     pl = place(SMALL, PlacementSpec(strategy="table_wise"), 2)
     sgd, lamb = (pl.max_memory(SMALL, load_optimizer(n).state_bytes_per_param) for n in ("sgd", "lamb"))
     assert lamb - sgd == pytest.approx(8.0 * pl.dense_params(SMALL))
