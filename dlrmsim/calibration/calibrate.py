@@ -7,7 +7,14 @@ import datetime as dt
 import json
 from pathlib import Path
 
-from dlrmsim.calibration.bench import BenchTask, build_plan, clear_table_cache, fastest_pass
+from dlrmsim.calibration.bench import (
+    UNSTABLE_PASS_RATIO,
+    BenchTask,
+    build_plan,
+    clear_table_cache,
+    fastest_pass,
+    unstable_benchmarks,
+)
 from dlrmsim.calibration.collectives_host import implementation_for
 from dlrmsim.calibration.compare import eq_check, fit_quality
 from dlrmsim.calibration.fit import (
@@ -126,6 +133,13 @@ def run_calibration(quick: bool, backend: str | None, out: Path | None, progress
         err_console.print(f"[bold yellow]warning:[/] load average {load:.1f} on {host.cores} cores: other jobs shared this host "
                           "during calibration, so its rates are low and noisy (fix: calibrate on an idle machine)",
                           highlight=False, soft_wrap=True)
+    unstable = unstable_benchmarks(measurements)
+    if unstable:
+        worst = ", ".join(f"{m.name} {m.pass_ratio:.1f}x" for m in unstable[:3])
+        err_console.print(f"[bold yellow]warning:[/] {len(unstable)} of {len(measurements)} benchmarks ran over "
+                          f"{UNSTABLE_PASS_RATIO}x slower in one pass than in another ({worst}): the host changed speed "
+                          "during calibration; the fit keeps each one's faster pass (fix: validate right after calibrating, "
+                          "or calibrate again when the host is quiet)", highlight=False, soft_wrap=True)
     gemm = fit_gemm(measurements, host)
     memory = fit_memory(measurements, host)
     overhead = fit_overhead(measurements)

@@ -44,7 +44,8 @@ def calibrate(
             "out": str(out), "elapsed_s": round(elapsed, 1), "host": cal.host.model_dump(),
             "gemm_peak_efficiency": cal.gemm.peak_efficiency, "memory": cal.memory.model_dump(),
             "embedding": [e.model_dump() for e in cal.embedding], "collectives": [c.model_dump() for c in cal.collectives],
-            "fit_error_pct": {k: {"count": v[0], "median_abs": v[1], "max_abs": v[2]} for k, v in summary.items()},
+            "fit_error_pct": {k: {"count": v.runs, "median_abs": v.median_abs_pct, "max_abs": v.max_abs_pct, "host_moved": v.host_moved}
+                              for k, v in summary.items()},
             "eq_check": [r.model_dump() for r in cal.eq_check],
         })
         return
@@ -61,8 +62,8 @@ def calibrate(
            f"{e.bandwidth_GBps:g} / {e.row_time_ns:g} / {e.walk_time_ns:g} / {e.reload_time_ns:g} / {e.fixed_us:g}") for e in cal.embedding],
         *[(f"{c.op} alpha us / beta GB/s ({c.implementation})", f"{c.alpha_us:g} / {c.beta_GBps:g}") for c in cal.collectives],
     ])
-    print_table("Fit quality: |predicted - measured| / measured", ["benchmark", "runs", "median %", "max %"],
-                [(k, v[0], v[1], v[2]) for k, v in summary.items()])
+    print_table("Fit quality: |predicted - measured| / measured", ["benchmark", "runs", "median %", "max %", "host moved"],
+                [(k, v.runs, v.median_abs_pct, v.max_abs_pct, v.host_moved) for k, v in summary.items()])
     print_table("Eq. 1 / Eq. 2 check at 2 ranks", ["workload", "op", "Eq. MiB", "moved MiB", "meas. ms", "model ms", "err %", "scaled"],
                 [(r.workload, r.collective, r.equation_bytes / 2**20, r.moved_bytes / 2**20, r.measured_s * 1e3, r.model_s * 1e3,
                   r.error_pct, r.scale)

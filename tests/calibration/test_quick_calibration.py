@@ -30,6 +30,11 @@ def test_file_written_valid_and_round_trips(quick_cal_path: Path, quick_cal: Cal
     # Every non-Eq. measurement a fitted parameter predicts has a fit-quality row (the dispatch timings are the
     # per-op overhead itself, not predicted by another parameter).
     assert len(quick_cal.fit_quality) == sum(1 for m in quick_cal.measurements if not m.name.startswith("eq ") and m.benchmark != "dispatch")
+    # The repeated kernels record how far apart their passes were; the fit keeps the faster one.
+    repeated = [m for m in quick_cal.measurements if m.passes > 1]
+    assert repeated and all(m.slowest_pass_s is not None and m.slowest_pass_s >= m.time_s for m in repeated)
+    by_name = {m.name: m for m in quick_cal.measurements}
+    assert all(r.pass_ratio == pytest.approx(by_name[r.name].pass_ratio, rel=1e-3) for r in quick_cal.fit_quality)
 
 
 

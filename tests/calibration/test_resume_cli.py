@@ -78,8 +78,19 @@ def test_fastest_pass_keeps_each_measurements_shortest_time() -> None:
     def m(name: str, t: float) -> Measurement:
         return Measurement(benchmark="gemm", name=name, cores=1, time_s=t, repeats=3)
 
-    out = fastest_pass([m("a", 2.0), m("b", 1.0), m("a", 1.5), m("b", 3.0), m("a", 1.8)])
-    assert [(x.name, x.time_s, x.passes) for x in out] == [("a", 1.5, 3), ("b", 1.0, 2)]
+    out = fastest_pass([m("a", 2.0), m("b", 1.0), m("a", 1.5), m("b", 3.0), m("a", 1.8), m("c", 4.0)])
+    assert [(x.name, x.time_s, x.passes, x.slowest_pass_s) for x in out] == [("a", 1.5, 3, 2.0), ("b", 1.0, 2, 3.0), ("c", 4.0, 1, None)]
+    assert [x.pass_ratio for x in out] == pytest.approx([2.0 / 1.5, 3.0, 1.0])
+
+
+def test_benchmarks_whose_passes_disagree_are_reported_worst_first() -> None:
+    from dlrmsim.calibration.bench import UNSTABLE_PASS_RATIO, unstable_benchmarks
+
+    def m(name: str, fast: float, slow: float | None) -> Measurement:
+        return Measurement(benchmark="gemm", name=name, cores=1, time_s=fast, slowest_pass_s=slow, passes=2, repeats=3)
+
+    steady, edge, bad, worse = m("steady", 1.0, 1.1), m("edge", 1.0, UNSTABLE_PASS_RATIO), m("bad", 1.0, 1.6), m("worse", 1.0, 3.0)
+    assert unstable_benchmarks([steady, bad, m("single", 1.0, None), edge, worse]) == [worse, bad]
 
 
 def test_plan_repeats_single_process_kernels_in_later_passes_only() -> None:
@@ -94,10 +105,22 @@ def test_plan_repeats_single_process_kernels_in_later_passes_only() -> None:
                                        "dot interaction"}
     streams = [t for t in again if t.stage == "memory streams"]
     assert len(two) == len(one) + len(again) + len(streams)
-    # the second pass comes after all of the first (spread in time), with ids the partial cache tells apart;
-    # the streams run once more at the very end, after the collectives
-    assert [t.id for t in two[len(one):len(one) + len(again)]] == [f"{t.id} pass 2" for t in again]
+    # the second pass comes after all of the first (spread in time), backwards (a spell over neighbouring
+    # benchmarks meets others), with ids the partial cache tells apart; the streams run once more at the very
+    # end, after the collectives
+    assert [t.id for t in two[len(one):len(one) + len(again)]] == [f"{t.id} pass 2" for t in reversed(again)]
     assert [t.id for t in two[len(one) + len(again):]] == [f"{t.id} last pass" for t in streams]
     assert len({t.id for t in two}) == len(two)
     tiny = build_plan(k, quick=True, cores=2, implementation="gloo", tiny=True, passes=2)
     assert not any("pass 2" in t.id for t in tiny)
+
+
+def test_fit_summary_counts_the_runs_the_host_moved_under() -> None:
+    from dlrmsim.calibration.compare import ErrorSummary, error_summary
+    from dlrmsim.calibration.schema import FitRow
+
+    def row(bench: str, err: float, ratio: float) -> FitRow:
+        return FitRow(benchmark=bench, name=f"{bench} {err}", measured_s=1.0, predicted_s=1.0 + err / 100, error_pct=err, pass_ratio=ratio)
+
+    out = error_summary([row("gemm", 10.0, 1.0), row("gemm", -30.0, 2.0), row("gemm", 20.0, 1.2), row("stream", 5.0, 1.6)])
+    assert out == {"gemm": ErrorSummary(3, 20.0, 30.0, 1), "stream": ErrorSummary(1, 5.0, 5.0, 1)}
