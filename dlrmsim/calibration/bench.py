@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -555,11 +555,11 @@ def build_plan(k: Kernels, quick: bool, cores: int, implementation: str, ranks: 
 
     Tasks marked ``repeat`` (GEMMs, streams, dispatch, embedding bags, interaction) run again in each of
     ``passes`` passes, after all of the first pass (every second pass in reverse order), and the streams once
-    more at the end; :func:`fastest_pass` keeps each measurement's fastest pass. Collectives run once (they start processes, and their spells of
-    noise are averaged by their many ranks and sizes). ``tiny`` keeps a subset of the quick plan that still
-    feeds every fit, in one pass: GEMMs up to 1024^3, the streams, the dispatch cost, the first table shape's
-    embedding bags, three interaction shapes, and four collective sizes; no preset shapes and no Eq. 1 / Eq. 2
-    check. Its rates are rougher than a quick calibration's.
+    more at the end; :func:`fastest_pass` keeps each measurement's fastest pass. Collectives run once (they
+    start processes, and their spells of noise are averaged by their many ranks and sizes). ``tiny`` keeps a
+    subset of the quick plan that still feeds every fit, in one pass: GEMMs up to 1024^3, the streams, the
+    dispatch cost, the first table shape's embedding bags, three interaction shapes, and four collective
+    sizes; no preset shapes and no Eq. 1 / Eq. 2 check. Its rates are rougher than a quick calibration's.
     """
     tasks = _first_pass(k, quick, cores, implementation, ranks, tiny)
     again = [t for t in tasks if t.repeat] if not tiny else []
@@ -602,7 +602,7 @@ def fastest_pass(measurements: list[Measurement]) -> list[Measurement]:
 UNSTABLE_PASS_RATIO = 1.5
 
 
-def unstable_benchmarks(measurements: list[Measurement]) -> list[Measurement]:
+def unstable_benchmarks(measurements: Sequence[Measurement]) -> list[Measurement]:
     """Measurements whose passes disagree by more than :data:`UNSTABLE_PASS_RATIO`, the worst first."""
     return sorted((m for m in measurements if m.pass_ratio > UNSTABLE_PASS_RATIO), key=lambda m: -m.pass_ratio)
 

@@ -38,7 +38,7 @@ def calibrate(
     t0 = time.perf_counter()
     cal = run_calibration(quick=quick, backend=backend, out=out, progress=not (no_progress or json_out))
     elapsed = time.perf_counter() - t0
-    summary = error_summary(cal.fit_quality)
+    summary = error_summary(cal.fit_quality, cal.measurements)
     if json_out:
         print_json({
             "out": str(out), "elapsed_s": round(elapsed, 1), "host": cal.host.model_dump(),

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dlrmsim.calibration.bench import UNSTABLE_PASS_RATIO, BenchTask, TimingPolicy, combine_ranks, time_collective
+from dlrmsim.calibration.bench import BenchTask, TimingPolicy, combine_ranks, time_collective, unstable_benchmarks
 from dlrmsim.calibration.fit import FittedModel, predict_collective_s, predict_s
 from dlrmsim.calibration.schema import (
     CollectiveFit,
@@ -158,8 +158,7 @@ def fit_quality(measurements: Sequence[Measurement], model: FittedModel) -> list
         if pred is None or pred <= 0:
             continue
         rows.append(FitRow(benchmark=m.benchmark, name=m.name, measured_s=float(f"{m.time_s:.6g}"),
-                           predicted_s=float(f"{pred:.6g}"), error_pct=round(100.0 * (pred - m.time_s) / m.time_s, 2),
-                           pass_ratio=round(m.pass_ratio, 3)))
+                           predicted_s=float(f"{pred:.6g}"), error_pct=round(100.0 * (pred - m.time_s) / m.time_s, 2)))
     return rows
 
 
@@ -189,12 +188,13 @@ class ErrorSummary:
     host_moved: int
 
 
-def error_summary(rows: Sequence[FitRow]) -> dict[str, ErrorSummary]:
-    """Per benchmark kind, the :class:`ErrorSummary` of its fit-quality rows."""
+def error_summary(rows: Sequence[FitRow], measurements: Sequence[Measurement]) -> dict[str, ErrorSummary]:
+    """Per benchmark kind, the :class:`ErrorSummary` of its fit-quality rows (``measurements``: the
+    calibration's, whose passes say which rows the host moved under)."""
+    moved = {m.name for m in unstable_benchmarks(measurements)}
     out: dict[str, ErrorSummary] = {}
     for bench in sorted({r.benchmark for r in rows}):
         mine = [r for r in rows if r.benchmark == bench]
         errs = [abs(r.error_pct) for r in mine]
-        out[bench] = ErrorSummary(len(errs), float(np.median(errs)), float(max(errs)),
-                                  sum(r.pass_ratio > UNSTABLE_PASS_RATIO for r in mine))
+        out[bench] = ErrorSummary(len(errs), float(np.median(errs)), float(max(errs)), sum(r.name in moved for r in mine))
     return out

@@ -198,7 +198,6 @@ class FitRow(StrictModel):
     measured_s: Positive
     predicted_s: Positive
     error_pct: float = Field(description="(predicted - measured) / measured, %")
-    pass_ratio: Annotated[float, Field(ge=1)] = Field(1.0, description="slowest over fastest pass of the measurement")
 
 
 class EqCheckRow(StrictModel):

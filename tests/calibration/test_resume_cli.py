@@ -119,8 +119,9 @@ def test_fit_summary_counts_the_runs_the_host_moved_under() -> None:
     from dlrmsim.calibration.compare import ErrorSummary, error_summary
     from dlrmsim.calibration.schema import FitRow
 
-    def row(bench: str, err: float, ratio: float) -> FitRow:
-        return FitRow(benchmark=bench, name=f"{bench} {err}", measured_s=1.0, predicted_s=1.0 + err / 100, error_pct=err, pass_ratio=ratio)
-
-    out = error_summary([row("gemm", 10.0, 1.0), row("gemm", -30.0, 2.0), row("gemm", 20.0, 1.2), row("stream", 5.0, 1.6)])
+    runs = [("gemm", 10.0, 1.0), ("gemm", -30.0, 2.0), ("gemm", 20.0, 1.2), ("stream", 5.0, 1.6)]
+    rows = [FitRow(benchmark=b, name=f"{b} {err}", measured_s=1.0, predicted_s=1.0 + err / 100, error_pct=err) for b, err, _ in runs]
+    measured = [Measurement(benchmark=b, name=f"{b} {err}", cores=1, time_s=1.0, slowest_pass_s=ratio, passes=2, repeats=3)  # type: ignore[arg-type]
+                for b, err, ratio in runs]
+    out = error_summary(rows, measured)
     assert out == {"gemm": ErrorSummary(3, 20.0, 30.0, 1), "stream": ErrorSummary(1, 5.0, 5.0, 1)}
