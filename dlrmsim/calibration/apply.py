@@ -46,6 +46,7 @@ def calibrated_compute(spec: ComputeSpec, cal: Calibration, distribution: str = 
         page_bytes=float(host.page_bytes),
         l2_bytes=float(host.l2_bytes),
         reload_time_s_by_kind=emb.reload_time_s_by_kind,
+        run_start_s_by_kind=emb.run_start_s_by_kind,
         # A rank gets its cores' share of the cache all the host's cores share (two ranks: half each).
         llc_bytes=host.llc_bytes * cores / host.cores,
         task_overhead_s=cal.overhead.task_overhead_s(cores) if cal.overhead is not None else spec.task_overhead_s,
@@ -80,24 +81,26 @@ def embedding_fits(cal: Calibration, distribution: str = "uniform", cores: int |
 class EmbeddingCosts:
     """The embedding fits as ComputeSpec fields, per task kind (achieved bandwidth as a fraction of the
     saturated stream bandwidth, s per row, s per L2-missing page walk, s per row reloaded into the last-level
-    cache, s per task)."""
+    cache, s per task, s more for the first task of a run)."""
 
     bandwidth_fraction_by_kind: dict[str, float]
     row_time_s_by_kind: dict[str, float]
     walk_time_s_by_kind: dict[str, float]
     reload_time_s_by_kind: dict[str, float]
     fixed_time_s_by_kind: dict[str, float]
+    run_start_s_by_kind: dict[str, float]
 
 
 def embedding_costs(cal: Calibration, distribution: str = "uniform", cores: int | None = None) -> EmbeddingCosts:
-    """Fitted bandwidth fraction, and time per looked-up row, per L2-missing page walk, per reloaded row and per
-    op (s), per embedding task kind, at the core count nearest ``cores``; a kind appears in a time table only
-    where its term is non-zero."""
-    out = EmbeddingCosts({}, {}, {}, {}, {})
+    """Fitted bandwidth fraction, and time per looked-up row, per L2-missing page walk, per reloaded row, per
+    op and per run of ops (s), per embedding task kind, at the core count nearest ``cores``; a kind appears in
+    a time table only where its term is non-zero."""
+    out = EmbeddingCosts({}, {}, {}, {}, {}, {})
     for kind, fit in embedding_fits(cal, distribution, cores).items():
         out.bandwidth_fraction_by_kind[kind] = fit.bandwidth_GBps / cal.memory.bandwidth_GBps
         for table, value in ((out.row_time_s_by_kind, fit.row_time_ns * 1e-9), (out.walk_time_s_by_kind, fit.walk_time_ns * 1e-9),
-                             (out.reload_time_s_by_kind, fit.reload_time_ns * 1e-9), (out.fixed_time_s_by_kind, fit.fixed_us * 1e-6)):
+                             (out.reload_time_s_by_kind, fit.reload_time_ns * 1e-9), (out.fixed_time_s_by_kind, fit.fixed_us * 1e-6),
+                             (out.run_start_s_by_kind, fit.run_start_us * 1e-6)):
             if value > 0:
                 table[kind] = value
     return out

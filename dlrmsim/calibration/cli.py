@@ -58,8 +58,9 @@ def calibrate(
         ("memory bandwidth GB/s (triad, saturated)", cal.memory.bandwidth_GBps),
         ("memory GB/s per core", cal.memory.per_core_GBps),
         ("memory saturation cores", cal.memory.saturation_cores),
-        *[(f"embedding {e.op} {e.distribution} ({e.cores} cores): GB/s, ns/row, ns/walk miss, ns/reload, us/op",
-           f"{e.bandwidth_GBps:g} / {e.row_time_ns:g} / {e.walk_time_ns:g} / {e.reload_time_ns:g} / {e.fixed_us:g}") for e in cal.embedding],
+        *[(f"embedding {e.op} {e.distribution} ({e.cores} cores): GB/s, ns/row, ns/walk miss, ns/reload, us/op, us/run",
+           f"{e.bandwidth_GBps:g} / {e.row_time_ns:g} / {e.walk_time_ns:g} / {e.reload_time_ns:g} / {e.fixed_us:g} / {e.run_start_us:g}")
+          for e in cal.embedding],
         *[(f"{c.op} alpha us / beta GB/s ({c.implementation})", f"{c.alpha_us:g} / {c.beta_GBps:g}") for c in cal.collectives],
     ])
     print_table("Fit quality: |predicted - measured| / measured", ["benchmark", "runs", "median %", "max %", "host moved"],

@@ -96,7 +96,7 @@ class MemoryFit(StrictModel):
 class EmbeddingFit(StrictModel):
     """One embedding op for one index distribution: t = first-op dispatch + fixed + lookups x (row_time + walk
     miss share x walk_time + reload miss share x reload_time) + bytes / bandwidth (bytes as in
-    kernels.embedding_bytes)."""
+    kernels.embedding_bytes), plus run_start for the first op of a run of this op."""
 
     op: Literal["forward", "backward", "update"]
     distribution: Literal["uniform", "zipf"]
@@ -117,6 +117,10 @@ class EmbeddingFit(StrictModel):
     fixed_us: Annotated[float, Field(ge=0)] = Field(
         0.0, description="time per op that grows with neither lookups nor bytes, beyond the dispatch fit's first-op cost "
         "(the framework's bag offsets, autograd and sparse-gradient set-up, the thread pool's parallel regions)"
+    )
+    run_start_us: Annotated[float, Field(ge=0)] = Field(
+        0.0, description="time the first op of a run of this op pays beyond the later ones: its code and framework "
+        "state gone cold while other work ran (bench.POSITIONS); charged once per run (simulator Task.run_start)"
     )
 
 

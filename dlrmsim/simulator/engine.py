@@ -138,10 +138,7 @@ class Simulation:
         done = self.env.event()
         fluid = self.fluid
         oid = fluid.register(_EventOwner(done), 1)
-        # A kind that reaches only a fraction of stream bandwidth (random row gathers, scatter-adds) costs
-        # the memory system as many stream-equivalent bytes; the record keeps the real bytes.
-        stream_bytes = costs.stream_equivalent_bytes(self.rank_resources[rank].spec, kind, nbytes)
-        work, cap, cap_s, trig, res = self._task_params(rank, flops, stream_bytes, precision, cores, pool == "compute", kind)
+        work, cap, cap_s, trig, res = self._task_params(rank, flops, nbytes, precision, cores, pool == "compute", kind)
         fluid.add_one(work, cap, cap_s, trig, rank, -1, 0, res, oid)
         yield done
         yield container.put(cores)
@@ -150,21 +147,24 @@ class Simulation:
     def _task_params(
         self, rank: int, flops: float, nbytes: float, precision: str, cores: float, interferable: bool, kind: str = "gemm"
     ) -> tuple[float, float, float, int, int]:
-        """(work, cap, slowed cap, trigger, memory resource or -1) of a task; cached, as ranks repeat tasks."""
-        rr = self.rank_resources[rank]
-        spec = rr.spec
-        if kind not in costs.STREAMING_KINDS and kind not in spec.flop_rate_by_kind:
-            kind = "gemm"  # only the efficiency class matters here
+        """(work, cap, slowed cap, trigger, memory resource or -1) of a task; cached, as ranks repeat tasks.
+        A memory-bound task's work is the bytes it moves through its memory domain (costs.memory_demand)."""
         key = (rank, flops, nbytes, precision, cores, interferable, kind)
         got = self._task_cache.get(key)
         if got is not None:
             return got
+        rr = self.rank_resources[rank]
+        spec = rr.spec
+        demand = costs.memory_demand(spec, kind, nbytes)
+        if kind not in costs.STREAMING_KINDS and kind not in spec.flop_rate_by_kind:
+            kind = "gemm"  # only the efficiency class matters here
         share = rr.interfered_share if interferable else 1.0
         fr = costs.task_flop_rate(spec, flops, cores, precision, kind=kind) if flops > 0 else 0.0
         fr_s = fr * share
+        nbytes = demand.domain_bytes
         if nbytes > 0:
-            bw = costs.task_bandwidth_cap(spec, nbytes, cores)
-            bw_s = costs.task_bandwidth_cap(spec, nbytes, cores * share)
+            bw = demand.rate_fraction * costs.task_bandwidth_cap(spec, nbytes, cores)
+            bw_s = demand.rate_fraction * costs.task_bandwidth_cap(spec, nbytes, cores * share)
             cap = min(bw, nbytes * fr / flops) if flops > 0 else bw
             cap_s = min(bw_s, nbytes * fr_s / flops) if flops > 0 else bw_s
             work = nbytes

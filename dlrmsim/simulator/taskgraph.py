@@ -76,6 +76,7 @@ class Task:
     # interaction's batched small matrices); each pays ComputeSpec.row_time_s_by_kind[kind]
     tables_bytes: float = 0.0  # embedding tables on the rank whose page tables a lookup walks (costs.fixed_time_s)
     reuse_bytes: float = 0.0  # the rank's embedding working set between a table's forward and its update (ditto)
+    run_start: bool = False  # the first of a run of same-kind tasks on its rank: pays ComputeSpec.run_start_s_by_kind
 
 
 @dataclass(frozen=True)
@@ -435,13 +436,19 @@ def _rank_program(
         backward(layer)
     for cid in bwd_ids:
         wait(cid)
-    # 6. Embedding backward and sparse update once the gradients have arrived.
-    for sh in shards:
-        frac = lookup_fraction(w, sh, row_wise)
-        for task in embedding_backward_update_tasks(w, f"emb{sh.table}.c{sh.col_offset}", sh.rows, n_global, sh.columns, s, frac):
+    # 6. Embedding backward and sparse update once the gradients have arrived: autograd runs every table's
+    #    backward before the optimizer updates any (PyTorch's DLRM and the calibration's runner alike).
+    sparse = [task for sh in shards
+              for task in embedding_backward_update_tasks(w, f"emb{sh.table}.c{sh.col_offset}", sh.rows, n_global, sh.columns, s,
+                                                          lookup_fraction(w, sh, row_wise))]
+    for task in sparse:
+        if task.kind != "update":
             add(task)
     for t in placement.replicated_tables:
         add(Task(f"emb{t}.replica.bwd", "embedding_bwd", 0.0, n * w.lookups_per_sample * w.embedding_dim * 4.0 + n * w.embedding_dim * w.element_bytes))
+    for task in sparse:
+        if task.kind == "update":
+            add(task)
     pending = [i for i, (names, _) in enumerate(buckets) if "replicated_tables" in names and names[-1] == "replicated_tables"]
     for i in pending:
         add(copy_task(f"allreduce{i}.pre", buckets[i][1], s.allreduce_prepost_passes / 3))
@@ -459,8 +466,22 @@ def _rank_program(
     held = placement.table_bytes_on(w, r)
     reuse = sum(update_reuse_bytes(w, sh.rows, n_global * w.lookups_per_sample * lookup_fraction(w, sh, row_wise), sh.columns)
                 for sh in shards)
-    return [replace(t, tables_bytes=held, reuse_bytes=reuse if t.kind == "update" else 0.0)
-            if isinstance(t, Task) and t.kind in TABLE_WALK_KINDS else t for t in prog]
+    return mark_run_starts([replace(t, tables_bytes=held, reuse_bytes=reuse if t.kind == "update" else 0.0)
+                            if isinstance(t, Task) and t.kind in TABLE_WALK_KINDS else t for t in prog])
+
+
+def mark_run_starts(program: list[Step]) -> list[Step]:
+    """``program`` with ``run_start`` set on every task whose kind differs from the rank's previous task's
+    (the first task too: the previous iteration ended with other work). Posts and waits do not break a run."""
+    out: list[Step] = []
+    previous: str | None = None
+    for step in program:
+        if isinstance(step, Task):
+            if step.kind != previous:
+                step = replace(step, run_start=True)
+            previous = step.kind
+        out.append(step)
+    return out
 
 
 TABLE_WALK_KINDS = ("embedding", "update")  # task kinds that read rows of the tables (the backward does not)

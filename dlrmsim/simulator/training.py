@@ -280,7 +280,8 @@ def _rank_process(sim: Any, rank: int, graph: IterationGraph, coord: CollectiveC
             t0 = env.now
             kind = step.kind
             prec = precision if kind in MATRIX_KINDS else "fp32"
-            overhead = fixed_time_s(sim.rank_resources[rank].spec, kind, step.ops, step.rows, step.tables_bytes, step.reuse_bytes)
+            overhead = fixed_time_s(sim.rank_resources[rank].spec, kind, step.ops, step.rows, step.tables_bytes, step.reuse_bytes,
+                                    step.run_start)
             yield sim.compute(rank, step.name, flops=step.flops, bytes=step.bytes, kind=kind, precision=prec, category=step.category,
                               overhead_s=overhead)
             if step.serial_s > env.now - t0:

@@ -69,7 +69,8 @@ class ComputeSpec:
     saturation_cores: float | None = None
     kind: str = "socket"  # "socket" | "card" | "host"
     # Achieved fraction of stream bandwidth by task kind (e.g. "embedding": random row gathers), from
-    # calibration; kinds not listed stream at the full achieved bandwidth.
+    # calibration; kinds not listed stream at the full achieved bandwidth. Below 1 it limits the task's own
+    # rate, above 1 the bytes that reach memory (costs.memory_demand).
     bandwidth_fraction_by_kind: dict[str, float] = field(default_factory=dict)
     # Sparse embedding update conflicts (seconds per conflicting cache-line update); 0 = not modelled.
     cache_line_bytes: int = 64
@@ -108,6 +109,10 @@ class ComputeSpec:
     # spec's share of the last-level cache, bytes). Empty = not modelled; a host calibration fits it.
     reload_time_s_by_kind: dict[str, float] = field(default_factory=dict)
     llc_bytes: float = float(32 << 20)
+    # Time the first task of a run of same-kind tasks pays beyond the later ones, by kind (seconds): the op's code
+    # and framework state gone cold while the rank did other work (taskgraph marks the task: Task.run_start).
+    # Empty = not modelled; a host calibration measures it from the first call of its benchmark cycles.
+    run_start_s_by_kind: dict[str, float] = field(default_factory=dict)
 
     def flops_rate(self, precision: str) -> float:
         """Peak op/s for ``precision``; falls back to fp32 when the unit has no faster path."""

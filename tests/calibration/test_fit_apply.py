@@ -145,6 +145,27 @@ def test_embedding_fit_takes_the_cold_start_off_and_predicts_it_back(quick_cal: 
     assert bfit.walk_time_ns == 0 and bfit.reload_time_ns == 0 and bfit.fixed_us == pytest.approx(fixed * 1e6, rel=1e-3)
 
 
+def test_embedding_fit_separates_the_first_call_of_a_run(quick_cal: Calibration) -> None:
+    """The per-call terms come from the later calls of a run only; the first call's extra time over the later
+    calls of the same configuration is the median over configurations, charged back to first-call rows."""
+    fixed, bw = 50e-6, 10e9
+    ms = []
+    for nb, extra in ((1e6, 180e-6), (4e6, 200e-6), (1.6e7, 260e-6)):
+        params = {"op": "forward", "distribution": "uniform", "lookups": 0}
+        ms.append(_m("embedding", 2, fixed + nb / bw, bytes=nb, params={**params, "position": "rest"}))
+        ms.append(_m("embedding", 2, fixed + nb / bw + extra, bytes=nb, params={**params, "position": "first"}))
+    (fit,) = fit_embedding(ms, quick_cal.memory)
+    assert fit.fixed_us == pytest.approx(fixed * 1e6, rel=1e-3) and fit.bandwidth_GBps == pytest.approx(bw / 1e9, rel=1e-3)
+    assert fit.run_start_us == pytest.approx(200.0, rel=1e-3)
+    model = FittedModel(quick_cal.gemm, quick_cal.memory, [fit])
+    assert [predict_s(m, model) for m in ms] == pytest.approx([fixed + m.bytes / bw + (200e-6 if m.params["position"] == "first" else 0.0)
+                                                               for m in ms], rel=1e-3)
+    # Rows from before the split time every call of a cycle together: no run start is made up for them.
+    old = [m.model_copy(update={"params": {k: v for k, v in m.params.items() if k != "position"}}) for m in ms[::2]]
+    (old_fit,) = fit_embedding(old, quick_cal.memory)
+    assert old_fit.run_start_us == 0.0
+
+
 def test_interaction_fit_recovers_its_own_model(quick_cal: Calibration) -> None:
     """Times made by the simulator's interaction formula come back as the same three parameters (the rate
     is one of the fit's grid points, so the recovery is exact) and are predicted back."""
@@ -188,7 +209,9 @@ def test_apply_gives_embedding_kinds_their_fixed_and_row_times(quick_cal: Calibr
                          row_time_ns=row, fixed_us=fixed, walk_time_ns=walk)
             for op, row, fixed, walk in (("forward", 2.0, 120.0, 25.0), ("backward", 0.0, 150.0, 0.0), ("update", 60.0, 0.0, 70.0))]
     fits[2] = fits[2].model_copy(update={"reload_time_ns": 90.0})
+    fits[0] = fits[0].model_copy(update={"run_start_us": 250.0})
     spec = apply_calibration(_tiny_host_topology(), quick_cal.model_copy(update={"embedding": fits})).compute(0)
+    assert spec.run_start_s_by_kind == pytest.approx({"embedding": 250e-6})
     assert spec.walk_time_s_by_kind == pytest.approx({"embedding": 25e-9, "update": 70e-9})
     assert spec.reload_time_s_by_kind == pytest.approx({"update": 90e-9})
     assert (spec.page_bytes, spec.l2_bytes) == (quick_cal.host.page_bytes, quick_cal.host.l2_bytes)

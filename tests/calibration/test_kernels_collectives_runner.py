@@ -175,6 +175,23 @@ def test_embedding_cycle_walks_tables_beyond_the_cache() -> None:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_embedding_benchmark_times_a_run_s_first_call_apart(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dlrmsim.calibration import bench
+
+    monkeypatch.setattr(bench, "last_level_cache_bytes", lambda: 1 << 20)  # 4 tables of 256 KiB per cycle
+    cfg = bench.EmbeddingConfig(2**11, 32, 4, "uniform", 64)
+    rows = bench.embedding_task(_kernels(backend), cfg, 1, TimingPolicy(warmup=1, repeats=3, min_sample_s=0.0)).run()
+    by_name = {m.name: m for m in rows}
+    assert len(by_name) == 6 and all(m.time_s > 0 and m.params["tables"] == 4 for m in rows)
+    for op in ("forward", "backward", "update"):
+        rest, first = by_name[f"embedding {op} r2048 d32 p4 uniform b64 c1"], by_name[f"embedding {op} first r2048 d32 p4 uniform b64 c1"]
+        assert (rest.params["position"], first.params["position"]) == ("rest", "first")
+        assert {k: v for k, v in rest.params.items() if k != "position"} == {k: v for k, v in first.params.items() if k != "position"}
+    with pytest.raises(ValueError, match="at least 2 tables"):
+        bench.time_embedding_cycle(backend, cfg, [np.zeros(256, dtype=np.int64)], TimingPolicy(0, 1, 0.0), lambda: None, 1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_dispatch_benchmark_reports_first_and_further_ops(backend: str) -> None:
     from dlrmsim.calibration.bench import DISPATCH_ELEMENTS, dispatch_task
 

@@ -181,6 +181,43 @@ def test_page_walk_miss_share_is_entries_over_entries_plus_l2(tables_bytes: floa
     assert costs.cache_miss_share(tables_bytes / 512, 2.0**20) == pytest.approx(share)
 
 
+def test_first_task_of_a_run_pays_its_kind_s_run_start() -> None:
+    import dataclasses
+
+    from dlrmsim.simulator.taskgraph import IterationGraph, Task, mark_run_starts
+    from dlrmsim.simulator.training import CollectiveCoordinator, _rank_process
+
+    spec = dataclasses.replace(SPEC, fixed_time_s_by_kind={"embedding": 1e-5}, run_start_s_by_kind={"embedding": 2e-4})
+    assert costs.fixed_time_s(spec, "embedding", 0.0, 0.0, run_start=True) == pytest.approx(2.1e-4)
+    assert costs.fixed_time_s(spec, "gemm", 0.0, 0.0, run_start=True) == 0.0  # no run start measured for the kind
+    sim = Simulation(two_node(spec=spec))
+    program = mark_run_starts([Task(f"e{i}", "embedding", 0.0, 0.0, ops=0.0) for i in range(3)])
+    graph = IterationGraph(programs=[program, []], collectives={})
+    acc = {"compute": 0.0, "end": 0.0}
+    sim.run(sim.env.process(_rank_process(sim, 0, graph, CollectiveCoordinator(sim, graph, None, 1), "fp32", acc, {})))  # type: ignore[arg-type]
+    # three tables' fixed times, and the run's start once
+    assert acc["end"] == pytest.approx(3 * 1e-5 + 2e-4, rel=1e-12)
+
+
+def test_latency_bound_gathers_load_the_domain_with_their_own_bytes() -> None:
+    """A kind reaching a quarter of stream bandwidth runs at a quarter of its cap; two of them on one socket
+    move 2 x 25 GB/s through a 100 GB/s domain, so neither slows the other. Full-rate streams would share it."""
+    import dataclasses
+
+    spec = dataclasses.replace(SPEC, bandwidth_fraction_by_kind={"embedding": 0.25, "hot": 4.0})
+    assert costs.memory_demand(spec, "embedding", 1e8) == costs.MemoryDemand(1e8, 0.25)
+    assert costs.memory_demand(spec, "hot", 1e8) == costs.MemoryDemand(2.5e7, 1.0)  # 3/4 of the bytes hit in cache
+    for kind, fraction in (("embedding", 0.25), ("hot", 4.0), ("lookup", 1.0)):
+        alone = 1e8 / (fraction * 100 * GB)
+        assert costs.task_time(0.0, 1e8, spec, kind=kind) == pytest.approx(alone, rel=1e-12)
+        sim = Simulation(two_node(spec=spec))
+        sim.compute(0, "a", bytes=1e8, kind=kind, cores=14)
+        sim.compute(0, "b", bytes=1e8, kind=kind, cores=14)
+        sim.run()
+        # gathers: 25 GB/s each, together half the domain; cache-hitting and plain streams: 100 GB/s each, shared
+        assert sim.now == pytest.approx(alone if kind == "embedding" else 2 * alone, rel=1e-12)
+
+
 def test_measured_flop_rate_and_fixed_time_of_a_kind() -> None:
     """A kind with a measured flop rate runs at it (not at the GEMM table's), after its fixed time, per-item
     time and dispatch: t = dispatch + fixed + rows x row_time + max(flops / rate, bytes / bandwidth)."""

@@ -172,3 +172,26 @@ def test_every_rank_posts_and_waits_on_every_collective_once(comm: str, strategy
         order = {(type(s).__name__, s.collective): i for i, s in enumerate(prog) if isinstance(s, Post | Wait)}
         for cid in g.collectives:  # waited on only after it was posted
             assert order[("Post", cid)] < order[("Wait", cid)]
+
+
+def test_every_table_backward_runs_before_any_sparse_update() -> None:
+    # Autograd finishes every table's backward before the optimizer's first update (as PyTorch's DLRM and the
+    # calibration runner do); only the fused variant interleaves them, one table at a time.
+    g, _ = graph(SMALL, 2)
+    kinds = [t.kind for t in g.tasks(0) if t.kind in ("embedding_bwd", "update")]
+    tables = kinds.count("update")
+    assert tables > 1 and kinds == ["embedding_bwd"] * tables + ["update"] * tables
+    fused, _ = graph(SMALL, 2, fuse_backward_update=True)
+    assert "embedding_bwd" not in {t.kind for t in fused.tasks(0)}
+
+
+def test_a_run_starts_wherever_the_task_kind_changes() -> None:
+    from dlrmsim.simulator.taskgraph import mark_run_starts
+
+    prog = mark_run_starts([Task("e0", "embedding", 0, 0), Task("e1", "embedding", 0, 0), Post("c"), Wait("c"),
+                            Task("e2", "embedding", 0, 0), Task("g", "gemm", 0, 0), Task("e3", "embedding", 0, 0)])
+    # posts and waits do not break a run; the first task starts one (the previous iteration ended elsewhere)
+    assert [s.run_start for s in prog if isinstance(s, Task)] == [True, False, False, True, True]
+    g, _ = graph(SMALL, 2)
+    starts = [t for t in g.tasks(0) if t.run_start and t.kind in ("embedding", "embedding_bwd", "update")]
+    assert [t.kind for t in starts] == ["embedding", "embedding_bwd", "update"]  # one run of each per iteration
