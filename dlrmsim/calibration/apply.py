@@ -27,7 +27,7 @@ def calibrated_compute(spec: ComputeSpec, cal: Calibration, distribution: str = 
     cores = max(1, min(spec.cores, host.cores))
     inter = interaction_costs(cal, cores)
     emb = embedding_costs(cal, distribution, cores)
-    table = cal.gemm_table(cores)
+    table = cal.gemm.table(cores)
     peak = cores * host.clock_GHz * 1e9 * host.flops_per_cycle_fp32
     return dataclasses.replace(
         spec,

@@ -213,7 +213,8 @@ def clear_table_cache() -> None:
     _TABLE_CACHE.clear()
 
 
-# Where a call sits in its cycle's run of same-op calls. With PyTorch the first call of a run costs far more
+# Where a call sits in its run of same-op calls (the dispatch benchmark's first and further ops, an embedding
+# cycle's first and later tables). For the embedding ops, with PyTorch the first call of a run costs far more
 # than the calls after it (2 cores, 4 tables of 200k x 32, 16 lookups per sample: forward ~470 us, then
 # ~215 for each later table; backward ~380, then ~180), with or without the flush, and in the DLRM runner's
 # steps alike. One tiny bag forward on another table just before takes the forward's away, so it is the op's
@@ -421,7 +422,7 @@ def dispatch_task(k: Kernels, cores: int, policy: TimingPolicy) -> BenchTask:
         out = []
         with k.threads(cores):
             for n in DISPATCH_ELEMENTS:
-                for position, ts in zip(("first", "rest"), time_dispatch(k, n, policy), strict=True):
+                for position, ts in zip(POSITIONS, time_dispatch(k, n, policy), strict=True):
                     med, spread = median_spread(ts)
                     out.append(Measurement(benchmark="dispatch", name=f"dispatch {position} mul n{n} c{cores}", cores=cores,
                                            params={"elements": n, "position": position}, bytes=12.0 * n, time_s=med,

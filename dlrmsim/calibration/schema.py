@@ -235,10 +235,6 @@ class Calibration(StrictModel):
     fit_quality: list[FitRow] = []
     eq_check: list[EqCheckRow] = []
 
-    def gemm_table(self, cores: int) -> GemmTable:
-        """The efficiency table measured at the core count nearest ``cores`` (ties: the larger)."""
-        return self.gemm.table(cores)
-
     def collective(self, op: str) -> CollectiveFit:
         for c in self.collectives:
             if c.op == op:

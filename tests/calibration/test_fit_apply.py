@@ -259,7 +259,7 @@ def test_apply_calibration_uses_fitted_rates_consistently(quick_cal: Calibration
     spec = cal_topo.compute(0)
     assert spec.peak_flops["fp32"] == pytest.approx(host.clock_GHz * 1e9 * host.flops_per_cycle_fp32)
     assert spec.peak_flops["bf16"] == 2e9  # other precisions untouched
-    table = quick_cal.gemm_table(1)
+    table = quick_cal.gemm.table(1)
     for flops, eff in table.points:  # achieved = peak x gemm_efficiency(flops), at the table's own points
         assert spec.peak_flops["fp32"] * spec.gemm_efficiency(flops) == pytest.approx(table.peak_GFLOPs * 1e9 * eff, rel=1e-3)
     assert spec.memory_bandwidth_Bps == pytest.approx(quick_cal.memory.bandwidth_GBps * 1e9)
