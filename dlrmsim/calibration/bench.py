@@ -124,7 +124,8 @@ def preset_linear_shapes(batch_of: Callable[[str], int]) -> list[tuple[str, int,
     return [(",".join(sorted(set(ws))), b, fi, fo, p) for (b, fi, fo, p), ws in sorted(shapes.items())]
 
 
-def linear_task(k: Kernels, workloads: str, batch: int, fi: int, fo: int, which: str, cores: int, policy: TimingPolicy) -> BenchTask:
+def linear_task(k: Kernels, workloads: str, batch: int, fi: int, fo: int, which: str, cores: int, policy: TimingPolicy,
+                stage: str = "gemm preset MLP shapes") -> BenchTask:
     name = f"linear {fi}->{fo} {which} b{batch} c{cores}"
 
     def run() -> list[Measurement]:
@@ -135,7 +136,76 @@ def linear_task(k: Kernels, workloads: str, batch: int, fi: int, fo: int, which:
                             flops=2.0 * batch * fi * fo, bytes=4.0 * (batch * fi + fi * fo + batch * fo),
                             time_s=t, spread_pct=spread, repeats=reps)]
 
-    return BenchTask("gemm preset MLP shapes", name, run, repeat=True)
+    return BenchTask(stage, name, run, repeat=True)
+
+
+# Layers with one narrow side (fan_in, fan_out), at two batches: the shapes DLRM's narrow layers (a 32- or
+# 64-wide bottom output, a 13-feature input) have, and cubes do not. Their efficiency over the cubes' at the same
+# flops is the aspect factor (fit.fit_gemm). Generic widths, not any workload's.
+NARROW_LAYERS = ((32, 512), (512, 32), (128, 512))
+NARROW_BATCHES = (512, 2048)
+
+
+def narrow_linear_shapes() -> list[tuple[int, int, int, str]]:
+    """(batch, fan_in, fan_out, pass) of the narrow-layer sweep."""
+    return [(b, fi, fo, p) for b in NARROW_BATCHES for fi, fo in NARROW_LAYERS for p in ("fwd", "bwd_data", "bwd_weights")]
+
+
+# MLPs timed in training-step order (batch, widths): a narrow one at two batches and a square one. Generic
+# widths, not any workload's.
+CYCLE_MLPS = ((512, (128, 512, 32)), (2048, (128, 512, 32)), (1024, (512, 512, 512)))
+
+
+def time_mlp_cycle(backend: str, batch: int, widths: Sequence[int], policy: TimingPolicy, flush: Op) -> dict[tuple[str, int], list[float]]:
+    """Per cycle, seconds of each GEMM of an MLP's forward and backward (keyed (pass, layer index)), run as the
+    DLRM runner runs them (``dlrm_runner.mlp_forward`` / ``mlp_backward``, activations and bias gradients
+    included) after ``flush``: each GEMM finds what its predecessors left in the caches, and the first ones find
+    them evicted, as in a training step where embedding lookups stream between the MLPs."""
+    from dlrmsim.calibration.dlrm_runner import _ops, mlp_backward, mlp_forward, new_mlp
+
+    ops = _ops(backend)
+    rng = np.random.default_rng(0)
+    layers = new_mlp(ops, widths, rng)
+    x = ops.tensor(rng.standard_normal((batch, widths[0])).astype(np.float32))
+    dz = ops.tensor(np.full((batch, widths[-1]), 1e-3, dtype=np.float32))
+    clock = time.perf_counter
+    out: dict[tuple[str, int], list[float]] = {}
+    times: dict[tuple[str, int], float] = {}
+
+    def timed(which: str, layer: int, call: Callable[[], Any]) -> Any:
+        t0 = clock()
+        result = call()
+        times[(which, layer)] = clock() - t0
+        return result
+
+    for i in range(policy.warmup + policy.repeats):
+        flush()
+        _, acts = mlp_forward(ops, layers, x, sigmoid_last=False, gemm=timed)
+        mlp_backward(ops, layers, acts, dz, need_dx=True, gemm=timed)
+        if i >= policy.warmup:
+            for key, t in times.items():
+                out.setdefault(key, []).append(t)
+    return out
+
+
+def mlp_cycle_task(k: Kernels, batch: int, widths: Sequence[int], cores: int, policy: TimingPolicy) -> BenchTask:
+    name = f"mlp cycle {'-'.join(map(str, widths))} b{batch} c{cores}"
+
+    def run() -> list[Measurement]:
+        with k.threads(cores):
+            per_op = time_mlp_cycle(k.name, batch, widths, policy, k.flush)
+        rows = []
+        for (which, i), ts in sorted(per_op.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+            fi, fo = widths[i], widths[i + 1]
+            med, spread = median_spread(ts)
+            rows.append(Measurement(
+                benchmark="linear", name=f"linear {fi}->{fo} {which} b{batch} c{cores} in step order", cores=cores,
+                params={"workloads": "", "batch": batch, "fan_in": fi, "fan_out": fo, "pass": which, "context": "step"},
+                flops=2.0 * batch * fi * fo, bytes=4.0 * (batch * fi + fi * fo + batch * fo), time_s=med,
+                spread_pct=spread, repeats=len(ts)))
+        return rows
+
+    return BenchTask("gemm in training-step order", name, run, repeat=True)
 
 
 # --- memory streams ------------------------------------------------------------------------------------------
@@ -642,8 +712,14 @@ def _first_pass(k: Kernels, quick: bool, cores: int, implementation: str, ranks:
     def batch_of(name: str) -> int:
         return 256 if quick else load_workload(name).minibatch.weak_local
 
-    for workloads, b, fi, fo, which in preset_linear_shapes(batch_of):
+    presets = preset_linear_shapes(batch_of)
+    for workloads, b, fi, fo, which in presets:
         tasks += [linear_task(k, workloads, b, fi, fo, which, c, policy) for c in linear_cores]
+    measured = {(b, fi, fo, which, c) for _, b, fi, fo, which in presets for c in linear_cores}
+    for b, fi, fo, which in narrow_linear_shapes():
+        tasks += [linear_task(k, "", b, fi, fo, which, c, policy, "gemm narrow layers") for c in counts if (b, fi, fo, which, c) not in measured]
+    for b, widths in CYCLE_MLPS:
+        tasks += [mlp_cycle_task(k, b, widths, c, policy) for c in counts]
     elements = stream_elements(quick)
     for kind in ("copy", "triad"):
         tasks += [stream_task(k, kind, c, elements, policy) for c in counts]

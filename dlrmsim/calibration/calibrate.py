@@ -140,8 +140,8 @@ def run_calibration(quick: bool, backend: str | None, out: Path | None, progress
                           f"{UNSTABLE_PASS_RATIO}x slower in one pass than in another ({worst}): the host changed speed "
                           "during calibration; the fit keeps each one's faster pass (fix: validate right after calibrating, "
                           "or calibrate again when the host is quiet)", highlight=False, soft_wrap=True)
-    gemm = fit_gemm(measurements, host)
     memory = fit_memory(measurements, host)
+    gemm = fit_gemm(measurements, host, memory)
     overhead = fit_overhead(measurements)
     embedding = fit_embedding(measurements, memory, overhead, host)
     collectives = fit_collectives(measurements)

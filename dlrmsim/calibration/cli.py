@@ -55,6 +55,9 @@ def calibrate(
     print_table("Fitted parameters", ["parameter", "value"], [
         ("GEMM peak efficiency (all cores)", cal.gemm.peak_efficiency),
         *[(f"GEMM best GFLOP/s at {c} cores", v) for c, v in cal.gemm.achieved_GFLOPs_by_cores],
+        *[(f"GEMM aspect factor at {t.cores} cores (aspect: factor)", ", ".join(f"{a:.2g}: {e:.2f}" for a, e in t.aspect_points))
+          for t in cal.gemm.tables if t.aspect_points],
+        ("GEMM memory overlap (training-step order; 1 = roofline)", cal.gemm.memory_overlap),
         ("memory bandwidth GB/s (triad, saturated)", cal.memory.bandwidth_GBps),
         ("memory GB/s per core", cal.memory.per_core_GBps),
         ("memory saturation cores", cal.memory.saturation_cores),

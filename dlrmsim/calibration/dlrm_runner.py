@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
@@ -274,6 +274,53 @@ def dot_interaction_bwd(ops: _NumpyOps, d_inter: Any, feats: Any, li: Any, lj: A
     return d_bot, [dfeats[:, 1 + t] for t in range(f - 1)]
 
 
+# Runs one GEMM of an MLP: (pass, layer index, the call) -> the call's result. The runner calls it directly;
+# a benchmark passes one that times each call.
+GemmCall = Callable[[str, int, Callable[[], Any]], Any]
+
+
+def _call(which: str, layer: int, op: Callable[[], Any]) -> Any:
+    return op()
+
+
+def new_mlp(ops: _NumpyOps, widths: Sequence[int], rng: np.random.Generator) -> list[list[Any]]:
+    """[weight (fan_out, fan_in), bias] per layer of an MLP of ``widths``, Xavier-uniform weights, zero biases."""
+    layers = []
+    for fi, fo in zip(widths, widths[1:], strict=False):
+        bound = np.sqrt(6.0 / (fi + fo))
+        layers.append([ops.tensor(rng.uniform(-bound, bound, (fo, fi)).astype(np.float32)), ops.tensor(np.zeros(fo, dtype=np.float32))])
+    return layers
+
+
+def mlp_forward(ops: _NumpyOps, layers: list[list[Any]], x: Any, sigmoid_last: bool, gemm: GemmCall = _call) -> tuple[Any, list[Any]]:
+    """An MLP's forward (each layer: addmm, then ReLU or, last, a sigmoid): (output, every layer's input and the output)."""
+    acts = [x]
+    for i, (wt, b) in enumerate(layers):
+        y = gemm("fwd", i, lambda b=b, x=acts[-1], wt=wt: ops.addmm(b, x, wt))
+        # The framework's own activation kernels (nn.ReLU, torch.sigmoid), as DLRM uses them.
+        y = ops.sigmoid(y) if sigmoid_last and i == len(layers) - 1 else ops.relu(y)
+        acts.append(y)
+    return acts[-1], acts
+
+
+def mlp_backward(ops: _NumpyOps, layers: list[list[Any]], acts: list[Any], dz_last: Any, need_dx: bool,
+                 gemm: GemmCall = _call) -> tuple[Any, list[Any]]:
+    """An MLP's backward from ``dz_last``, the gradient before its last activation, in autograd's order (each layer
+    from the last: weight gradient, bias gradient, input gradient, ReLU gradient): (input gradient or None, [dW, db, ...])."""
+    grads: list[Any] = [None] * (2 * len(layers))
+    dz = dz_last
+    dx = None
+    for i in range(len(layers) - 1, -1, -1):
+        wt, _ = layers[i]
+        grads[2 * i] = gemm("bwd_weights", i, lambda dz=dz, a=acts[i]: dz.T @ a)
+        grads[2 * i + 1] = dz.sum(0)
+        if i > 0 or need_dx:
+            dx = gemm("bwd_data", i, lambda dz=dz, wt=wt: dz @ wt)
+            if i > 0:
+                dz = ops.relu_backward(dx, acts[i])
+    return dx, grads
+
+
 class _Rank:
     """One rank's share of the model and its inputs; ``iteration()`` runs one timed training step."""
 
@@ -290,8 +337,8 @@ class _Rank:
         self.owned = [t for t in range(s) if t % self.size == self.rank]
         self.per_rank = -(-s // self.size)  # alltoall blocks padded to the largest share
         self.calls: list[tuple[float, float]] = []  # this iteration's collectives: (entry, exit)
-        self.bottom = self._mlp(w.bottom_mlp, wrng)
-        self.top = self._mlp([interaction_width(w), *w.top_mlp], wrng)
+        self.bottom = new_mlp(ops, w.bottom_mlp, wrng)
+        self.top = new_mlp(ops, [interaction_width(w), *w.top_mlp], wrng)
         self.tables = [ops.new_table(w.table_rows[t], w.embedding_dim, np.random.default_rng(seed + t)) for t in self.owned]
         f = s + 1
         li, lj = np.tril_indices(f, k=-1)  # (S+1)S/2 distinct pairs
@@ -305,37 +352,6 @@ class _Rank:
                                 exponent, np.random.default_rng(rng.integers(1 << 62))).reshape(self.n_global, -1)
                    for t in self.owned]
             self.inputs.append((dense, labels, idx))
-
-    def _mlp(self, widths: list[int], rng: np.random.Generator) -> list[list[Any]]:
-        layers = []
-        for fi, fo in zip(widths, widths[1:], strict=False):
-            bound = np.sqrt(6.0 / (fi + fo))
-            layers.append([self.ops.tensor(rng.uniform(-bound, bound, (fo, fi)).astype(np.float32)),
-                           self.ops.tensor(np.zeros(fo, dtype=np.float32))])
-        return layers
-
-    def _mlp_fwd(self, layers: list[list[Any]], x: Any, sigmoid_last: bool) -> tuple[Any, list[Any]]:
-        acts = [x]
-        for i, (wt, b) in enumerate(layers):
-            y = self.ops.addmm(b, acts[-1], wt)
-            # The framework's own activation kernels (nn.ReLU, torch.sigmoid), as DLRM uses them.
-            y = self.ops.sigmoid(y) if sigmoid_last and i == len(layers) - 1 else self.ops.relu(y)
-            acts.append(y)
-        return acts[-1], acts
-
-    def _mlp_bwd(self, layers: list[list[Any]], acts: list[Any], dz_last: Any, need_dx: bool) -> tuple[Any, list[Any]]:
-        grads: list[Any] = [None] * (2 * len(layers))
-        dz = dz_last  # gradient before the last activation
-        dx = None
-        for i in range(len(layers) - 1, -1, -1):
-            wt, _ = layers[i]
-            grads[2 * i] = dz.T @ acts[i]
-            grads[2 * i + 1] = dz.sum(0)
-            if i > 0 or need_dx:
-                dx = dz @ wt
-                if i > 0:
-                    dz = self.ops.relu_backward(dx, acts[i])
-        return dx, grads
 
     def _collective(self, call: Callable[[], Any]) -> None:
         # Entry and exit on perf_counter's clock, the host's monotonic clock in every process: the parent
@@ -363,7 +379,7 @@ class _Rank:
             t[phase] = now - last
             last = now
 
-        bot_out, bot_acts = self._mlp_fwd(self.bottom, dense, sigmoid_last=False)
+        bot_out, bot_acts = mlp_forward(ops, self.bottom, dense, sigmoid_last=False)
         mark("bottom_mlp_fwd")
         pooled = [ops.emb_forward(tab, ix) for tab, ix in zip(self.tables, idx, strict=True)]  # each (N, E)
         mark("embedding_fwd")
@@ -380,11 +396,11 @@ class _Rank:
         else:
             inter = ops.cat([bot_out, *emb], 1)
         mark("interaction_fwd")
-        p, top_acts = self._mlp_fwd(self.top, inter, sigmoid_last=True)
+        p, top_acts = mlp_forward(ops, self.top, inter, sigmoid_last=True)
         eps = 1e-7
         loss = -(labels * ops.log(p + eps) + (1 - labels) * ops.log(1 - p + eps)).mean()
         mark("top_mlp_fwd")
-        d_inter, top_grads = self._mlp_bwd(self.top, top_acts, (p - labels) / n, need_dx=True)
+        d_inter, top_grads = mlp_backward(ops, self.top, top_acts, (p - labels) / n, need_dx=True)
         mark("top_mlp_bwd")
         if w.interaction == "dot":
             d_bot, d_emb = dot_interaction_bwd(ops, d_inter, feats, self.li, self.lj)
@@ -404,7 +420,7 @@ class _Rank:
         mark("alltoall_bwd")
         emb_grads = [ops.emb_backward(tab, ix, dp) for tab, ix, dp in zip(self.tables, idx, d_pooled, strict=True)]
         mark("embedding_bwd")
-        _, bot_grads = self._mlp_bwd(self.bottom, bot_acts, ops.relu_backward(d_bot, bot_out), need_dx=False)
+        _, bot_grads = mlp_backward(ops, self.bottom, bot_acts, ops.relu_backward(d_bot, bot_out), need_dx=False)
         mark("bottom_mlp_bwd")
         grads = bot_grads + top_grads
         if size > 1:

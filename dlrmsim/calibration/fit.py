@@ -1,9 +1,11 @@
 """Fit the cost-model parameters the simulator reads from micro-benchmark measurements.
 
-- GEMM: efficiency = achieved / physical peak(cores), against flops, per core count; the table is the
-  median efficiency in each quarter-decade of flops (EfficiencyTable interpolates in log(flops) between).
-  A GEMM is predicted as the simulator runs it: the longer of its flops at that rate and its compulsory
-  bytes at the memory bandwidth (matrix-vector shapes are bound by the bytes).
+- GEMM: efficiency = achieved / physical peak(cores), against flops, per core count; the table is the cubes'
+  median efficiency in each quarter-decade of flops (EfficiencyTable interpolates in log(flops) between). Other
+  shapes give the aspect factor: their efficiency over the cubes' at the same flops, against costs.gemm_aspect.
+  GEMMs timed in training-step order give the overlap of compulsory traffic with arithmetic. A GEMM is
+  predicted as the simulator runs it: its flops at that rate and its compulsory bytes at the memory bandwidth,
+  combined by costs.gemm_time_s (matrix-vector shapes are bound by the bytes).
 - Memory: bw(c) = min(c x per_core, bandwidth) from STREAM triad at 1..all cores.
 - Embedding: per (op, distribution, cores), t = fixed + lookups x row time + walk-missing lookups x walk time
   + reload-missing lookups x reload time + bytes / bandwidth, NNLS on relative error, over the later calls of
@@ -37,7 +39,7 @@ from dlrmsim.calibration.schema import (
     select_embedding_fit,
     select_interaction_fit,
 )
-from dlrmsim.simulator.costs import cache_miss_share, dispatch_time_s, page_walk_miss_share
+from dlrmsim.simulator.costs import cache_miss_share, dispatch_time_s, gemm_aspect, gemm_time_s, page_walk_miss_share
 from dlrmsim.topologies.topology import EfficiencyTable
 from dlrmsim.workloads.model import Gemm, Layer, Pass, layer_gemm
 
@@ -68,37 +70,94 @@ def gemm_efficiency(m: Measurement, host: HostInfo) -> float:
     return m.flops / m.time_s / (peak_gflops(host, m.cores) * 1e9)
 
 
-def fit_gemm(measurements: Sequence[Measurement], host: HostInfo) -> GemmFit:
+def in_step_order(m: Measurement) -> bool:
+    """A GEMM timed inside an MLP cycle in training-step order (bench.time_mlp_cycle), not in a warm loop."""
+    return m.params.get("context") == "step"
+
+
+def _is_cube(m: Measurement) -> bool:
+    g = measured_gemm(m)
+    return g.m == g.n == g.k
+
+
+def measured_aspect(m: Measurement) -> float:
+    """costs.gemm_aspect of a "gemm" or "linear" measurement's GEMM, from its shape as the simulator sees it."""
+    g = measured_gemm(m)
+    return gemm_aspect(g.flops, g.bytes_moved(4.0), 4.0)
+
+
+def _binned_table(points: Sequence[tuple[float, float]], decades: float) -> list[tuple[float, float]]:
+    """(geometric-mean size, median value) per ``decades``-wide bin of log10(size), sizes increasing."""
+    bins: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    for size, value in points:
+        bins[math.floor(math.log10(size) / decades)].append((size, value))
+    return [(_sig(float(np.exp(np.mean([math.log(x) for x, _ in bins[b]])))), _sig(float(np.median([v for _, v in bins[b]])), 4))
+            for b in sorted(bins)]
+
+
+def fit_gemm(measurements: Sequence[Measurement], host: HostInfo, memory: MemoryFit | None = None) -> GemmFit:
+    """Per core count, the cubes' efficiency against flops and, from the other shapes timed in a warm loop, the
+    aspect factor (median efficiency over the cubes' at the same flops, per tenth of a decade of aspect). With
+    ``memory``, the overlap of a GEMM's compulsory traffic with its arithmetic, from the GEMMs timed in
+    training-step order: per GEMM, (flops time + bytes time - measured) / the shorter of the two, the median
+    clipped to [0, 1]."""
+    usable = [m for m in measurements if m.benchmark in ("gemm", "linear") and m.flops > 0 and _min_dim(m) >= MIN_TABLE_DIM]
+    warm = [m for m in usable if not in_step_order(m)]
     by_cores: dict[int, list[Measurement]] = defaultdict(list)
-    for m in measurements:
-        if m.benchmark in ("gemm", "linear") and m.flops > 0 and _min_dim(m) >= MIN_TABLE_DIM:
-            by_cores[m.cores].append(m)
-    if not by_cores:
+    for m in warm:
+        by_cores[m.cores].append(m)
+    if not any(_is_cube(m) for m in warm):
         raise ValueError("no GEMM measurements to fit")
     tables = []
     achieved = []
     for cores in sorted(by_cores):
-        bins: dict[int, list[tuple[float, float]]] = defaultdict(list)
-        for m in by_cores[cores]:
-            bins[math.floor(math.log10(m.flops) / BIN_DECADES)].append((m.flops, gemm_efficiency(m, host)))
-        points = []
-        for b in sorted(bins):
-            flops = float(np.exp(np.mean([math.log(f) for f, _ in bins[b]])))
-            eff = float(np.median([e for _, e in bins[b]]))
-            points.append((_sig(flops), _sig(min(1.0, eff), 4)))
-        tables.append(GemmTable(cores=cores, peak_GFLOPs=_sig(peak_gflops(host, cores)), points=points))
+        cubes = [m for m in by_cores[cores] if _is_cube(m)]
+        if not cubes:
+            continue
+        points = [(f, min(1.0, e)) for f, e in _binned_table([(m.flops, gemm_efficiency(m, host)) for m in cubes], BIN_DECADES)]
+        flops_table = EfficiencyTable(tuple(points))
+        # The cubes define aspect 1 (factor 1); a shape of aspect 1 or more runs as a cube does.
+        ratios = [(a, gemm_efficiency(m, host) / flops_table(m.flops)) for m in by_cores[cores] if (a := measured_aspect(m)) < 1.0]
+        aspect = [*_binned_table(ratios, ASPECT_BIN_DECADES), (1.0, 1.0)] if ratios else []
+        tables.append(GemmTable(cores=cores, peak_GFLOPs=_sig(peak_gflops(host, cores)), points=points, aspect_points=aspect))
         achieved.append((cores, _sig(max(m.flops / m.time_s for m in by_cores[cores]) / 1e9)))
     # The best single measurement at all cores: on a shared host the maximum over many shapes finds the
     # quietest moment, so it is far steadier between runs than any one bin's median.
-    most = max(by_cores)
+    most = max(t.cores for t in tables)
     best = max(gemm_efficiency(m, host) for m in by_cores[most])
-    return GemmFit(peak_efficiency=_sig(min(1.0, best), 4), tables=tables, achieved_GFLOPs_by_cores=achieved)
+    fit = GemmFit(peak_efficiency=_sig(min(1.0, best), 4), tables=tables, achieved_GFLOPs_by_cores=achieved)
+    step = [m for m in usable if in_step_order(m)]
+    if memory is None or not step:
+        return fit
+    overlaps = []
+    for m in step:
+        t_f, t_b = gemm_parts_s(fit, memory, m)
+        overlaps.append((t_f + t_b - m.time_s) / min(t_f, t_b))
+    return fit.model_copy(update={"memory_overlap": _sig(min(1.0, max(0.0, float(np.median(overlaps)))), 3)})
+
+
+# Aspect bins: a tenth of a decade, so the sweep's narrow layers (aspect ~0.3-0.7) and the presets' land in
+# several bins.
+ASPECT_BIN_DECADES = 0.1
+
+
+def gemm_flops_s(fit: GemmFit, m: Measurement) -> float:
+    """The arithmetic time of measurement ``m``'s GEMM at the fitted efficiency (costs.matrix_efficiency: the
+    cubes' table at its flops times the aspect factor, at most 1)."""
+    table = fit.table(m.cores)
+    g = measured_gemm(m)
+    eff = EfficiencyTable(tuple(table.points))(m.flops)
+    if table.aspect_points:
+        eff *= EfficiencyTable(tuple(table.aspect_points))(gemm_aspect(g.flops, g.bytes_moved(4.0), 4.0))
+    peak = table.peak_GFLOPs * 1e9 * m.cores / table.cores  # the physical peak is linear in cores
+    return m.flops / (peak * min(eff, 1.0))
 
 
 def predict_gemm_s(fit: GemmFit, flops: float, cores: int) -> float:
+    """A cube of ``flops`` on ``cores``: flops at the cubes' efficiency table's rate."""
     table = fit.table(cores)
     eff = EfficiencyTable(tuple(table.points))(flops)
-    peak = table.peak_GFLOPs * 1e9 * cores / table.cores  # the physical peak is linear in cores
+    peak = table.peak_GFLOPs * 1e9 * cores / table.cores
     return flops / (peak * eff)
 
 
@@ -111,14 +170,19 @@ def measured_gemm(m: Measurement) -> Gemm:
     return layer_gemm(layer, int(p["batch"]), Pass(str(p["pass"])))
 
 
+def gemm_parts_s(gemm: GemmFit, memory: MemoryFit, m: Measurement) -> tuple[float, float]:
+    """(arithmetic time, compulsory-traffic time) of measurement ``m``'s GEMM alone: :func:`gemm_flops_s`, and
+    ``Gemm.bytes_moved`` at the memory bandwidth of its cores."""
+    return gemm_flops_s(gemm, m), measured_gemm(m).bytes_moved(4.0) / (memory_bandwidth_GBps(memory, m.cores) * 1e9)
+
+
 def predict_gemm_roofline_s(gemm: GemmFit, memory: MemoryFit, m: Measurement) -> float:
-    """What the simulator charges the GEMM of measurement ``m`` running alone (the roofline of
-    ``costs.task_time``): the flops at the efficiency table's rate, or the compulsory bytes
-    (``Gemm.bytes_moved``) at the memory bandwidth of its cores, whichever takes longer. A matrix-vector
-    shape (a 1-wide output layer) is bound by the bytes; the flops-keyed table alone would call it 5x faster."""
-    t_flops = predict_gemm_s(gemm, m.flops, m.cores)
-    t_bytes = measured_gemm(m).bytes_moved(4.0) / (memory_bandwidth_GBps(memory, m.cores) * 1e9)
-    return max(t_flops, t_bytes)
+    """What the simulator charges the GEMM of measurement ``m`` running alone (``costs.task_time``): its
+    arithmetic and traffic times combined by costs.gemm_time_s at the fitted overlap. A GEMM timed in a warm
+    loop finds its operands in cache, so it is compared with the roofline (overlap 1): a matrix-vector shape
+    (a 1-wide output layer) is bound by the bytes; the flops-keyed table alone would call it 5x faster."""
+    t_f, t_b = gemm_parts_s(gemm, memory, m)
+    return gemm_time_s(t_f, t_b, gemm.memory_overlap if in_step_order(m) else 1.0)
 
 
 # --- memory --------------------------------------------------------------------------------------------------

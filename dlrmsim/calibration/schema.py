@@ -60,13 +60,19 @@ class GemmTable(StrictModel):
 
     cores: Annotated[int, Field(gt=0)]
     peak_GFLOPs: Positive = Field(description="physical fp32 peak of these cores")
-    points: list[tuple[Positive, Fraction]] = Field(min_length=1, description="[[flops, efficiency], ...], flops increasing")
+    points: list[tuple[Positive, Fraction]] = Field(min_length=1, description="[[flops, efficiency], ...] of cubic GEMMs, flops increasing")
+    aspect_points: list[tuple[Positive, Positive]] = Field(
+        default_factory=list,
+        description="[[aspect, factor], ...], aspect increasing: a non-cubic GEMM's efficiency over the cubes' at its "
+        "flops, against its aspect (costs.gemm_aspect); empty = 1",
+    )
 
     @model_validator(mode="after")
     def _increasing(self) -> GemmTable:
-        sizes = [p[0] for p in self.points]
-        if sizes != sorted(sizes) or len(set(sizes)) != len(sizes):
-            raise ValueError("points must have strictly increasing flops")
+        for name, pts in (("points", self.points), ("aspect_points", self.aspect_points)):
+            sizes = [p[0] for p in pts]
+            if sizes != sorted(sizes) or len(set(sizes)) != len(sizes):
+                raise ValueError(f"{name} must have strictly increasing first values")
         return self
 
 
@@ -75,6 +81,11 @@ class GemmFit(StrictModel):
     tables: list[GemmTable] = Field(min_length=1)
     achieved_GFLOPs_by_cores: list[tuple[Annotated[int, Field(gt=0)], Positive]] = Field(
         description="[[cores, best achieved GFLOP/s], ...] for the largest GEMMs"
+    )
+    memory_overlap: Annotated[float, Field(ge=0, le=1)] = Field(
+        default=1.0,
+        description="fraction of a GEMM's compulsory traffic (at stream bandwidth) hidden under its arithmetic when "
+        "timed in training-step order (1 = roofline max, 0 = sum); 1 when not measured",
     )
 
     def table(self, cores: int) -> GemmTable:

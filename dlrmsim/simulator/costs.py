@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 
 from dlrmsim.topologies.topology import ComputeSpec
+from dlrmsim.workloads.schema import BYTES_PER_ELEMENT
 
 # Kinds whose arithmetic is a few operations per byte streamed (lookups, scatter-adds, activations, copies,
 # optimizer sweeps): the GEMM efficiency table, which describes blocked matrix kernels, does not apply to
@@ -22,20 +23,46 @@ STREAMING_KINDS = frozenset(
 MATRIX_KINDS = frozenset({"gemm", "conv", "interaction", "interaction_bwd"})
 
 
+def gemm_aspect(flops: float, nbytes: float, element_bytes: float) -> float:
+    """How far a GEMM's shape is from a cube: its arithmetic intensity (flops per byte of compulsory traffic,
+    ``model.Gemm.bytes_moved``) over that of the cube of the same flops, (flops / 2)^(1/3) / (2 x element_bytes).
+    1 for a cube; a GEMM with one short side (a 32-wide layer, a small batch) has less reuse, and a smaller
+    aspect. 1 when the task moves no bytes."""
+    if flops <= 0 or nbytes <= 0:
+        return 1.0
+    return flops / nbytes * 2.0 * element_bytes / (flops / 2.0) ** (1.0 / 3.0)
+
+
+def matrix_efficiency(spec: ComputeSpec, flops: float, nbytes: float, precision: str) -> float:
+    """Achieved fraction of peak of a matrix task: gemm_efficiency(flops) x gemm_aspect_efficiency(aspect), at most 1."""
+    eff = spec.gemm_efficiency(flops)
+    if nbytes > 0:
+        eff *= spec.gemm_aspect_efficiency(gemm_aspect(flops, nbytes, BYTES_PER_ELEMENT.get(precision, 4.0)))
+    return min(eff, 1.0)
+
+
 def task_flop_rate(
-    spec: ComputeSpec, flops: float, cores: float, precision: str = "fp32", share: float = 1.0, kind: str = "gemm"
+    spec: ComputeSpec, flops: float, cores: float, precision: str = "fp32", share: float = 1.0, kind: str = "gemm",
+    nbytes: float = 0.0,
 ) -> float:
     """Achieved flop/s of a task on ``cores`` of ``spec``: cores/spec.cores * peak * efficiency * share.
 
-    The efficiency is ``gemm_efficiency(flops)`` for matrix kinds and 1 for :data:`STREAMING_KINDS`; a kind in
-    ``spec.flop_rate_by_kind`` runs at that measured all-core rate instead of the peak.
-    ``share`` (0..1] is the fraction of each core's time the task's threads get (an unpinned progress
-    thread takes the rest while communication is in flight).
+    The efficiency is :func:`matrix_efficiency` for matrix kinds (``nbytes``, the task's compulsory traffic,
+    gives its shape; 0 = flops alone) and 1 for :data:`STREAMING_KINDS`; a kind in ``spec.flop_rate_by_kind``
+    runs at that measured all-core rate instead of the peak. ``share`` (0..1] is the fraction of each core's
+    time the task's threads get (an unpinned progress thread takes the rest while communication is in flight).
     """
     if kind in spec.flop_rate_by_kind:
         return cores / spec.cores * spec.flop_rate_by_kind[kind] * share
-    eff = 1.0 if kind in STREAMING_KINDS else spec.gemm_efficiency(flops)
+    eff = 1.0 if kind in STREAMING_KINDS else matrix_efficiency(spec, flops, nbytes, precision)
     return cores / spec.cores * spec.flops_rate(precision) * eff * share
+
+
+def gemm_time_s(flops_s: float, bytes_s: float, overlap: float) -> float:
+    """Time (s) of a matrix task whose arithmetic alone takes ``flops_s`` and whose compulsory traffic alone
+    takes ``bytes_s``, when a fraction ``overlap`` (0..1) of the shorter runs under the longer: 1 is the
+    roofline max, 0 their sum."""
+    return max(flops_s, bytes_s) + (1.0 - overlap) * min(flops_s, bytes_s)
 
 
 def saturation_fraction(spec: ComputeSpec, cores: float) -> float:
@@ -134,13 +161,20 @@ def fixed_time_s(spec: ComputeSpec, kind: str, ops: float, rows: float, tables_b
 def task_time(
     flops: float, nbytes: float, spec: ComputeSpec, cores: float | None = None, precision: str = "fp32", kind: str = ""
 ) -> float:
-    """Roofline time (s) of a task running alone: max(flops / flop rate, bytes / bandwidth cap)."""
+    """Time (s) of a task running alone: its flops at :func:`task_flop_rate` and its bytes at its bandwidth
+    cap, combined as the roofline max, or for a matrix kind by :func:`gemm_time_s` at the spec's overlap."""
     demand = memory_demand(spec, kind, nbytes)
-    nbytes = demand.domain_bytes
     c = spec.cores if cores is None else cores
-    t_f = flops / task_flop_rate(spec, flops, c, precision, kind=kind) if flops > 0 else 0.0
-    t_b = nbytes / min(demand.rate_fraction * task_bandwidth_cap(spec, nbytes, c), domain_bandwidth(spec)) if nbytes > 0 else 0.0
-    return max(t_f, t_b)
+    t_f = flops / task_flop_rate(spec, flops, c, precision, kind=kind, nbytes=nbytes) if flops > 0 else 0.0
+    domain = demand.domain_bytes
+    t_b = domain / min(demand.rate_fraction * task_bandwidth_cap(spec, domain, c), domain_bandwidth(spec)) if domain > 0 else 0.0
+    return gemm_time_s(t_f, t_b, overlap_of(spec, kind))
+
+
+def overlap_of(spec: ComputeSpec, kind: str) -> float:
+    """The fraction of a task's memory time hidden under its arithmetic: the spec's GEMM overlap for matrix
+    kinds, 1 (the roofline) for the rest."""
+    return 1.0 if kind in STREAMING_KINDS or kind in spec.flop_rate_by_kind else spec.gemm_memory_overlap
 
 
 def shared_bandwidth_rates(demands: list[float], capacity: float) -> list[float]:

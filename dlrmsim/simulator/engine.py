@@ -156,17 +156,19 @@ class Simulation:
         rr = self.rank_resources[rank]
         spec = rr.spec
         demand = costs.memory_demand(spec, kind, nbytes)
+        overlap = costs.overlap_of(spec, kind)
         if kind not in costs.STREAMING_KINDS and kind not in spec.flop_rate_by_kind:
             kind = "gemm"  # only the efficiency class matters here
         share = rr.interfered_share if interferable else 1.0
-        fr = costs.task_flop_rate(spec, flops, cores, precision, kind=kind) if flops > 0 else 0.0
+        fr = costs.task_flop_rate(spec, flops, cores, precision, kind=kind, nbytes=nbytes) if flops > 0 else 0.0
         fr_s = fr * share
         nbytes = demand.domain_bytes
         if nbytes > 0:
             bw = demand.rate_fraction * costs.task_bandwidth_cap(spec, nbytes, cores)
             bw_s = demand.rate_fraction * costs.task_bandwidth_cap(spec, nbytes, cores * share)
-            cap = min(bw, nbytes * fr / flops) if flops > 0 else bw
-            cap_s = min(bw_s, nbytes * fr_s / flops) if flops > 0 else bw_s
+            # The bytes are the task's work: its cap is the rate that moves them in its time alone.
+            cap = nbytes / costs.gemm_time_s(flops / fr, nbytes / bw, overlap) if flops > 0 else bw
+            cap_s = nbytes / costs.gemm_time_s(flops / fr_s, nbytes / bw_s, overlap) if flops > 0 else bw_s
             work = nbytes
             res = int(self.network.mem[self.network.rank_node[rank]])
         else:

@@ -103,6 +103,11 @@ class Processor(StrictModel):
     flops_per_cycle_per_core: dict[Precision, PositiveFloat] | Detect
     memory: Memory
     gemm_efficiency: list[GemmPoint] = Field(default_factory=list)
+    gemm_memory_overlap: float = Field(
+        1.0, ge=0, le=1,
+        description="share of a GEMM's compulsory memory traffic hidden under its arithmetic: 1 = the roofline max "
+        "(default: no cited figure for the built-in machines), 0 = the two times add; a host calibration measures it",
+    )
     sparse_update: SparseUpdate | None = None
     power_W: PositiveFloat | None = None
     calibrated: bool = Field(True, description="false: the rates are placeholders until calibration overlays them")
@@ -129,6 +134,11 @@ class Card(StrictModel):
     shared_cache_GB: PositiveFloat | None = None
     memory: Memory
     gemm_efficiency: list[GemmPoint] = Field(default_factory=list)
+    gemm_memory_overlap: float = Field(
+        1.0, ge=0, le=1,
+        description="share of a GEMM's compulsory memory traffic hidden under its arithmetic: 1 = the roofline max "
+        "(default: no cited figure for the built-in machines), 0 = the two times add; a host calibration measures it",
+    )
     power_W: PositiveFloat | None = None
 
     @model_validator(mode="after")

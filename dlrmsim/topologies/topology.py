@@ -113,6 +113,16 @@ class ComputeSpec:
     # and framework state gone cold while the rank did other work (taskgraph marks the task: Task.run_start).
     # Empty = not modelled; a host calibration measures it from the first call of its benchmark cycles.
     run_start_s_by_kind: dict[str, float] = field(default_factory=dict)
+    # A GEMM's efficiency beyond its flops: the factor by which a non-cubic shape runs below a cube of the
+    # same flops, against its aspect (costs.gemm_aspect: 1 for a cube, smaller for a narrower shape). Constant
+    # 1 = flops alone decide (built-in presets: their cited tables are for the model's own GEMMs); a host
+    # calibration fits it from narrow GEMMs measured beside the cubes.
+    gemm_aspect_efficiency: EfficiencyTable = field(default_factory=lambda: EfficiencyTable.constant(1.0))
+    # Fraction of a matrix task's compulsory memory traffic (its operands and result at stream bandwidth)
+    # that runs under its arithmetic: 1 = the roofline, time = max(flops time, bytes time); 0 = none, time =
+    # their sum (costs.gemm_time_s). Built-in presets: 1, the roofline. A host calibration fits it from GEMMs
+    # timed in training-step order, with their operands gone from the caches as in a step.
+    gemm_memory_overlap: float = 1.0
 
     def flops_rate(self, precision: str) -> float:
         """Peak op/s for ``precision``; falls back to fp32 when the unit has no faster path."""

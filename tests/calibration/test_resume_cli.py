@@ -101,7 +101,8 @@ def test_plan_repeats_single_process_kernels_in_later_passes_only() -> None:
     one = build_plan(k, quick=True, cores=2, implementation="gloo", passes=1)
     two = build_plan(k, quick=True, cores=2, implementation="gloo", passes=2)
     again = [t for t in one if t.repeat]
-    assert {t.stage for t in again} == {"gemm size sweep", "gemm preset MLP shapes", "memory streams", "op dispatch", "embedding bags",
+    assert {t.stage for t in again} == {"gemm size sweep", "gemm preset MLP shapes", "gemm narrow layers",
+                                       "gemm in training-step order", "memory streams", "op dispatch", "embedding bags",
                                        "dot interaction"}
     streams = [t for t in again if t.stage == "memory streams"]
     assert len(two) == len(one) + len(again) + len(streams)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from dlrmsim.errors import DlrmsimError
@@ -249,3 +251,50 @@ def test_dispatch_overhead_first_op_cold_then_warm(ops: float, expected: float) 
 
     spec = dataclasses.replace(SPEC, task_overhead_s=1e-4, op_overhead_s=2e-5)
     assert dispatch_overhead_s(spec, ops) == pytest.approx(expected, rel=1e-12, abs=1e-15)
+
+
+def test_gemm_aspect_is_one_for_a_cube_and_its_relative_intensity_otherwise() -> None:
+    from dlrmsim.workloads.model import Gemm
+
+    cube = Gemm(512, 512, 512)
+    assert costs.gemm_aspect(cube.flops, cube.bytes_moved(4.0), 4.0) == pytest.approx(1.0, rel=1e-12)
+    # 1024 x 32 x 256: 16.8 Mflop over 4 (1024*256 + 256*32 + 2*1024*32) B; a cube of that flops has side 203.2
+    # and intensity 203.2 / 8 flop/B.
+    g = Gemm(1024, 32, 256)
+    intensity = g.flops / g.bytes_moved(4.0)
+    side = (g.flops / 2) ** (1 / 3)
+    assert costs.gemm_aspect(g.flops, g.bytes_moved(4.0), 4.0) == pytest.approx(intensity / (side / 8), rel=1e-12)
+    assert 0.3 < costs.gemm_aspect(g.flops, g.bytes_moved(4.0), 4.0) < 0.5
+
+
+@pytest.mark.parametrize(("overlap", "expected"), [(1.0, 3.0), (0.0, 4.0), (0.5, 3.5)])
+def test_gemm_time_hides_the_overlapped_share_of_the_shorter_part(overlap: float, expected: float) -> None:
+    assert costs.gemm_time_s(3.0, 1.0, overlap) == pytest.approx(expected)
+    assert costs.gemm_time_s(1.0, 3.0, overlap) == pytest.approx(expected)
+
+
+def test_gemm_task_pays_its_aspect_factor_and_unoverlapped_traffic() -> None:
+    """A non-cubic GEMM on a spec with an aspect table and overlap 0.25: flops at peak x table(flops) x
+    factor(aspect), plus 75 % of the shorter traffic time, in the engine and in task_time alike."""
+    import dataclasses
+
+    from dlrmsim.topologies.topology import EfficiencyTable
+    from dlrmsim.workloads.model import Gemm
+
+    g = Gemm(4096, 32, 512)
+    aspect = costs.gemm_aspect(g.flops, g.bytes_moved(4.0), 4.0)
+    spec = dataclasses.replace(SPEC, gemm_efficiency=EfficiencyTable.constant(0.8),
+                               gemm_aspect_efficiency=EfficiencyTable(((aspect / 2, 0.5), (1.0, 1.0))), gemm_memory_overlap=0.25)
+    # factor at the aspect: interpolated in log(aspect) between (aspect/2, 0.5) and (1, 1)
+    t = (math.log(aspect) - math.log(aspect / 2)) / (math.log(1.0) - math.log(aspect / 2))
+    factor = 0.5 + t * 0.5
+    t_f = g.flops / (4.3e12 * 0.8 * factor)
+    t_b = g.bytes_moved(4.0) / 100e9
+    expected = max(t_f, t_b) + 0.75 * min(t_f, t_b)
+    assert costs.task_time(g.flops, g.bytes_moved(4.0), spec, kind="gemm") == pytest.approx(expected, rel=1e-12)
+    sim = Simulation(two_node(spec=spec))
+    sim.compute(0, "g", flops=g.flops, bytes=g.bytes_moved(4.0))
+    sim.run()
+    assert sim.now == pytest.approx(expected, rel=1e-9)
+    # Streaming kinds keep the roofline: a lookup's flops never add to its bytes.
+    assert costs.task_time(1e6, 1e8, spec, kind="lookup") == pytest.approx(1e8 / 100e9, rel=1e-12)

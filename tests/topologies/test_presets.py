@@ -260,3 +260,26 @@ def test_host_is_detected_and_splits_into_ranks() -> None:
     assert math.isclose(sum(s.peak_flops["fp32"] for s in specs), one.compute(0).peak_flops["fp32"] * (2 * (cores // 2)) / cores)
     assert two.link(two.node(0), two.node(1)).kind == "shm"
     assert summarize(two).memory_bandwidth_GBps == pytest.approx(one.compute(0).memory_bandwidth_Bps / GB)  # shared once
+
+
+def test_gemm_memory_overlap_is_a_yaml_field_with_the_roofline_as_default(tmp_path) -> None:
+    import yaml
+
+    from dlrmsim.errors import DlrmsimError
+    from dlrmsim.simulator import costs
+    from dlrmsim.topologies import PRESET_DIR
+
+    base = load_topology("clx-64s-opa")
+    assert base.compute(0).gemm_memory_overlap == 1.0
+    doc = yaml.safe_load((PRESET_DIR / "clx-64s-opa.yaml").read_text())
+    doc["compute"]["xeon-8280"]["gemm_memory_overlap"] = 0.0
+    (tmp_path / "summed.yaml").write_text(yaml.safe_dump(doc))
+    summed = load_topology(tmp_path / "summed.yaml").compute(0)
+    assert summed.gemm_memory_overlap == 0.0
+    flops, nbytes = 1e9, 1e8
+    t_f = flops / costs.task_flop_rate(summed, flops, summed.cores, nbytes=nbytes)
+    t_b = nbytes / costs.task_bandwidth_cap(summed, nbytes, summed.cores)
+    assert costs.task_time(flops, nbytes, summed, kind="gemm") == pytest.approx(t_f + t_b, rel=1e-12)
+    assert costs.task_time(flops, nbytes, base.compute(0), kind="gemm") == pytest.approx(max(t_f, t_b), rel=1e-12)
+    with pytest.raises(DlrmsimError, match="gemm_memory_overlap"):
+        load_topology(tmp_path / "summed.yaml", overrides={"compute.xeon-8280.gemm_memory_overlap": 1.5})
