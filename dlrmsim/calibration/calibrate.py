@@ -141,8 +141,8 @@ def run_calibration(quick: bool, backend: str | None, out: Path | None, progress
                           "during calibration; the fit keeps each one's faster pass (fix: validate right after calibrating, "
                           "or calibrate again when the host is quiet)", highlight=False, soft_wrap=True)
     memory = fit_memory(measurements, host)
-    gemm = fit_gemm(measurements, host, memory)
     overhead = fit_overhead(measurements)
+    gemm = fit_gemm(measurements, host, memory, overhead)
     embedding = fit_embedding(measurements, memory, overhead, host)
     collectives = fit_collectives(measurements)
     interaction = fit_interaction(measurements, memory, host, overhead)

@@ -57,7 +57,8 @@ def calibrate(
         *[(f"GEMM best GFLOP/s at {c} cores", v) for c, v in cal.gemm.achieved_GFLOPs_by_cores],
         *[(f"GEMM aspect factor at {t.cores} cores (aspect: factor)", ", ".join(f"{a:.2g}: {e:.2f}" for a, e in t.aspect_points))
           for t in cal.gemm.tables if t.aspect_points],
-        ("GEMM memory overlap (training-step order; 1 = roofline)", cal.gemm.memory_overlap),
+        *[(f"GEMM in training-step order at {t.cores} cores: traffic overlap (1 = roofline), us/call cold",
+           f"{t.memory_overlap:g} / {t.cold_call_us:g}") for t in cal.gemm.tables],
         ("memory bandwidth GB/s (triad, saturated)", cal.memory.bandwidth_GBps),
         ("memory GB/s per core", cal.memory.per_core_GBps),
         ("memory saturation cores", cal.memory.saturation_cores),

@@ -95,12 +95,12 @@ def _binned_table(points: Sequence[tuple[float, float]], decades: float) -> list
             for b in sorted(bins)]
 
 
-def fit_gemm(measurements: Sequence[Measurement], host: HostInfo, memory: MemoryFit | None = None) -> GemmFit:
+def fit_gemm(measurements: Sequence[Measurement], host: HostInfo, memory: MemoryFit | None = None,
+             overhead: OverheadFit | None = None) -> GemmFit:
     """Per core count, the cubes' efficiency against flops and, from the other shapes timed in a warm loop, the
     aspect factor (median efficiency over the cubes' at the same flops, per tenth of a decade of aspect). With
-    ``memory``, the overlap of a GEMM's compulsory traffic with its arithmetic, from the GEMMs timed in
-    training-step order: per GEMM, (flops time + bytes time - measured) / the shorter of the two, the median
-    clipped to [0, 1]."""
+    ``memory``, from the GEMMs timed in training-step order, what a GEMM costs there beyond its warm time
+    (:func:`fit_cold_gemm`)."""
     usable = [m for m in measurements if m.benchmark in ("gemm", "linear") and m.flops > 0 and _min_dim(m) >= MIN_TABLE_DIM]
     warm = [m for m in usable if not in_step_order(m)]
     by_cores: dict[int, list[Measurement]] = defaultdict(list)
@@ -126,14 +126,33 @@ def fit_gemm(measurements: Sequence[Measurement], host: HostInfo, memory: Memory
     most = max(t.cores for t in tables)
     best = max(gemm_efficiency(m, host) for m in by_cores[most])
     fit = GemmFit(peak_efficiency=_sig(min(1.0, best), 4), tables=tables, achieved_GFLOPs_by_cores=achieved)
-    step = [m for m in usable if in_step_order(m)]
-    if memory is None or not step:
+    if memory is None:
         return fit
-    overlaps = []
-    for m in step:
-        t_f, t_b = gemm_parts_s(fit, memory, m)
-        overlaps.append((t_f + t_b - m.time_s) / min(t_f, t_b))
-    return fit.model_copy(update={"memory_overlap": _sig(min(1.0, max(0.0, float(np.median(overlaps)))), 3)})
+    cold = []
+    for table in fit.tables:
+        step = [m for m in usable if in_step_order(m) and m.cores == table.cores]
+        if step:
+            call_s, overlap = fit_cold_gemm(step, fit, memory, overhead)
+            table = table.model_copy(update={"cold_call_us": _sig(call_s * 1e6, 4), "memory_overlap": _sig(overlap, 3)})
+        cold.append(table)
+    return fit.model_copy(update={"tables": cold})
+
+
+def fit_cold_gemm(step: Sequence[Measurement], fit: GemmFit, memory: MemoryFit, overhead: OverheadFit | None) -> tuple[float, float]:
+    """(fixed time per call in s, overlap) of GEMMs timed in training-step order, beyond their warm (roofline) time
+    and a first op's dispatch: measured - max(arithmetic, traffic) - dispatch = cold call + (1 - overlap) x the
+    shorter of the two, by least squares on relative error, both terms non-negative and the overlap at least 0
+    (at most all of the traffic unhidden)."""
+    t_f, t_b = np.array([gemm_parts_s(fit, memory, m) for m in step]).T
+    t = np.array([m.time_s for m in step])
+    shorter = np.minimum(t_f, t_b)
+    excess = t - np.maximum(t_f, t_b) - np.array([dispatch_s(overhead, m.cores, 1.0) for m in step])
+    x = np.column_stack([np.ones(len(step)), shorter])
+    call_s, unhidden = nonnegative_least_squares(x / t[:, None], excess / t)
+    if unhidden > 1.0:  # the traffic cannot be more than all unhidden: refit the call time alone
+        unhidden = 1.0
+        call_s = max(0.0, float(np.sum((excess - shorter) / t**2) / np.sum(1.0 / t**2)))
+    return float(call_s), 1.0 - float(unhidden)
 
 
 # Aspect bins: a tenth of a decade, so the sweep's narrow layers (aspect ~0.3-0.7) and the presets' land in
@@ -176,13 +195,18 @@ def gemm_parts_s(gemm: GemmFit, memory: MemoryFit, m: Measurement) -> tuple[floa
     return gemm_flops_s(gemm, m), measured_gemm(m).bytes_moved(4.0) / (memory_bandwidth_GBps(memory, m.cores) * 1e9)
 
 
-def predict_gemm_roofline_s(gemm: GemmFit, memory: MemoryFit, m: Measurement) -> float:
+def predict_gemm_roofline_s(gemm: GemmFit, memory: MemoryFit, m: Measurement, overhead: OverheadFit | None = None) -> float:
     """What the simulator charges the GEMM of measurement ``m`` running alone (``costs.task_time``): its
-    arithmetic and traffic times combined by costs.gemm_time_s at the fitted overlap. A GEMM timed in a warm
-    loop finds its operands in cache, so it is compared with the roofline (overlap 1): a matrix-vector shape
-    (a 1-wide output layer) is bound by the bytes; the flops-keyed table alone would call it 5x faster."""
+    arithmetic and traffic times combined by costs.gemm_time_s. A GEMM timed in a warm loop finds its operands
+    in cache, so it is compared with the roofline (overlap 1): a matrix-vector shape (a 1-wide output layer) is
+    bound by the bytes; the flops-keyed table alone would call it 5x faster. One timed in training-step order
+    takes the fitted overlap, plus a first op's dispatch and the fitted cold-call time, as the simulator charges
+    a training step's GEMM task (costs.fixed_time_s)."""
     t_f, t_b = gemm_parts_s(gemm, memory, m)
-    return gemm_time_s(t_f, t_b, gemm.memory_overlap if in_step_order(m) else 1.0)
+    if not in_step_order(m):
+        return gemm_time_s(t_f, t_b, 1.0)
+    table = gemm.table(m.cores)
+    return dispatch_s(overhead, m.cores, 1.0) + table.cold_call_us * 1e-6 + gemm_time_s(t_f, t_b, table.memory_overlap)
 
 
 # --- memory --------------------------------------------------------------------------------------------------
@@ -470,7 +494,7 @@ def predict_s(m: Measurement, model: FittedModel) -> float | None:
     """The fitted model's time for measurement ``m`` (None when no fitted parameter covers it)."""
     memory, overhead = model.memory, model.overhead
     if m.benchmark in ("gemm", "linear"):
-        return predict_gemm_roofline_s(model.gemm, memory, m)
+        return predict_gemm_roofline_s(model.gemm, memory, m, overhead)
     if m.benchmark == "stream":
         return m.bytes / (memory_bandwidth_GBps(memory, m.cores) * 1e9)
     if m.benchmark == "embedding":

@@ -67,6 +67,16 @@ class GemmTable(StrictModel):
         "flops, against its aspect (costs.gemm_aspect); empty = 1",
     )
 
+    memory_overlap: Annotated[float, Field(ge=0, le=1)] = Field(
+        default=1.0,
+        description="GEMMs in training-step order: share of a GEMM's compulsory traffic (at stream bandwidth) hidden "
+        "under its arithmetic (1 = the roofline max, 0 = the sum); 1 when not measured",
+    )
+    cold_call_us: Annotated[float, Field(ge=0)] = Field(
+        default=0.0,
+        description="GEMMs in training-step order: fixed time per call beyond a first op's dispatch (us); 0 when not measured",
+    )
+
     @model_validator(mode="after")
     def _increasing(self) -> GemmTable:
         for name, pts in (("points", self.points), ("aspect_points", self.aspect_points)):
@@ -81,11 +91,6 @@ class GemmFit(StrictModel):
     tables: list[GemmTable] = Field(min_length=1)
     achieved_GFLOPs_by_cores: list[tuple[Annotated[int, Field(gt=0)], Positive]] = Field(
         description="[[cores, best achieved GFLOP/s], ...] for the largest GEMMs"
-    )
-    memory_overlap: Annotated[float, Field(ge=0, le=1)] = Field(
-        default=1.0,
-        description="fraction of a GEMM's compulsory traffic (at stream bandwidth) hidden under its arithmetic when "
-        "timed in training-step order (1 = roofline max, 0 = sum); 1 when not measured",
     )
 
     def table(self, cores: int) -> GemmTable:

@@ -61,36 +61,61 @@ def test_gemm_table_reproduces_its_measurements(quick_cal: Calibration) -> None:
     assert fit_gemm([*ms, skinny], host).tables == fit.tables
 
 
-def test_gemm_fit_recovers_aspect_factor_and_overlap(quick_cal: Calibration) -> None:
-    """Synthetic host: cubes at 50 % of peak, narrow layers at half the cubes' efficiency, and the same layers in
-    training-step order at arithmetic + traffic - 0.3 x the shorter: the fit gives factor 0.5 at the layers' aspect,
-    1 for cubes, and overlap 0.3."""
-    from dlrmsim.calibration.fit import measured_aspect, memory_bandwidth_GBps
-    from dlrmsim.simulator.costs import gemm_time_s
-    from dlrmsim.workloads.model import Gemm, Layer, Pass, layer_gemm
+def test_gemm_fit_recovers_aspect_factor(quick_cal: Calibration) -> None:
+    """Synthetic host: cubes at 50 % of peak and a narrow layer at half that: the aspect factor is 0.5 at the
+    layer's aspect and 1 for cubes, and both are predicted exactly."""
+    from dlrmsim.calibration.fit import measured_aspect
 
-    host, memory = quick_cal.host, quick_cal.memory
+    host = quick_cal.host
     peak = peak_gflops(host, 1) * 1e9
     cubes = [_m("gemm", 1, 2.0 * n**3 / (0.5 * peak), flops=2.0 * n**3, params={"m": n, "n": n, "k": n}) for n in (64, 256, 1024, 2048)]
-    narrow, step = [], []
-    for batch in (2048,):  # one aspect: a bin's point sits at its rows' mean aspect
-        params = {"batch": batch, "fan_in": 512, "fan_out": 32, "pass": "fwd"}
-        g: Gemm = layer_gemm(Layer("l", 512, 32, "top", 0), batch, Pass.FORWARD)
-        t_f = g.flops / (0.25 * peak)
-        narrow.append(_m("linear", 1, t_f, flops=g.flops, params=params))
-        t_b = g.bytes_moved(4.0) / (memory_bandwidth_GBps(memory, 1) * 1e9)
-        step.append(_m("linear", 1, gemm_time_s(t_f, t_b, 0.3), flops=g.flops, params={**params, "context": "step"}))
-    fit = fit_gemm([*cubes, *narrow, *step], host, memory)
-    table = fit.table(1)
-    aspect = EfficiencyTable(tuple(table.aspect_points))
-    assert aspect(measured_aspect(narrow[0])) == pytest.approx(0.5, rel=1e-3)
+    flops = 2.0 * 2048 * 512 * 32
+    narrow = _m("linear", 1, flops / (0.25 * peak), flops=flops, params={"batch": 2048, "fan_in": 512, "fan_out": 32, "pass": "fwd"})
+    fit = fit_gemm([*cubes, narrow], host)
+    aspect = EfficiencyTable(tuple(fit.table(1).aspect_points))
+    assert aspect(measured_aspect(narrow)) == pytest.approx(0.5, rel=1e-3)
     assert aspect(1.0) == 1.0
-    assert fit.memory_overlap == pytest.approx(0.3, rel=1e-2)
-    model = FittedModel(fit, memory)
-    for m in [*cubes, *narrow, *step]:
-        assert predict_s(m, model) == pytest.approx(m.time_s, rel=1e-2)
-    # Without step-order rows (or without the memory fit) the roofline holds: overlap 1.
-    assert fit_gemm([*cubes, *narrow], host, memory).memory_overlap == 1.0
+    model = FittedModel(fit, quick_cal.memory)
+    for m in [*cubes, narrow]:
+        assert predict_s(m, model) == pytest.approx(m.time_s, rel=1e-3)
+
+
+@pytest.mark.parametrize(("call_us", "overlap"), [(40.0, 0.3), (0.0, 0.0), (15.0, 1.0)])
+def test_gemm_fit_recovers_cold_call_and_overlap_in_step_order(quick_cal: Calibration, call_us: float, overlap: float) -> None:
+    """Layers timed in training-step order at dispatch + cold call + max(arithmetic, traffic) + (1 - overlap) x the
+    shorter, over batches whose traffic times differ: the fit gives back the call time and the overlap, and the
+    simulator's task time (dispatch and the kind's fixed time included) matches each row."""
+    from dlrmsim.calibration.apply import calibrated_compute
+    from dlrmsim.calibration.fit import dispatch_s, gemm_parts_s
+    from dlrmsim.simulator.costs import fixed_time_s, gemm_time_s, task_time
+    from dlrmsim.workloads.model import Layer, Pass, layer_gemm
+
+    host, memory, overhead = quick_cal.host, quick_cal.memory, quick_cal.overhead
+    peak = peak_gflops(host, 1) * 1e9
+    cubes = [_m("gemm", 1, 2.0 * n**3 / (0.5 * peak), flops=2.0 * n**3, params={"m": n, "n": n, "k": n}) for n in (64, 256, 1024, 2048)]
+    warm_fit = fit_gemm(cubes, host)
+    step = []
+    for batch in (256, 1024, 4096, 16384):
+        params = {"batch": batch, "fan_in": 1024, "fan_out": 1024, "pass": "fwd", "context": "step"}
+        row = _m("linear", 1, 1.0, flops=2.0 * batch * 1024 * 1024, params=params)
+        t_f, t_b = gemm_parts_s(warm_fit, memory, row)
+        t = dispatch_s(overhead, 1, 1.0) + call_us * 1e-6 + gemm_time_s(t_f, t_b, overlap)
+        step.append(row.model_copy(update={"time_s": t}))
+    fit = fit_gemm([*cubes, *step], host, memory, overhead)
+    table = fit.table(1)
+    assert table.cold_call_us == pytest.approx(call_us, abs=0.05)
+    assert table.memory_overlap == pytest.approx(overlap, abs=2e-3)
+    spec = calibrated_compute(ComputeSpec(name="cpu", cores=1, clock_hz=1e9, peak_flops={"fp32": 1e12},
+                                          memory_bandwidth_Bps=1e11, memory_capacity_B=64e9),
+                              quick_cal.model_copy(update={"gemm": fit}))
+    for m in step:
+        g = layer_gemm(Layer("l", 1024, 1024, "top", 0), int(m.params["batch"]), Pass.FORWARD)
+        simulated = fixed_time_s(spec, "gemm", 1.0, 0.0) + task_time(m.flops, g.bytes_moved(4.0), spec, kind="gemm")
+        assert predict_s(m, FittedModel(fit, memory, overhead=overhead)) == pytest.approx(m.time_s, rel=1e-3)
+        assert simulated == pytest.approx(m.time_s, rel=1e-3)
+    # Without step-order rows (or without the memory fit) the roofline holds: overlap 1, no cold call.
+    assert fit_gemm(cubes, host, memory).table(1).memory_overlap == 1.0
+    assert fit_gemm([*cubes, *step], host).table(1).cold_call_us == 0.0
 
 
 def test_gemm_rows_are_predicted_with_the_simulators_roofline(quick_cal: Calibration) -> None:
