@@ -44,6 +44,9 @@ from dlrmsim.topologies.topology import EfficiencyTable
 from dlrmsim.workloads.model import Gemm, Layer, Pass, layer_gemm
 
 BIN_DECADES = 0.25
+# Aspect bins: a tenth of a decade, so the sweep's narrow layers (aspect ~0.3-0.7) and the presets' land in
+# several bins.
+ASPECT_BIN_DECADES = 0.1
 
 
 def _sig(x: float, digits: int = 5) -> float:
@@ -155,19 +158,13 @@ def fit_cold_gemm(step: Sequence[Measurement], fit: GemmFit, memory: MemoryFit, 
     return float(call_s), 1.0 - float(unhidden)
 
 
-# Aspect bins: a tenth of a decade, so the sweep's narrow layers (aspect ~0.3-0.7) and the presets' land in
-# several bins.
-ASPECT_BIN_DECADES = 0.1
-
-
 def gemm_flops_s(fit: GemmFit, m: Measurement) -> float:
     """The arithmetic time of measurement ``m``'s GEMM at the fitted efficiency (costs.matrix_efficiency: the
     cubes' table at its flops times the aspect factor, at most 1)."""
     table = fit.table(m.cores)
-    g = measured_gemm(m)
     eff = EfficiencyTable(tuple(table.points))(m.flops)
     if table.aspect_points:
-        eff *= EfficiencyTable(tuple(table.aspect_points))(gemm_aspect(g.flops, g.bytes_moved(4.0), 4.0))
+        eff *= EfficiencyTable(tuple(table.aspect_points))(measured_aspect(m))
     peak = table.peak_GFLOPs * 1e9 * m.cores / table.cores  # the physical peak is linear in cores
     return m.flops / (peak * min(eff, 1.0))
 
