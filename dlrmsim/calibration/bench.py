@@ -131,12 +131,19 @@ def linear_task(k: Kernels, workloads: str, batch: int, fi: int, fo: int, which:
     def run() -> list[Measurement]:
         with k.threads(cores):
             t, spread, reps = time_op(k.make_linear(batch, fi, fo, which), policy)
-        return [Measurement(benchmark="linear", name=name, cores=cores,
-                            params={"workloads": workloads, "batch": batch, "fan_in": fi, "fan_out": fo, "pass": which},
-                            flops=2.0 * batch * fi * fo, bytes=4.0 * (batch * fi + fi * fo + batch * fo),
-                            time_s=t, spread_pct=spread, repeats=reps)]
+        return [linear_measurement(name, cores, {"workloads": workloads}, batch, fi, fo, which, t, spread, reps)]
 
     return BenchTask(stage, name, run, repeat=True)
+
+
+def linear_measurement(name: str, cores: int, params: dict[str, float | int | str], batch: int, fi: int, fo: int, which: str,
+                       time_s: float, spread_pct: float, repeats: int) -> Measurement:
+    """A "linear" row: one pass of a fan_in -> fan_out layer at ``batch``, with its flops and fp32 operand bytes;
+    ``params`` adds to the shape (the presets it comes from, the context it was timed in)."""
+    return Measurement(benchmark="linear", name=name, cores=cores,
+                       params={**params, "batch": batch, "fan_in": fi, "fan_out": fo, "pass": which},
+                       flops=2.0 * batch * fi * fo, bytes=4.0 * (batch * fi + fi * fo + batch * fo),
+                       time_s=time_s, spread_pct=spread_pct, repeats=repeats)
 
 
 # Layers with one narrow side (fan_in, fan_out), at two batches: the shapes DLRM's narrow layers (a 32- or
@@ -198,11 +205,8 @@ def mlp_cycle_task(k: Kernels, batch: int, widths: Sequence[int], cores: int, po
         for (which, i), ts in sorted(per_op.items(), key=lambda kv: (kv[0][1], kv[0][0])):
             fi, fo = widths[i], widths[i + 1]
             med, spread = median_spread(ts)
-            rows.append(Measurement(
-                benchmark="linear", name=f"linear {fi}->{fo} {which} b{batch} c{cores} in step order", cores=cores,
-                params={"workloads": "", "batch": batch, "fan_in": fi, "fan_out": fo, "pass": which, "context": "step"},
-                flops=2.0 * batch * fi * fo, bytes=4.0 * (batch * fi + fi * fo + batch * fo), time_s=med,
-                spread_pct=spread, repeats=len(ts)))
+            rows.append(linear_measurement(f"linear {fi}->{fo} {which} b{batch} c{cores} in step order", cores,
+                                           {"workloads": "", "context": "step"}, batch, fi, fo, which, med, spread, len(ts)))
         return rows
 
     return BenchTask("gemm in training-step order", name, run, repeat=True)

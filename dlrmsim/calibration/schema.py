@@ -66,7 +66,6 @@ class GemmTable(StrictModel):
         description="[[aspect, factor], ...], aspect increasing: a non-cubic GEMM's efficiency over the cubes' at its "
         "flops, against its aspect (costs.gemm_aspect); empty = 1",
     )
-
     memory_overlap: Annotated[float, Field(ge=0, le=1)] = Field(
         default=1.0,
         description="GEMMs in training-step order: share of a GEMM's compulsory traffic (at stream bandwidth) hidden "

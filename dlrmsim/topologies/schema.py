@@ -91,6 +91,12 @@ class SparseUpdate(StrictModel):
     rtm_conflict_us: NonNegativeFloat = Field(description="one aborted and retried transaction on a shared row")
 
 
+# Processors and cards alike default to 1, the roofline: no cited figure for the built-in machines; a host
+# calibration measures it (calibration.fit.fit_cold_gemm).
+GemmMemoryOverlap = Annotated[float, Field(ge=0, le=1, description="share of a GEMM's compulsory memory traffic hidden "
+                                           "under its arithmetic (1 = roofline max, 0 = sum)")]
+
+
 class Processor(StrictModel):
     """A CPU socket (a training rank) or a host CPU (kind ``host``, runs CPU work next to accelerators)."""
 
@@ -103,11 +109,7 @@ class Processor(StrictModel):
     flops_per_cycle_per_core: dict[Precision, PositiveFloat] | Detect
     memory: Memory
     gemm_efficiency: list[GemmPoint] = Field(default_factory=list)
-    gemm_memory_overlap: float = Field(
-        1.0, ge=0, le=1,
-        description="share of a GEMM's compulsory memory traffic hidden under its arithmetic: 1 = the roofline max "
-        "(default: no cited figure for the built-in machines), 0 = the two times add; a host calibration measures it",
-    )
+    gemm_memory_overlap: GemmMemoryOverlap = 1.0
     sparse_update: SparseUpdate | None = None
     power_W: PositiveFloat | None = None
     calibrated: bool = Field(True, description="false: the rates are placeholders until calibration overlays them")
@@ -134,11 +136,7 @@ class Card(StrictModel):
     shared_cache_GB: PositiveFloat | None = None
     memory: Memory
     gemm_efficiency: list[GemmPoint] = Field(default_factory=list)
-    gemm_memory_overlap: float = Field(
-        1.0, ge=0, le=1,
-        description="share of a GEMM's compulsory memory traffic hidden under its arithmetic: 1 = the roofline max "
-        "(default: no cited figure for the built-in machines), 0 = the two times add; a host calibration measures it",
-    )
+    gemm_memory_overlap: GemmMemoryOverlap = 1.0
     power_W: PositiveFloat | None = None
 
     @model_validator(mode="after")

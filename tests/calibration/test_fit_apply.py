@@ -61,6 +61,11 @@ def test_gemm_table_reproduces_its_measurements(quick_cal: Calibration) -> None:
     assert fit_gemm([*ms, skinny], host).tables == fit.tables
 
 
+def _cubes_at_half_peak(peak: float) -> list[Measurement]:
+    """Cubic GEMMs on 1 core, each at 50 % of ``peak`` (flop/s)."""
+    return [_m("gemm", 1, 2.0 * n**3 / (0.5 * peak), flops=2.0 * n**3, params={"m": n, "n": n, "k": n}) for n in (64, 256, 1024, 2048)]
+
+
 def test_gemm_fit_recovers_aspect_factor(quick_cal: Calibration) -> None:
     """Synthetic host: cubes at 50 % of peak and a narrow layer at half that: the aspect factor is 0.5 at the
     layer's aspect and 1 for cubes, and both are predicted exactly."""
@@ -68,7 +73,7 @@ def test_gemm_fit_recovers_aspect_factor(quick_cal: Calibration) -> None:
 
     host = quick_cal.host
     peak = peak_gflops(host, 1) * 1e9
-    cubes = [_m("gemm", 1, 2.0 * n**3 / (0.5 * peak), flops=2.0 * n**3, params={"m": n, "n": n, "k": n}) for n in (64, 256, 1024, 2048)]
+    cubes = _cubes_at_half_peak(peak)
     flops = 2.0 * 2048 * 512 * 32
     narrow = _m("linear", 1, flops / (0.25 * peak), flops=flops, params={"batch": 2048, "fan_in": 512, "fan_out": 32, "pass": "fwd"})
     fit = fit_gemm([*cubes, narrow], host)
@@ -92,7 +97,7 @@ def test_gemm_fit_recovers_cold_call_and_overlap_in_step_order(quick_cal: Calibr
 
     host, memory, overhead = quick_cal.host, quick_cal.memory, quick_cal.overhead
     peak = peak_gflops(host, 1) * 1e9
-    cubes = [_m("gemm", 1, 2.0 * n**3 / (0.5 * peak), flops=2.0 * n**3, params={"m": n, "n": n, "k": n}) for n in (64, 256, 1024, 2048)]
+    cubes = _cubes_at_half_peak(peak)
     warm_fit = fit_gemm(cubes, host)
     step = []
     for batch in (256, 1024, 4096, 16384):
