@@ -12,7 +12,7 @@ from dlrmsim.calibration.bench import (
     BenchTask,
     build_plan,
     clear_table_cache,
-    fastest_pass,
+    combine_passes,
     unstable_benchmarks,
 )
 from dlrmsim.calibration.collectives_host import implementation_for
@@ -120,7 +120,7 @@ def run_calibration(quick: bool, backend: str | None, out: Path | None, progress
     steady_allocator()  # the kernels see the allocator a training process has (host.steady_allocator)
     tasks = build_plan(kernels, quick or tiny, host.cores, implementation_for(backend), tiny=tiny)
     try:
-        measurements = fastest_pass(run_plan(tasks, cache, progress))
+        measurements = combine_passes(run_plan(tasks, cache, progress))
     except KeyboardInterrupt:
         err_console.print(f"interrupted: {len(cache.done)} finished benchmarks kept in {cache.path}; "
                           "run the same command again to resume", highlight=False, soft_wrap=True)

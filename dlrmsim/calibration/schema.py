@@ -200,12 +200,12 @@ class Measurement(StrictModel):
     statistic: Literal["median", "min"] = "median"
     spread_pct: Annotated[float, Field(ge=0)] = Field(0.0, description="(max - min) / median over repeats, %")
     repeats: Annotated[int, Field(gt=0)]
-    passes: Annotated[int, Field(gt=0)] = Field(1, description="passes of the plan that measured it; time_s is the fastest pass's")
+    passes: Annotated[int, Field(gt=0)] = Field(1, description="passes of the plan that measured it; time_s is the fastest pass's (streams: the median pass's)")
     slowest_pass_s: Positive | None = Field(None, description="the slowest pass's time when passes > 1: how far the host moved")
 
     @property
     def pass_ratio(self) -> float:
-        """Slowest over fastest pass (1 for a single pass): above ~1.5 the host changed speed under this benchmark."""
+        """Slowest pass over the kept one (1 for a single pass): above ~1.5 the host changed speed under this benchmark."""
         return self.slowest_pass_s / self.time_s if self.slowest_pass_s else 1.0
 
 
