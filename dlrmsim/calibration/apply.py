@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 
+from dlrmsim.calibration.fit import memory_bandwidth_GBps
 from dlrmsim.calibration.schema import Calibration, EmbeddingFit
 from dlrmsim.topologies.topology import ComputeSpec, EfficiencyTable, Link, Topology
 
@@ -83,7 +84,7 @@ def embedding_fits(cal: Calibration, distribution: str = "uniform", cores: int |
 @dataclasses.dataclass(frozen=True)
 class EmbeddingCosts:
     """The embedding fits as ComputeSpec fields, per task kind (achieved bandwidth as a fraction of the
-    saturated stream bandwidth, s per row, s per L2-missing page walk, s per row reloaded into the last-level
+    stream bandwidth at the fit's core count, s per row, s per L2-missing page walk, s per row reloaded into the last-level
     cache, s per task, s more for the first task of a run)."""
 
     bandwidth_fraction_by_kind: dict[str, float]
@@ -100,7 +101,11 @@ def embedding_costs(cal: Calibration, distribution: str = "uniform", cores: int 
     a time table only where its term is non-zero."""
     out = EmbeddingCosts({}, {}, {}, {}, {}, {})
     for kind, fit in embedding_fits(cal, distribution, cores).items():
-        out.bandwidth_fraction_by_kind[kind] = fit.bandwidth_GBps / cal.memory.bandwidth_GBps
+        # Relative to the stream bandwidth at the fit's own core count: the simulator scales a task's bandwidth
+        # cap by its cores' share of the socket's (costs.task_bandwidth_cap), and a fit measured on 1 core
+        # already holds that share. Taken over the saturated bandwidth, it was charged twice: a 1-core lookup
+        # ran at 0.76 of its fitted rate (threads-1 and ranks-2 embedding forwards predicted 19-60 % slow).
+        out.bandwidth_fraction_by_kind[kind] = fit.bandwidth_GBps / memory_bandwidth_GBps(cal.memory, fit.cores)
         for table, value in ((out.row_time_s_by_kind, fit.row_time_ns * 1e-9), (out.walk_time_s_by_kind, fit.walk_time_ns * 1e-9),
                              (out.reload_time_s_by_kind, fit.reload_time_ns * 1e-9), (out.fixed_time_s_by_kind, fit.fixed_us * 1e-6),
                              (out.run_start_s_by_kind, fit.run_start_us * 1e-6)):

@@ -26,6 +26,7 @@ from dlrmsim.calibration.fit import (
 from dlrmsim.calibration.host import flops_per_cycle, host_differences, peak_gflops
 from dlrmsim.calibration.schema import Calibration, EmbeddingFit, InteractionFit, Measurement, OverheadFit, load_calibration
 from dlrmsim.errors import DlrmsimError
+from dlrmsim.simulator.costs import task_time
 from dlrmsim.topologies.topology import ComputeSpec, EfficiencyTable, Link, Topology
 
 
@@ -301,9 +302,24 @@ def test_apply_gives_embedding_kinds_their_fixed_and_row_times(quick_cal: Calibr
     cal = quick_cal.model_copy(update={"embedding": fits + zipf})
     skewed = apply_calibration(_tiny_host_topology(), cal, "zipf").compute(0)
     assert skewed.fixed_time_s_by_kind["embedding"] == pytest.approx(80e-6) and "embedding" not in skewed.row_time_s_by_kind
-    assert skewed.bandwidth_fraction_by_kind["embedding"] == pytest.approx(20.0 / quick_cal.memory.bandwidth_GBps)
+    assert skewed.bandwidth_fraction_by_kind["embedding"] == pytest.approx(20.0 / memory_bandwidth_GBps(quick_cal.memory, 1))
     assert skewed.fixed_time_s_by_kind["embedding_bwd"] == pytest.approx(150e-6)
     assert apply_calibration(_tiny_host_topology(), cal).compute(0).fixed_time_s_by_kind["embedding"] == pytest.approx(120e-6)
+
+
+@pytest.mark.parametrize("cores", [1, 2])
+def test_an_embedding_task_on_the_fits_cores_moves_its_bytes_at_the_fitted_bandwidth(quick_cal: Calibration, cores: int) -> None:
+    """A lookup measured at 1 core ran at its fitted bandwidth with only that core's share of the socket's
+    stream bandwidth; the simulator, which caps a 1-core task at that share, must give it the same rate, not
+    the share of the share (apply once divided by the saturated bandwidth and charged the 1-core share twice)."""
+    memory = quick_cal.memory.model_copy(update={"bandwidth_GBps": 40.0, "saturation_cores": 1.6})
+    fits = [EmbeddingFit(op="forward", distribution="uniform", cores=cores, bandwidth_GBps=8.0, stream_fraction=0.2)]
+    topo = _tiny_host_topology()
+    cal = quick_cal.model_copy(update={"embedding": fits, "memory": memory})
+    spec = dataclasses.replace(apply_calibration(topo, cal).compute(0), cores=cores)
+    nbytes = 4e6
+    t = task_time(0.0, nbytes, spec, cores=cores, kind="embedding")
+    assert t == pytest.approx(nbytes / 8e9, rel=1e-9)  # 0.5 ms, whatever the core count's share of 40 GB/s
 
 
 def test_flops_per_cycle_from_flags() -> None:
