@@ -304,7 +304,8 @@ def time_embedding_cycle(backend: str, cfg: EmbeddingConfig, batches: list[np.nd
 
     The ops are those of the DLRM runner (``dlrm_runner`` backend adapters), in the order a training step
     runs them on a rank holding ``tables`` (at least 2) tables: every table's forward, then every backward,
-    then every update, each table with a new minibatch's indices (the next of ``batches``) each cycle;
+    then every update, each table with a new minibatch's indices each cycle (the next of ``batches``, which
+    should hold one per table and cycle: see :func:`embedding_batches`);
     ``flush`` starts a cycle, as the MLPs and the exchanges do. So the update applies a fresh uncoalesced
     gradient, the tables evict one another as a rank's tables do, and a gradient is as warm as the backward
     left it.
@@ -343,7 +344,11 @@ def time_embedding_cycle(backend: str, cfg: EmbeddingConfig, batches: list[np.nd
     return out
 
 
-EMBEDDING_BATCHES = 8  # distinct index batches cycled by the embedding benchmark
+def embedding_batches(policy: TimingPolicy, tables: int) -> int:
+    """Distinct index batches an embedding benchmark draws: one per table and cycle, as a training step's
+    minibatch is new. Cycling 8 (as this benchmark once did) brought each table's rows back every 4 cycles,
+    and for the smaller poolings (1 MiB of rows a batch) they were still in the last-level cache."""
+    return (policy.warmup + policy.repeats) * tables
 
 
 def embedding_task(k: Kernels, cfg: EmbeddingConfig, cores: int, policy: TimingPolicy) -> BenchTask:
@@ -353,11 +358,13 @@ def embedding_task(k: Kernels, cfg: EmbeddingConfig, cores: int, policy: TimingP
 
     def run() -> list[Measurement]:
         rng = np.random.default_rng(cfg.rows + cfg.dim + cfg.pooling)
-        batches = [make_indices(cfg.rows, cfg.batch * cfg.pooling, cfg.distribution, ZIPF_EXPONENT, rng)
-                   for _ in range(EMBEDDING_BATCHES)]
+        tables = tables_per_cycle(cfg, last_level_cache_bytes())
+        count = embedding_batches(policy, tables)
+        # One draw for all batches: a Zipf draw builds the table's whole CDF, once.
+        batches = list(make_indices(cfg.rows, cfg.batch * cfg.pooling * count, cfg.distribution, ZIPF_EXPONENT, rng)
+                       .reshape(count, -1))
         unique_rows = round(statistics.mean(np.unique(b).size for b in batches))
         nbytes = embedding_bytes(cfg.batch, cfg.pooling, cfg.dim, unique_rows)
-        tables = tables_per_cycle(cfg, last_level_cache_bytes())
         with k.threads(cores):
             samples = time_embedding_cycle(k.name, cfg, batches, policy, k.flush, tables)
         out = []

@@ -48,7 +48,6 @@ PHASES = (
 )
 COLLECTIVE_PHASES = ("alltoall_fwd", "alltoall_bwd", "allreduce")
 LEARNING_RATE = 0.01
-INPUT_BATCHES = 3  # distinct random minibatches, cycled (generated before timing)
 
 
 @dataclass(frozen=True)
@@ -324,7 +323,7 @@ def mlp_backward(ops: _NumpyOps, layers: list[list[Any]], acts: list[Any], dz_la
 class _Rank:
     """One rank's share of the model and its inputs; ``iteration()`` runs one timed training step."""
 
-    def __init__(self, w: Workload, global_batch: int, ops: _NumpyOps, comm: Any, seed: int) -> None:
+    def __init__(self, w: Workload, global_batch: int, ops: _NumpyOps, comm: Any, seed: int, steps: int) -> None:
         self.w, self.ops, self.comm = w, ops, comm
         self.size = comm.size if comm is not None else 1
         self.rank = comm.rank if comm is not None else 0
@@ -344,14 +343,19 @@ class _Rank:
         li, lj = np.tril_indices(f, k=-1)  # (S+1)S/2 distinct pairs
         self.li, self.lj = ops.tensor(li.astype(np.int64)), ops.tensor(lj.astype(np.int64))  # converted once, not per step
         exponent = w.index_distribution.exponent if isinstance(w.index_distribution, ZipfIndices) else 1.0
+        # A fresh minibatch for each of the ``steps`` iterations, drawn before timing, as training has: cycling
+        # a few (this runner once cycled 3) revisits the same rows every few steps, and at the validation's
+        # sizes (3 batches x 4 tables x 2 MiB of rows < the 32 MiB last-level cache) they could stay cached, a
+        # reuse training over large tables does not have beyond its index distribution's own (a Zipf's hot
+        # rows). Measured here, the change was within the host's noise (64 lookups/sample: update 17.7 ms both ways).
+        idx_steps = [make_indices(w.table_rows[t], self.n_global * w.lookups_per_sample * steps, w.index_distribution.kind,
+                                  exponent, np.random.default_rng(rng.integers(1 << 62))).reshape(steps, self.n_global, -1)
+                     for t in self.owned]
         self.inputs = []
-        for _ in range(INPUT_BATCHES):
+        for step in range(steps):
             dense = ops.tensor(rng.standard_normal((self.n, w.bottom_mlp[0])).astype(np.float32))
             labels = ops.tensor((rng.random(self.n) < 0.5).astype(np.float32).reshape(-1, 1))
-            idx = [make_indices(w.table_rows[t], self.n_global * w.lookups_per_sample, w.index_distribution.kind,
-                                exponent, np.random.default_rng(rng.integers(1 << 62))).reshape(self.n_global, -1)
-                   for t in self.owned]
-            self.inputs.append((dense, labels, idx))
+            self.inputs.append((dense, labels, [np.ascontiguousarray(idx[step]) for idx in idx_steps]))
 
     def _collective(self, call: Callable[[], Any]) -> None:
         # Entry and exit on perf_counter's clock, the host's monotonic clock in every process: the parent
@@ -449,7 +453,7 @@ def _run_rank(comm: Any, w: Workload, global_batch: int, backend: str, threads: 
               seed: int) -> dict[str, Any]:
     ops = _ops(backend)
     with ops.threads(threads):
-        model = _Rank(w, global_batch, ops, comm, seed)
+        model = _Rank(w, global_batch, ops, comm, seed, warmup + iterations)
         model.allreduce_bytes = 0
         phases: list[dict[str, float]] = []
         totals: list[float] = []

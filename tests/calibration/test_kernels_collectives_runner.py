@@ -153,6 +153,19 @@ def test_dlrm_iteration_two_ranks_moves_eq1_eq2_bytes(backend: str) -> None:
     assert np.isfinite(m.final_loss)
 
 
+def test_dlrm_runner_draws_a_fresh_minibatch_for_every_step() -> None:
+    """No step revisits another's indices: cycling a few minibatches could keep the validation's rows in the
+    last-level cache from one step to the next, a reuse training over large tables does not have."""
+    from dlrmsim.calibration.dlrm_runner import _ops, _Rank
+
+    w = _tiny(tables=2)
+    rank = _Rank(w, 64, _ops("numpy"), None, seed=0, steps=5)
+    assert len(rank.inputs) == 5
+    idx = [np.concatenate([i.reshape(-1) for i in step[2]]) for step in rank.inputs]
+    assert all(i.shape == (2 * 64 * w.lookups_per_sample,) for i in idx)
+    assert all(not np.array_equal(idx[a], idx[b]) for a in range(5) for b in range(a))
+
+
 def test_dlrm_runner_rejects_bad_inputs() -> None:
     from dlrmsim.errors import DlrmsimError
 
