@@ -305,10 +305,9 @@ def time_embedding_cycle(backend: str, cfg: EmbeddingConfig, batches: list[np.nd
     The ops are those of the DLRM runner (``dlrm_runner`` backend adapters), in the order a training step
     runs them on a rank holding ``tables`` (at least 2) tables: every table's forward, then every backward,
     then every update, each table with a new minibatch's indices each cycle (the next of ``batches``, which
-    should hold one per table and cycle: see :func:`embedding_batches`);
-    ``flush`` starts a cycle, as the MLPs and the exchanges do. So the update applies a fresh uncoalesced
-    gradient, the tables evict one another as a rank's tables do, and a gradient is as warm as the backward
-    left it.
+    should hold one per table and cycle: see :func:`embedding_batches`); ``flush`` starts a cycle, as the MLPs
+    and the exchanges do. So the update applies a fresh uncoalesced gradient, the tables evict one another as
+    a rank's tables do, and a gradient is as warm as the backward left it.
     """
     from dlrmsim.calibration.dlrm_runner import LEARNING_RATE, _ops
 
@@ -667,10 +666,10 @@ def build_plan(k: Kernels, quick: bool, cores: int, implementation: str, ranks: 
     ``passes`` passes, after all of the first pass (every second pass in reverse order), and the streams once
     more at the start, after the collectives and at the end; :func:`combine_passes` keeps each measurement's
     fastest pass (the streams' median one). Collectives run once (they start processes, and their spells of
-    noise are averaged by their many ranks and sizes). ``tiny`` keeps a
-    subset of the quick plan that still feeds every fit, in one pass: GEMMs up to 1024^3, the streams, the
-    dispatch cost, the first table shape's embedding bags, three interaction shapes, and four collective
-    sizes; no preset shapes and no Eq. 1 / Eq. 2 check. Its rates are rougher than a quick calibration's.
+    noise are averaged by their many ranks and sizes). ``tiny`` keeps a subset of the quick plan that still
+    feeds every fit, in one pass: GEMMs up to 1024^3, the streams, the dispatch cost, the first table shape's
+    embedding bags, three interaction shapes, and four collective sizes; no preset shapes and no Eq. 1 / Eq. 2
+    check. Its rates are rougher than a quick calibration's.
     """
     tasks = _first_pass(k, quick, cores, implementation, ranks, tiny)
     again = [t for t in tasks if t.repeat] if not tiny else []

@@ -138,7 +138,7 @@ def run_calibration(quick: bool, backend: str | None, out: Path | None, progress
         worst = ", ".join(f"{m.name} {m.pass_ratio:.1f}x" for m in unstable[:3])
         err_console.print(f"[bold yellow]warning:[/] {len(unstable)} of {len(measurements)} benchmarks ran over "
                           f"{UNSTABLE_PASS_RATIO}x slower in one pass than in another ({worst}): the host changed speed "
-                          "during calibration; the fit keeps each one's faster pass (fix: validate right after calibrating, "
+                          "during calibration; the fit keeps each one's faster pass, a stream its median one (fix: validate right after calibrating, "
                           "or calibrate again when the host is quiet)", highlight=False, soft_wrap=True)
     memory = fit_memory(measurements, host)
     overhead = fit_overhead(measurements)

@@ -355,7 +355,7 @@ class _Rank:
         for step in range(steps):
             dense = ops.tensor(rng.standard_normal((self.n, w.bottom_mlp[0])).astype(np.float32))
             labels = ops.tensor((rng.random(self.n) < 0.5).astype(np.float32).reshape(-1, 1))
-            self.inputs.append((dense, labels, [np.ascontiguousarray(idx[step]) for idx in idx_steps]))
+            self.inputs.append((dense, labels, [idx[step] for idx in idx_steps]))
 
     def _collective(self, call: Callable[[], Any]) -> None:
         # Entry and exit on perf_counter's clock, the host's monotonic clock in every process: the parent
