@@ -236,10 +236,11 @@ def warn_if_other_host(host: HostInfo, source: str) -> list[str]:
 
 def host_key(host: HostInfo) -> str:
     """Stable key of the machine and software a measurement depends on (partial-results cache key)."""
-    # "run-v8": the benchmark method (cold-cache timing, tables per embedding cycle recorded, collectives timed
+    # "run-v9": the benchmark method (cold-cache timing, tables per embedding cycle recorded, collectives timed
     # per call after a compute gap, an embedding run's first call timed apart from its later calls, GEMMs in
     # training-step order, streams sampled five times and combined by their median, fresh embedding indices
-    # every cycle); partial results of another method are not reused.
-    parts = ["run-v8", host.cpu_model, host.vendor, str(host.cores), host.isa, f"{host.memory_GB:.0f}", host.backend, str(host.quick)]
+    # every cycle, a first table shape also cycled over four tables); partial results of another method are
+    # not reused.
+    parts = ["run-v9", host.cpu_model, host.vendor, str(host.cores), host.isa, f"{host.memory_GB:.0f}", host.backend, str(host.quick)]
     parts += [f"{k}={v}" for k, v in sorted(host.libraries.items())]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -197,11 +199,33 @@ def test_embedding_benchmark_times_a_run_s_first_call_apart(backend: str, monkey
     by_name = {m.name: m for m in rows}
     assert len(by_name) == 6 and all(m.time_s > 0 and m.params["tables"] == 4 for m in rows)
     for op in ("forward", "backward", "update"):
-        rest, first = by_name[f"embedding {op} r2048 d32 p4 uniform b64 c1"], by_name[f"embedding {op} first r2048 d32 p4 uniform b64 c1"]
+        rest, first = by_name[f"embedding {op} r2048 d32 p4 uniform b64 t4 c1"], by_name[f"embedding {op} first r2048 d32 p4 uniform b64 t4 c1"]
         assert (rest.params["position"], first.params["position"]) == ("rest", "first")
         assert {k: v for k, v in rest.params.items() if k != "position"} == {k: v for k, v in first.params.items() if k != "position"}
     with pytest.raises(ValueError, match="at least 2 tables"):
         bench.time_embedding_cycle(backend, cfg, [np.zeros(256, dtype=np.int64)], TimingPolicy(0, 1, 0.0), lambda: None, 1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_embedding_config_s_own_table_count_overrides_the_cache_rule(backend: str) -> None:
+    from dlrmsim.calibration import bench
+
+    cfg = bench.EmbeddingConfig(2**11, 32, 4, "uniform", 64, tables=3)
+    rows = bench.embedding_task(_kernels(backend), cfg, 1, TimingPolicy(warmup=1, repeats=2, min_sample_s=0.0)).run()
+    assert all(m.params["tables"] == 3 and " t3 c1" in m.name for m in rows)
+
+
+@pytest.mark.parametrize("quick", [True, False])
+def test_the_plan_cycles_its_first_table_shape_over_two_table_counts(quick: bool) -> None:
+    from dlrmsim.calibration.bench import embedding_configs
+
+    configs = embedding_configs(quick)
+    first = (configs[0].rows, configs[0].dim)
+    fixed = [c for c in configs if c.tables]
+    # Every configuration of the first shape once more at 4 tables (the others keep tables_per_cycle's 2 at
+    # a 32 MiB cache), and no other shape: the fit then sees the cycle's traffic change at equal lookups.
+    assert {replace(c, tables=0) for c in fixed} == {c for c in configs if (c.rows, c.dim) == first and not c.tables}
+    assert all(c.tables == 4 and (c.rows, c.dim) == first for c in fixed)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
