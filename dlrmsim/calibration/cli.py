@@ -94,14 +94,16 @@ def validate(
                             progress=not json_out, rounds=rounds)  # fmt: skip
     if json_out:
         data = report.to_json()
-        data["cases"] = [{k: c[k] for k in ("name", "measured_s", "predicted_s", "error", "ranks", "threads", "batch", "measured_rounds_s")}
+        keys = ("name", "measured_s", "predicted_s", "error", "ranks", "threads", "batch", "measured_rounds_s", "kept_round", "drift_ratio")
+        data["cases"] = [{k: c[k] for k in keys}
                          | ({"measured_phases_s": c["measured_phases_s"], "predicted_phases_s": c["predicted_phases_s"]} if phases else {})
                          for c in data["cases"]]  # fmt: skip
         print_json(data)
         return
     print_table(f"Validation on this host ({report.backend}), calibration {calibration}",
-                ["case", "ranks", "threads", "batch", "measured ms", "round spread %", "predicted ms", "error %"],
-                [(c.name, c.ranks, c.threads, c.batch, c.measured_s * 1e3, 100 * c.spread, c.predicted_s * 1e3, 100 * c.error)
+                ["case", "ranks", "threads", "batch", "measured ms", "round spread %", "host drift x", "predicted ms", "error %"],
+                [(c.name, c.ranks, c.threads, c.batch, c.measured_s * 1e3, 100 * c.spread,
+                  c.drift_ratio if c.drift_ratio is not None else "-", c.predicted_s * 1e3, 100 * c.error)
                  for c in report.cases])  # fmt: skip
     if phases:
         for c in report.cases:

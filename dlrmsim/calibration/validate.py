@@ -59,6 +59,10 @@ class CaseResult:
     measured_phases_s: dict[str, float] = field(default_factory=dict)
     predicted_phases_s: dict[str, float] = field(default_factory=dict)
     measured_rounds_s: list[float] = field(default_factory=list)  # each round's median iteration time
+    kept_round: int = 0  # the round whose run is kept (the fastest), 0-based
+    # The drift probe's worst ratio (drift.worst) just before the kept round; None without a probe. Far from 1,
+    # the case ran on a host other than the calibrated one, and that much of its error is not the model's.
+    drift_ratio: float | None = None
 
     @property
     def spread(self) -> float:
@@ -196,7 +200,7 @@ def run_validation(
     from rich.progress import Progress
 
     from dlrmsim.calibration import load_calibration
-    from dlrmsim.calibration.drift import measure_drift
+    from dlrmsim.calibration.drift import measure_drift, worst
     from dlrmsim.calibration.kernels import get_kernels
     from dlrmsim.output import err_console
 
@@ -225,8 +229,11 @@ def run_validation(
                 bar.advance(task)
     results = []
     for case in cases:
-        measured, mphases = min(runs[case.name], key=lambda run: run[0])
+        kept = min(range(rounds), key=lambda r: runs[case.name][r][0])
+        measured, mphases = runs[case.name][kept]
         predicted, pphases = predictions[case.name]
+        probe_worst = worst(drift[kept]) if drift else None
         results.append(CaseResult(case.name, measured, predicted, (predicted - measured) / measured, case.ranks,
-                                  case.threads, case.batch, mphases, pphases, [t for t, _ in runs[case.name]]))  # fmt: skip
+                                  case.threads, case.batch, mphases, pphases, [t for t, _ in runs[case.name]], kept,
+                                  probe_worst.ratio if probe_worst is not None else None))  # fmt: skip
     return ValidationReport(results, str(calibration_path), backend, drift)

@@ -50,6 +50,8 @@ def test_rounds_are_round_robin_and_keep_the_fastest(quick_cal_path: Path, fake_
     assert fake_runner == ["base", "ranks-2"] * 3  # a slow spell spreads over cases instead of hitting one
     for c in report.cases:
         assert c.measured_s == min(ROUND_TIMES) and c.measured_rounds_s == ROUND_TIMES
+        # the fastest run is round 2's, so the drift beside it is the probe's just before round 2, not round 1's 1.5
+        assert c.kept_round == 1 and c.drift_ratio == pytest.approx(1.0)
         assert c.spread == pytest.approx(2.0)
         assert c.predicted_s > 0 and c.error == pytest.approx((c.predicted_s - c.measured_s) / c.measured_s)
         assert c.measured_phases_s == {"embedding_update": min(ROUND_TIMES) / 2}
@@ -69,6 +71,7 @@ def test_validate_json_has_the_issue_keys(quick_cal_path: Path, fake_runner: lis
     assert set(data) >= {"cases", "median_abs_error", "max_abs_error"}
     (case,) = data["cases"]
     assert set(case) >= {"name", "measured_s", "predicted_s", "error"} and case["measured_rounds_s"] == ROUND_TIMES[:2]
+    assert case["kept_round"] == 1 and case["drift_ratio"] == pytest.approx(1.0)
     assert [r[0]["ratio"] for r in data["host_drift"]] == [pytest.approx(1.5), 1.0]
 
 
