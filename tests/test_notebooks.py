@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
 import nbformat
@@ -22,7 +21,6 @@ import pytest
 NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
 REQUIRED = ("01_topologies.ipynb", "02_scaling_what_if.ipynb", "03_calibration.ipynb")
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
-SMALL_BUDGET_S = 150.0  # one notebook in small mode; they take ~5-50 s each on a quiet 2-core machine
 
 
 def test_required_notebooks_present() -> None:
@@ -84,11 +82,10 @@ def _check_ran(nb: nbformat.NotebookNode, name: str) -> None:
 def test_notebook_runs_small(name: str, kernel_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DLRMSIM_NOTEBOOK_SMALL", "1")
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # the notebooks' temporary files land in pytest's directory
-    t0 = time.perf_counter()
+    # No wall-time assertion (a timed test passes or fails with the host's load): each cell has a 300 s timeout,
+    # and `pytest --durations` shows what small mode costs.
     nb = execute(NOTEBOOK_DIR / name, kernel_dir, tmp_path, timeout_s=300)
-    elapsed = time.perf_counter() - t0
     _check_ran(nb, name)
-    assert elapsed < SMALL_BUDGET_S, f"{name} took {elapsed:.0f} s in small mode; cut its small settings"
 
 
 @pytest.mark.slow

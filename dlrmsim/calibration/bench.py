@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from dlrmsim.calibration.host import last_level_cache_bytes
 from dlrmsim.calibration.kernels import Kernels, Op, embedding_bytes, make_indices
 from dlrmsim.calibration.schema import Measurement
+from dlrmsim.host import last_level_cache_bytes
 
 ZIPF_EXPONENT = 1.05  # the mlperf preset's assumed Criteo skew (workloads/presets/mlperf.yaml)
 
@@ -675,12 +675,15 @@ def build_plan(k: Kernels, quick: bool, cores: int, implementation: str, ranks: 
     more at the start, after the collectives and at the end; :func:`combine_passes` keeps each measurement's
     fastest pass (the streams' median one). Collectives run once (they start processes, and their spells of
     noise are averaged by their many ranks and sizes). ``tiny`` keeps a subset of the quick plan that still
-    feeds every fit, in one pass: GEMMs up to 1024^3, the streams, the dispatch cost, the first table shape's
-    embedding bags, three interaction shapes, and four collective sizes; no preset shapes and no Eq. 1 / Eq. 2
-    check. Its rates are rougher than a quick calibration's.
+    feeds every fit and every benchmark kind, in one pass: GEMMs up to 1024^3, one preset, one narrow and one
+    step-order MLP layer set, the streams, the dispatch cost, the first table shape's embedding bags, three
+    interaction shapes, four collective sizes and the Eq. 1 / Eq. 2 check. Its rates are rougher than a quick
+    calibration's.
     """
     tasks = _first_pass(k, quick, cores, implementation, ranks, tiny)
-    again = [t for t in tasks if t.repeat] if not tiny else []
+    if tiny:  # one pass, but the streams sampled again at the end: their passes are combined as in a real run
+        return tasks + _again([t for t in tasks if t.stage == STREAM_STAGE], "last pass")
+    again = [t for t in tasks if t.repeat]
     streams = [t for t in again if t.stage == STREAM_STAGE]
     first = len(tasks)
     for p in range(2, passes + 1):
@@ -784,7 +787,18 @@ def _tiny_plan(k: Kernels, cores: int, implementation: str, ranks: int, policy: 
     iconfigs = interaction_configs(True)
     for icfg in iconfigs[:2] + iconfigs[-1:]:
         tasks += [interaction_task(k, icfg, c, policy) for c in sorted({1, cores})]
+    # One layer of each kind the GEMM fit reads beyond the cubes: a preset MLP layer, a narrow layer (the aspect
+    # factor) and one MLP in training-step order (the cold call and traffic overlap).
+    (wl, b, fi, fo, which), *_ = preset_linear_shapes(lambda _: 256)
+    tasks.append(linear_task(k, wl, b, fi, fo, which, cores, policy))
+    b, fi, fo, which = narrow_linear_shapes()[0]
+    tasks.append(linear_task(k, "", b, fi, fo, which, cores, policy, "gemm narrow layers"))
+    b, widths = CYCLE_MLPS[0]
+    tasks.append(mlp_cycle_task(k, b, widths, cores, policy))
     light = TimingPolicy(warmup=1, repeats=3, min_sample_s=0.005)
     threads = max(1, cores // ranks)
     tasks += [collective_task(op, TINY_COLLECTIVE_SIZES, ranks, implementation, threads, light) for op in ("allreduce", "alltoall")]
+    from dlrmsim.calibration.compare import eq_check_task
+
+    tasks.append(eq_check_task(True, ranks, implementation, threads, light))
     return tasks

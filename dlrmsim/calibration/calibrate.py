@@ -25,6 +25,7 @@ from dlrmsim.calibration.fit import (
     fit_interaction,
     fit_memory,
     fit_overhead,
+    peak_bound_host,
 )
 from dlrmsim.calibration.host import detect_host, host_key, steady_allocator
 from dlrmsim.calibration.kernels import default_backend, get_kernels
@@ -140,6 +141,7 @@ def run_calibration(quick: bool, backend: str | None, out: Path | None, progress
                           f"{UNSTABLE_PASS_RATIO}x slower in one pass than in another ({worst}): the host changed speed "
                           "during calibration; the fit keeps each one's faster pass, a stream its median one (fix: validate right after calibrating, "
                           "or calibrate again when the host is quiet)", highlight=False, soft_wrap=True)
+    host = peak_bound_host(measurements, host)
     memory = fit_memory(measurements, host)
     overhead = fit_overhead(measurements)
     gemm = fit_gemm(measurements, host, memory, overhead)

@@ -50,8 +50,9 @@ def calibrate(
         })
         return
     h = cal.host
-    console.print(f"[bold]{h.cpu_model}[/], {h.cores} cores, {h.clock_GHz:g} GHz, {h.isa} "
-                  f"(fp32 peak {h.peak_fp32_GFLOPs:g} GFLOP/s), {h.memory_GB:g} GB, backend {h.backend}")
+    console.print(f"[bold]{h.cpu_model}[/], {h.cores} cores, {h.isa}, fp32 peak {h.peak_fp32_GFLOPs:.4g} GFLOP/s "
+                  f"(clock {h.clock_GHz:.4g} GHz from {h.clock_source}; reported {h.reported_clock_GHz or h.clock_GHz:g} GHz), "
+                  f"{h.memory_GB:g} GB, backend {h.backend}", highlight=False)
     print_table("Fitted parameters", ["parameter", "value"], [
         ("GEMM peak efficiency (all cores)", cal.gemm.peak_efficiency),
         *[(f"GEMM best GFLOP/s at {c} cores", v) for c, v in cal.gemm.achieved_GFLOPs_by_cores],

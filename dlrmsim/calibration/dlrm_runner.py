@@ -488,7 +488,7 @@ def iteration_phases(results: list[dict[str, Any]], i: int) -> dict[str, float]:
 
 
 def _validate(w: Workload, global_batch: int, ranks: int, iterations: int) -> None:
-    from dlrmsim.calibration.host import read_cpu_facts
+    from dlrmsim.host import read_host
     from dlrmsim.workloads.model import tables_bytes
 
     if ranks < 1 or global_batch < ranks or global_batch % ranks:
@@ -500,7 +500,7 @@ def _validate(w: Workload, global_batch: int, ranks: int, iterations: int) -> No
     if iterations < 1:
         raise DlrmsimError("iterations must be at least 1", field="iterations", fix="give a positive count")
     need = tables_bytes(w) * (2.2 if w.index_distribution.kind == "zipf" else 1.1)
-    have = read_cpu_facts().memory_GB * 1e9
+    have = read_host().memory_B
     if need > 0.8 * have:
         raise DlrmsimError(f"workload '{w.name}' needs {need / 1e9:.1f} GB of tables, this host has {have / 1e9:.1f} GB",
                            field="tables", fix="scale the workload down (fewer rows) for a host run")
@@ -523,7 +523,8 @@ def run_dlrm_iteration(
     collectives, "numpy" NumPy/BLAS and shared-memory collectives.
     """
     from dlrmsim.calibration.collectives_host import implementation_for, run_ranks
-    from dlrmsim.calibration.host import steady_allocator, usable_cores
+    from dlrmsim.calibration.host import steady_allocator
+    from dlrmsim.host import usable_cores
     from dlrmsim.workloads.model import alltoall_bytes
 
     _validate(workload, batch, ranks, iterations)

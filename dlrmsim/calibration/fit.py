@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dlrmsim.calibration.host import peak_gflops
+from dlrmsim.calibration.host import peak_gflops, raise_peak_to
 from dlrmsim.calibration.schema import (
     CollectiveFit,
     EmbeddingFit,
@@ -73,6 +73,20 @@ def gemm_efficiency(m: Measurement, host: HostInfo) -> float:
     return m.flops / m.time_s / (peak_gflops(host, m.cores) * 1e9)
 
 
+# Relative slack for floating-point rounding when a measurement sits exactly at a peak raised to meet it.
+PEAK_ROUNDING = 1e-9
+
+
+def peak_bound_host(measurements: Sequence[Measurement], host: HostInfo) -> HostInfo:
+    """``host`` with a peak that bounds every GEMM measured: where the fastest GEMM per core beats cores x
+    clock x flops/cycle, the clock is raised to meet it, with a warning (:func:`raise_peak_to`)."""
+    gemms = [m for m in measurements if m.benchmark in ("gemm", "linear") and m.flops > 0 and m.time_s > 0]
+    if not gemms:
+        return host
+    best = max(gemms, key=lambda m: m.flops / m.time_s / m.cores)
+    return raise_peak_to(host, best.flops / best.time_s / best.cores / 1e9, best.name)
+
+
 def in_step_order(m: Measurement) -> bool:
     """A GEMM timed inside an MLP cycle in training-step order (bench.time_mlp_cycle), not in a warm loop."""
     return m.params.get("context") == "step"
@@ -111,12 +125,17 @@ def fit_gemm(measurements: Sequence[Measurement], host: HostInfo, memory: Memory
         by_cores[m.cores].append(m)
     if not any(_is_cube(m) for m in warm):
         raise ValueError("no GEMM measurements to fit")
+    over = [m.name for m in usable if gemm_efficiency(m, host) > 1 + PEAK_ROUNDING]
+    if over:  # never clip: an efficiency above 1 means the peak is wrong, and the host record must say so
+        raise ValueError(f"{over[0]} ran above the host's peak {host.peak_fp32_GFLOPs:g} GFLOP/s: "
+                         "bound the peak first (fit.peak_bound_host)")
     tables = []
     achieved = []
     for cores in sorted(by_cores):
         cubes = [m for m in by_cores[cores] if _is_cube(m)]
         if not cubes:
             continue
+        # min: rounding only, anything above 1 + PEAK_ROUNDING was refused above
         points = [(f, min(1.0, e)) for f, e in _binned_table([(m.flops, gemm_efficiency(m, host)) for m in cubes], BIN_DECADES)]
         flops_table = EfficiencyTable(tuple(points))
         # The cubes define aspect 1 (factor 1); a shape of aspect 1 or more runs as a cube does.
@@ -305,6 +324,11 @@ def run_start_s(measurements: Sequence[Measurement]) -> float:
     return max(float(np.median(extra)), 0.0) if extra else 0.0
 
 
+# The bandwidth recorded for an embedding fit whose data needs no byte term (least squares gave it 0): far above
+# any stream, so the simulator never caps the op by it. Its own value so a reader tells it from a measured rate.
+NO_BYTE_TERM_GBPS = 1e6
+
+
 def fit_embedding(measurements: Sequence[Measurement], memory: MemoryFit, overhead: OverheadFit | None = None,
                   host: HostInfo | None = None) -> list[EmbeddingFit]:
     """Per (op, distribution, cores): the fixed, per-row, page-walk and bandwidth terms of the later calls of a
@@ -321,7 +345,7 @@ def fit_embedding(measurements: Sequence[Measurement], memory: MemoryFit, overhe
         # The cold start is a small part of any benchmarked lookup; the floor only guards a noisy dispatch fit.
         work = np.array([max(m.time_s - start, 0.5 * m.time_s) for m in ms])
         fixed, a, walk, reload, inv_bw = fit_embedding_terms(np.stack([embedding_features(m, host) for m in ms]), work)
-        bw = 1.0 / max(float(inv_bw), 1e-15)  # no byte term: a bandwidth far above any stream
+        bw = 1.0 / max(float(inv_bw), 1.0 / (NO_BYTE_TERM_GBPS * 1e9))
         out.append(EmbeddingFit(op=op, distribution=dist, cores=cores, bandwidth_GBps=_sig(bw / 1e9),  # type: ignore[arg-type]
                                 stream_fraction=_sig(bw / 1e9 / memory.bandwidth_GBps, 4), row_time_ns=_sig(a * 1e9),
                                 walk_time_ns=_sig(walk * 1e9), reload_time_ns=_sig(reload * 1e9), fixed_us=_sig(fixed * 1e6),

@@ -114,7 +114,7 @@ class Kernels(ABC):
         them (embedding tables and activations stream far more than the cache holds between two calls)."""
         op = getattr(self, "_flush_op", None)
         if op is None:
-            from dlrmsim.calibration.host import last_level_cache_bytes
+            from dlrmsim.host import last_level_cache_bytes
 
             op = self._flush_op = self.make_flush(2 * last_level_cache_bytes())
         op()

@@ -38,8 +38,11 @@ class HostInfo(StrictModel):
     threads: Annotated[int, Field(gt=0)] = Field(description="hardware threads online")
     sockets: Annotated[int, Field(gt=0)] = 1
     memory_GB: Positive
-    clock_GHz: Positive = Field(description="highest clock /proc or cpufreq reports (a VM shows the nominal one)")
-    flops_per_cycle_fp32: Positive = Field(description="per core, from the ISA flags (see host.flops_per_cycle)")
+    clock_GHz: Positive = Field(description="the clock peaks use: the highest reported clock, raised where the FMA probe or a "
+                                "measured kernel shows the core runs faster (a VM reports its nominal clock)")
+    reported_clock_GHz: Positive | None = Field(None, description="highest clock /proc or cpufreq reports")
+    clock_source: str = Field("reported", description="what set clock_GHz: a reported source, 'fma probe', or 'measured: <kernel>'")
+    flops_per_cycle_fp32: Positive = Field(description="per core, from the ISA flags (see dlrmsim.host.isa_peak)")
     isa: str = Field(description="widest vector ISA seen in the flags")
     peak_fp32_GFLOPs: Positive = Field(description="cores x clock x flops/cycle: the physical fp32 peak")
     memory_bound_GBps: Positive = Field(description="generous physical bound on any memory stream (see host.py)")

@@ -101,7 +101,7 @@ class ValidationReport:
 
 def load_cases(path: Path = CASES_FILE, only: list[str] | None = None) -> list[ValidationCase]:
     """Validation cases from YAML: ``base`` workload fields, each case's overrides on top."""
-    from dlrmsim.calibration.host import usable_cores
+    from dlrmsim.host import usable_cores
 
     spec = config.validate(CasesFile, config.read_yaml(path), path.name)
     cores = usable_cores()

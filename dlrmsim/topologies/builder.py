@@ -252,9 +252,9 @@ def _uses_detect(ctype: schema.Processor) -> bool:
 
 
 def _detected():
-    from dlrmsim.topologies.host import detect
+    from dlrmsim.host import read_host
 
-    return detect()
+    return read_host()
 
 
 def check_graph(w: Wiring, source: str) -> None:

@@ -23,7 +23,7 @@ from dlrmsim.calibration.fit import (
     predict_gemm_s,
     predict_s,
 )
-from dlrmsim.calibration.host import flops_per_cycle, host_differences, peak_gflops
+from dlrmsim.calibration.host import host_differences, peak_gflops
 from dlrmsim.calibration.schema import Calibration, EmbeddingFit, InteractionFit, Measurement, OverheadFit, load_calibration
 from dlrmsim.errors import DlrmsimError
 from dlrmsim.simulator.costs import task_time
@@ -48,8 +48,14 @@ def _m(bench: str, cores: int, time_s: float, **kw: object) -> Measurement:
                        params=kw.pop("params", {}), **kw)  # type: ignore[arg-type]
 
 
+def _synthetic_host(cal: Calibration):
+    """The calibration's host with a fixed 3 GHz x 32 flop/cycle (96 GFLOP/s a core): the GEMM-fit tests build
+    their measurements against this peak, so they do not depend on the clock of the machine running them."""
+    return cal.host.model_copy(update={"clock_GHz": 3.0, "flops_per_cycle_fp32": 32.0, "peak_fp32_GFLOPs": 96.0 * cal.host.cores})
+
+
 def test_gemm_table_reproduces_its_measurements(quick_cal: Calibration) -> None:
-    host = quick_cal.host
+    host = _synthetic_host(quick_cal)
     ms = [_m("gemm", 1, 2.0 * n**3 / (peak * 1e9), flops=2.0 * n**3, params={"m": n, "n": n, "k": n})
           for n, peak in ((64, 10.0), (512, 50.0), (2048, 80.0))]
     fit = fit_gemm(ms, host)
@@ -72,7 +78,7 @@ def test_gemm_fit_recovers_aspect_factor(quick_cal: Calibration) -> None:
     layer's aspect and 1 for cubes, and both are predicted exactly."""
     from dlrmsim.calibration.fit import measured_aspect
 
-    host = quick_cal.host
+    host = _synthetic_host(quick_cal)
     peak = peak_gflops(host, 1) * 1e9
     cubes = _cubes_at_half_peak(peak)
     flops = 2.0 * 2048 * 512 * 32
@@ -96,7 +102,7 @@ def test_gemm_fit_recovers_cold_call_and_overlap_in_step_order(quick_cal: Calibr
     from dlrmsim.simulator.costs import fixed_time_s, gemm_time_s, task_time
     from dlrmsim.workloads.model import Layer, Pass, layer_gemm
 
-    host, memory, overhead = quick_cal.host, quick_cal.memory, quick_cal.overhead
+    host, memory, overhead = _synthetic_host(quick_cal), quick_cal.memory, quick_cal.overhead
     peak = peak_gflops(host, 1) * 1e9
     cubes = _cubes_at_half_peak(peak)
     warm_fit = fit_gemm(cubes, host)
@@ -113,7 +119,7 @@ def test_gemm_fit_recovers_cold_call_and_overlap_in_step_order(quick_cal: Calibr
     assert table.memory_overlap == pytest.approx(overlap, abs=2e-3)
     spec = calibrated_compute(ComputeSpec(name="cpu", cores=1, clock_hz=1e9, peak_flops={"fp32": 1e12},
                                           memory_bandwidth_Bps=1e11, memory_capacity_B=64e9),
-                              quick_cal.model_copy(update={"gemm": fit}))
+                              quick_cal.model_copy(update={"gemm": fit, "host": host}))
     for m in step:
         g = layer_gemm(Layer("l", 1024, 1024, "top", 0), int(m.params["batch"]), Pass.FORWARD)
         simulated = fixed_time_s(spec, "gemm", 1.0, 0.0) + task_time(m.flops, g.bytes_moved(4.0), spec, kind="gemm")
@@ -322,11 +328,23 @@ def test_an_embedding_task_on_the_fits_cores_moves_its_bytes_at_the_fitted_bandw
     assert t == pytest.approx(nbytes / 8e9, rel=1e-9)  # 0.5 ms, whatever the core count's share of 40 GB/s
 
 
-def test_flops_per_cycle_from_flags() -> None:
-    assert flops_per_cycle(frozenset({"avx512f", "avx2", "fma"})) == (64.0, "avx512f")
-    assert flops_per_cycle(frozenset({"avx2", "fma", "avx"})) == (32.0, "avx2+fma")
-    assert flops_per_cycle(frozenset({"avx"})) == (16.0, "avx")
-    assert flops_per_cycle(frozenset({"sse2"})) == (8.0, "sse")
+def test_gemm_fit_refuses_a_measurement_above_the_peak_and_the_bound_raises_it(quick_cal: Calibration) -> None:
+    """Because a kernel cannot beat cores x clock x flops/cycle, a GEMM measured above it means the peak is wrong:
+    the fit refuses to clip it, and peak_bound_host raises the clock (with a warning) until the fastest GEMM sits at
+    efficiency 1, after which the fit's table holds every point at or below 1 and predicts the measurements."""
+    from dlrmsim.calibration.fit import peak_bound_host
+
+    host = _synthetic_host(quick_cal)  # 96 GFLOP/s a core
+    ms = [_m("gemm", 1, 2.0 * n**3 / (rate * 1e9), flops=2.0 * n**3, params={"m": n, "n": n, "k": n})
+          for n, rate in ((256, 60.0), (1024, 110.0))]
+    with pytest.raises(ValueError, match="above the host's peak"):
+        fit_gemm(ms, host)
+    bounded = peak_bound_host(ms, host)
+    assert bounded.clock_GHz == pytest.approx(110.0 / 32.0) and bounded.clock_source.startswith("measured")
+    assert peak_bound_host(ms, bounded) == bounded  # already bounding: unchanged
+    fit = fit_gemm(ms, bounded)
+    assert [e for _, e in fit.tables[0].points] == pytest.approx([60 / 110, 1.0], rel=1e-3)
+    assert all(predict_gemm_s(fit, m.flops, 1) == pytest.approx(m.time_s, rel=1e-3) for m in ms)
 
 
 def _tiny_host_topology() -> Topology:

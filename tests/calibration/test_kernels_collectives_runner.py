@@ -134,7 +134,9 @@ def test_dlrm_iteration_one_rank(backend: str) -> None:
     w = _tiny(zipf=True)
     m = run_dlrm_iteration(w, batch=64, ranks=1, threads=1, backend=backend, iterations=3, warmup=1)
     assert set(m.phases_s) == set(PHASES)
-    assert m.phases_s["alltoall_fwd"] < 1e-3 and m.allreduce_bytes == 0  # no communication on one rank
+    # No communication on one rank: no bytes, and the phase is a bookkeeping sliver of the step (a bound relative
+    # to the step, since a loaded host's scheduler tick can land in any phase, empty or not).
+    assert m.allreduce_bytes == 0 and m.phases_s["alltoall_fwd"] < 0.1 * m.iteration_s
     for ph in ("bottom_mlp_fwd", "embedding_fwd", "top_mlp_fwd", "top_mlp_bwd", "embedding_update", "mlp_update"):
         assert m.phases_s[ph] > 0
     # Blocking mode: the phases tile the iteration (medians of sums vs sums of medians: allow 30% + 1 ms).
@@ -248,7 +250,7 @@ def test_flush_streams_twice_the_last_level_cache(backend: str, monkeypatch: pyt
         return make(nbytes)
 
     monkeypatch.setattr(k, "make_flush", spy)
-    from dlrmsim.calibration.host import last_level_cache_bytes
+    from dlrmsim.host import last_level_cache_bytes
 
     k.flush()
     k.flush()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import os
-import time
 from collections import Counter
 
 import networkx as nx
@@ -146,14 +145,12 @@ def test_clx_scales_with_same_leaves_and_pruning(sockets: int) -> None:
     assert nx.is_connected(g)
 
 
-def test_clx_1024_builds_and_routes_fast() -> None:
-    t0 = time.perf_counter()
+def test_clx_1024_builds_and_routes() -> None:
+    # Its speed is measured in benchmarks/, not asserted here: a timed test passes or fails with the host's load.
     topo = load_topology("clx-64s-opa", sockets=1024)
     for dst in range(1024):
         topo.route(0, dst)
     routes = topo.routes(0, 1000)
-    elapsed = time.perf_counter() - t0
-    assert elapsed < 2.0, elapsed
     assert len(routes) == 16  # one path per root switch
     assert routes == sorted(nx.all_shortest_paths(topo.graph, topo.node(0), topo.node(1000)))
 
