@@ -2,8 +2,7 @@
 
 Eq. 2: 26 tables x 16384 samples x 128 dims x 4 B = 208 MiB in all, split evenly over the p x (p-1) pairs.
 Scenarios: 64 ranks on clx-64s-opa, 1024 ranks on its scaled fat-tree (``load_topology(..., sockets=1024)``).
-When the topology builder is not available the hand-made copy ``dlrmsim.simulator.handmade.clx_like`` is used
-and the table says so. "events" counts activity starts plus finishes (flows here); targets: < 1 s at 64
+"events" counts activity starts plus finishes (flows here); targets: < 1 s at 64
 ranks, < 30 s at 1024 ranks on a 2-core machine.
 
     .venv/bin/python -m benchmarks.bench_engine [--ranks 64 1024] [--record-flows]
@@ -15,8 +14,8 @@ import argparse
 import time
 from dataclasses import dataclass
 
-from dlrmsim.simulator import CommSettings, Simulation
-from dlrmsim.simulator.handmade import clx_like
+from dlrmsim.engine import CommSettings, Simulation
+from dlrmsim.topologies import load_topology
 from dlrmsim.topologies.topology import Topology
 
 MLPERF_ALLTOALL_BYTES = 26 * 16384 * 128 * 4  # Eq. 2, 208 MiB
@@ -39,13 +38,8 @@ class Result:
 
 
 def topology(ranks: int) -> tuple[Topology, str]:
-    try:
-        from dlrmsim.topologies import load_topology
-
-        topo = load_topology("clx-64s-opa") if ranks == 64 else load_topology("clx-64s-opa", sockets=ranks)
-        return topo, topo.name
-    except Exception as exc:  # noqa: BLE001 - the builder may not have landed
-        return clx_like(ranks), f"clx_like({ranks}) [load_topology unavailable: {type(exc).__name__}]"
+    topo = load_topology("clx-64s-opa") if ranks == 64 else load_topology("clx-64s-opa", sockets=ranks)
+    return topo, topo.name
 
 
 def bench_alltoall(ranks: int, record_flows: bool = True) -> Result:

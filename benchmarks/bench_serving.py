@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from dlrmsim.simulator.serving import ServeOptions, find_max_qps, simulate_serving
+from dlrmsim.serving.simulate import ServeOptions, find_max_qps, simulate_serving
 from dlrmsim.topologies import load_topology
 from dlrmsim.workloads.serving import load_serving_workload
 

@@ -20,8 +20,8 @@ import argparse
 import time
 from dataclasses import dataclass, field
 
-from dlrmsim.simulator import engine
-from dlrmsim.simulator.training import TrainingConfig, load_inputs, run_iteration
+from dlrmsim.engine import simulation as engine
+from dlrmsim.training.simulate import TrainingConfig, load_inputs, run_iteration
 
 TOPOLOGIES = ("clx-64s-opa", "skx-8s-upi")
 WORKLOADS = ("small", "large", "mlperf")

@@ -12,7 +12,7 @@ import typer
 from dlrmsim import cli as root
 from tests.conftest import assert_one_line_error
 
-HEAVY = ("numpy", "networkx", "simpy", "pandas", "dlrmsim.simulator.engine")
+HEAVY = ("numpy", "networkx", "simpy", "pandas", "dlrmsim.engine.simulation")
 
 
 def _modules_after(argv: list[str]) -> dict[str, object]:
@@ -41,7 +41,7 @@ def test_help_imports_no_engine_or_numpy() -> None:
 def test_a_workload_command_does_not_import_the_engine() -> None:
     got = _modules_after(["workload", "show", "small", "--json"])
     assert got["rc"] == 0
-    assert "dlrmsim.simulator.engine" not in got["loaded"] and "networkx" not in got["loaded"] and "simpy" not in got["loaded"]
+    assert "dlrmsim.engine.simulation" not in got["loaded"] and "networkx" not in got["loaded"] and "simpy" not in got["loaded"]
 
 
 def test_command_table_matches_what_the_modules_register() -> None:

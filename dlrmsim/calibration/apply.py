@@ -58,7 +58,7 @@ def calibrated_compute(spec: ComputeSpec, cal: Calibration, distribution: str = 
     )
 
 
-# Simulator task kinds of the embedding ops (dlrmsim.simulator.taskgraph); their bytes follow the same
+# Simulator task kinds of the embedding ops (dlrmsim.training.taskgraph); their bytes follow the same
 # conventions as the calibration kernels' (kernels.embedding_bytes), so fitted rates transfer directly.
 EMBEDDING_KINDS = {"forward": "embedding", "backward": "embedding_bwd", "update": "update"}
 
@@ -114,7 +114,7 @@ def embedding_costs(cal: Calibration, distribution: str = "uniform", cores: int 
     return out
 
 
-# Simulator task kinds of the interaction's two directions (dlrmsim.simulator.taskgraph).
+# Simulator task kinds of the interaction's two directions (dlrmsim.training.taskgraph).
 INTERACTION_KINDS = {"forward": "interaction", "backward": "interaction_bwd"}
 
 

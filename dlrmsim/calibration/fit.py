@@ -39,7 +39,7 @@ from dlrmsim.calibration.schema import (
     select_embedding_fit,
     select_interaction_fit,
 )
-from dlrmsim.simulator.costs import cache_miss_share, dispatch_time_s, gemm_aspect, gemm_time_s, page_walk_miss_share
+from dlrmsim.engine.costs import cache_miss_share, dispatch_time_s, gemm_aspect, gemm_time_s, page_walk_miss_share
 from dlrmsim.topologies.topology import EfficiencyTable
 from dlrmsim.workloads.model import Gemm, Layer, Pass, layer_gemm
 

@@ -126,11 +126,11 @@ class EmbeddingFit(StrictModel):
     )
     walk_time_ns: Annotated[float, Field(ge=0)] = Field(
         0.0, description="time per lookup whose page-table walk misses L2, charged as lookups x the miss share of the "
-        "op's tables (simulator.costs.page_walk_miss_share); the backward never reads the table"
+        "op's tables (engine.costs.page_walk_miss_share); the backward never reads the table"
     )
     reload_time_ns: Annotated[float, Field(ge=0)] = Field(
         0.0, description="update only: time per lookup whose rows the forward and backward left in the last-level cache "
-        "but the rest of the cycle pushed out, charged as lookups x the cycle's miss share (simulator.costs.cache_miss_share)"
+        "but the rest of the cycle pushed out, charged as lookups x the cycle's miss share (engine.costs.cache_miss_share)"
     )
     fixed_us: Annotated[float, Field(ge=0)] = Field(
         0.0, description="time per op that grows with neither lookups nor bytes, beyond the dispatch fit's first-op cost "

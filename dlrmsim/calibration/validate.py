@@ -138,9 +138,9 @@ def sim_phase(name: str, category: str) -> str:
 def predict(case: ValidationCase, cal: Calibration) -> tuple[float, dict[str, float]]:
     """Simulated iteration time (s) and per-phase times of ``case`` on the host model calibrated by ``cal``."""
     from dlrmsim.calibration import apply_calibration
-    from dlrmsim.simulator.records import records_frame
-    from dlrmsim.simulator.training import TrainingConfig, load_inputs, run_iteration
+    from dlrmsim.engine.records import records_frame
     from dlrmsim.topologies import load_topology
+    from dlrmsim.training.simulate import TrainingConfig, load_inputs, run_iteration
 
     topo = load_topology("host", {"compute.host-cpu.cores": case.ranks * case.threads}, ranks=case.ranks)
     topo = apply_calibration(topo, cal, case.workload.index_distribution.kind)

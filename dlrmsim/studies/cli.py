@@ -1,4 +1,4 @@
-"""`dlrmsim sweep SPEC --out DIR` and `dlrmsim report DIR`."""
+"""`dlrmsim sweep SPEC --out DIR`, `dlrmsim report DIR` and `dlrmsim scaling`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ from pathlib import Path
 
 import typer
 
-from dlrmsim.output import err_console, print_json, print_table
+from dlrmsim.errors import DlrmsimError
+from dlrmsim.output import console, err_console, print_json, print_table
+from dlrmsim.training.cli import COMMON, make_config
 
 
 def sweep_cmd(
@@ -61,7 +63,54 @@ def report_cmd(
     typer.echo(str(path))
 
 
+def scaling_cmd(
+    topology: str = COMMON["topology"],
+    workload: str = COMMON["workload"],
+    ranks: str = typer.Option("1,2,4,8", "--ranks", "-r", help="comma-separated rank counts"),
+    scaling: str = typer.Option("strong", help="strong | weak"),
+    backend: str = typer.Option("ccl"),
+    comm: str = typer.Option("alltoall"),
+    placement: str = typer.Option("table_wise"),
+    replicate_below_rows: int | None = typer.Option(None),
+    blocking: bool = typer.Option(False, "--blocking"),
+    precision: str | None = typer.Option(None),
+    comm_cores: int | None = typer.Option(None),
+    calibration: str | None = typer.Option(None),
+    topo_set: list[str] = typer.Option([], "--topology-set"),
+    wl_set: list[str] = typer.Option([], "--workload-set"),
+    json_out: bool = typer.Option(False, "--json"),
+    html: Path | None = typer.Option(None, help="write an HTML report here"),
+) -> None:
+    """Strong or weak scaling: iteration time, speedup and efficiency per rank count."""
+    from dlrmsim.studies.scaling import print_scaling_table, scaling_study
+
+    try:
+        counts = [int(x) for x in ranks.split(",") if x.strip()]
+    except ValueError:
+        raise DlrmsimError(f"'{ranks}' is not a comma-separated list of integers", field="--ranks", fix="e.g. 1,2,4,8") from None
+    params = {k: v for k, v in locals().items() if k not in ("json_out", "html", "ranks", "counts", "scaling_study", "print_scaling_table")}
+    cfg = make_config(ranks=max(counts), **params)
+    from rich.progress import Progress
+
+    with Progress(console=err_console, transient=True, disable=json_out) as bar:
+        task = bar.add_task(f"{workload} on {topology}", total=len(set(counts)) + 1)
+        df = scaling_study(cfg, counts, on_point=lambda _res: bar.advance(task))
+    if html is not None:
+        from dlrmsim.studies.report import build_report
+
+        df_report = df.assign(topology=topology, workload=workload, backend=backend, blocking=blocking, status="ok")
+        build_report(df_report, html, title=f"{workload} {scaling} scaling on {topology}")
+    if json_out:
+        cols = ["ranks", "iteration_s", "speedup", "efficiency", "compute_s", "prepost_s", "exposed_allreduce_s", "exposed_alltoall_s"]
+        print_json(df[cols].to_dict(orient="records"))
+        return
+    print_scaling_table(df, f"{workload} {scaling} scaling on {topology} ({backend})")
+    if html is not None:
+        console.print(f"report written to {html}")
+
+
 def register(app: typer.Typer) -> None:
-    """Add `sweep` and `report` to the root CLI."""
+    """Add `sweep`, `report` and `scaling` to the root CLI."""
     app.command("sweep")(sweep_cmd)
     app.command("report")(report_cmd)
+    app.command("scaling")(scaling_cmd)

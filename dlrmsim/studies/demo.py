@@ -13,8 +13,8 @@ import pandas as pd
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from dlrmsim.output import console
-from dlrmsim.simulator.training import TrainingConfig, load_inputs, run_iteration
 from dlrmsim.studies.scaling import baseline_ranks
+from dlrmsim.training.simulate import TrainingConfig, load_inputs, run_iteration
 from dlrmsim.workloads import load_workload
 from dlrmsim.workloads.placement import max_ranks
 
@@ -57,9 +57,9 @@ def demo_points(topologies: tuple[str, ...] = TOPOLOGIES, workloads: tuple[str, 
 
 def run_demo(out: Path = Path("out"), topologies: tuple[str, ...] = TOPOLOGIES, workloads: tuple[str, ...] = WORKLOADS) -> pd.DataFrame:
     """Simulate every demo point, print one table per topology and workload, and write ``out/report.html``."""
-    from dlrmsim.simulator.cli import print_scaling_table
     from dlrmsim.studies.derive import derive_scaling
     from dlrmsim.studies.report import build_report, topology_figures
+    from dlrmsim.studies.scaling import print_scaling_table
 
     points = demo_points(topologies, workloads)
     rows = []

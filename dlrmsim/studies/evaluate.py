@@ -15,7 +15,7 @@ from typing import Any
 from dlrmsim.errors import DlrmsimError
 from dlrmsim.studies.spec import SweepPoint
 
-SIMULATOR_MODULE = "dlrmsim.simulator.training"
+SIMULATOR_MODULE = "dlrmsim.training.simulate"
 
 # Columns every evaluator should return (seconds per training iteration and its breakdown).
 STANDARD_OUTPUTS: tuple[str, ...] = ("iteration_s", "compute_s", "exposed_allreduce_s", "exposed_alltoall_s", "prepost_s")
@@ -38,7 +38,7 @@ def require_simulator(source: str | Path | None = None) -> None:
 
 def evaluate_point(point: SweepPoint) -> dict[str, float | str]:
     """Simulate one training configuration; returns seconds per iteration, its breakdown and the simulator's row."""
-    from dlrmsim.simulator.training import TrainingConfig, simulate_training
+    from dlrmsim.training.simulate import TrainingConfig, simulate_training
 
     result = simulate_training(
         TrainingConfig(

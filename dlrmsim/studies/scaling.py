@@ -6,12 +6,14 @@ The baseline is 1 rank, or the fewest ranks whose memory holds the workload when
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import pandas as pd
 
 from dlrmsim.errors import DlrmsimError
-from dlrmsim.simulator.optimizers import load_optimizer
-from dlrmsim.simulator.training import TrainingConfig, TrainingResult, load_inputs, run_iteration
+from dlrmsim.output import print_table
+from dlrmsim.training.optimizers import load_optimizer
+from dlrmsim.training.simulate import TrainingConfig, TrainingResult, load_inputs, run_iteration
 from dlrmsim.workloads.placement import min_ranks_for_capacity
 
 
@@ -68,3 +70,21 @@ def scaling_study(
         rows.append({"ranks": r, "scaling": base.scaling, "in_request": r in ranks, **res.to_row()})
     df = derive_scaling(pd.DataFrame(rows), group_columns=["scaling"])
     return df[df["in_request"]].drop(columns=["in_request"]).reset_index(drop=True)
+
+
+def print_scaling_table(df: Any, title: str) -> None:
+    """One row per rank count: iteration time, speedup, efficiency and the breakdown (ms)."""
+    rows = [
+        (
+            int(r.ranks),
+            r.iteration_s * 1e3,
+            r.speedup,
+            r.efficiency,
+            r.compute_s * 1e3,
+            r.exposed_allreduce_s * 1e3,
+            r.exposed_alltoall_s * 1e3,
+            r.prepost_s * 1e3,
+        )
+        for r in df.itertuples()
+    ]
+    print_table(title, ["ranks", "iter ms", "speedup", "efficiency", "compute ms", "exp. allreduce ms", "exp. alltoall ms", "pre/post ms"], rows)

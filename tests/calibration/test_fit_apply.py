@@ -25,8 +25,8 @@ from dlrmsim.calibration.fit import (
 )
 from dlrmsim.calibration.host import host_differences, peak_gflops
 from dlrmsim.calibration.schema import Calibration, EmbeddingFit, InteractionFit, Measurement, OverheadFit, load_calibration
+from dlrmsim.engine.costs import task_time
 from dlrmsim.errors import DlrmsimError
-from dlrmsim.simulator.costs import task_time
 from dlrmsim.topologies.topology import ComputeSpec, EfficiencyTable, Link, Topology
 
 
@@ -99,7 +99,7 @@ def test_gemm_fit_recovers_cold_call_and_overlap_in_step_order(quick_cal: Calibr
     simulator's task time (dispatch and the kind's fixed time included) matches each row."""
     from dlrmsim.calibration.apply import calibrated_compute
     from dlrmsim.calibration.fit import dispatch_s, gemm_parts_s
-    from dlrmsim.simulator.costs import fixed_time_s, gemm_time_s, task_time
+    from dlrmsim.engine.costs import fixed_time_s, gemm_time_s, task_time
     from dlrmsim.workloads.model import Layer, Pass, layer_gemm
 
     host, memory, overhead = _synthetic_host(quick_cal), quick_cal.memory, quick_cal.overhead
@@ -134,7 +134,7 @@ def test_gemm_rows_are_predicted_with_the_simulators_roofline(quick_cal: Calibra
     """A matrix-vector layer costs its compulsory bytes at the cores' memory bandwidth (the flops-keyed table
     would make it several times faster); a square GEMM costs its flops. Both as the simulator's task_time."""
     from dlrmsim.calibration.apply import calibrated_compute
-    from dlrmsim.simulator.costs import fixed_time_s, task_time
+    from dlrmsim.engine.costs import fixed_time_s, task_time
     from dlrmsim.workloads.model import Gemm
 
     # Step-order values set here, so the check does not depend on what this host's fit found.
@@ -195,7 +195,7 @@ def test_embedding_fit_takes_the_cold_start_off_and_predicts_it_back(quick_cal: 
     """Times made of the first-op cost, a fixed time per op, a time per lookup, a time per L2-missing page
     walk, a time per row reloaded into the last-level cache and a bandwidth come back as the same five fitted
     terms (the cold start is not mistaken for the fixed term) and are predicted back."""
-    from dlrmsim.simulator.costs import cache_miss_share, page_walk_miss_share
+    from dlrmsim.engine.costs import cache_miss_share, page_walk_miss_share
 
     host = quick_cal.host.model_copy(update={"page_bytes": 4096, "l2_bytes": 1 << 20, "llc_bytes": 32 << 20})
     start, fixed, row, walk, reload, bw = 30e-6, 100e-6, 20e-9, 60e-9, 90e-9, 8e9

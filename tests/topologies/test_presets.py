@@ -262,8 +262,8 @@ def test_host_is_detected_and_splits_into_ranks() -> None:
 def test_gemm_memory_overlap_is_a_yaml_field_with_the_roofline_as_default(tmp_path) -> None:
     import yaml
 
+    from dlrmsim.engine import costs
     from dlrmsim.errors import DlrmsimError
-    from dlrmsim.simulator import costs
     from dlrmsim.topologies import PRESET_DIR
 
     base = load_topology("clx-64s-opa")

@@ -1,7 +1,7 @@
 """Validated schema of a serving workload YAML: the model's tables and MLPs, the request stream, host batching,
 the partitioning and transfer options of the accelerator node, and the named modelling assumptions.
 
-Units follow the field names (``_ms``, ``_us``, ``_GB``, ``_GBps``, ``_ns``); :mod:`dlrmsim.simulator.serving_model`
+Units follow the field names (``_ms``, ``_us``, ``_GB``, ``_GBps``, ``_ns``); :mod:`dlrmsim.serving.model`
 converts them to SI.
 """
 

@@ -1,0 +1,443 @@
+"""Flow-level max-min link contention: routes flows over the topology and turns them into fluid activities.
+
+Resources (indices into one capacity vector shared with memory domains):
+- every link contributes two directed halves u>v and v>u, each with the link's full ``bandwidth_Bps``;
+- every node with a non-one-sided (NIC-stack) link gets an injection and an ejection port whose capacity
+  is the node attribute ``nic_bandwidth_Bps`` if set, else the sum of its NIC-stack links' bandwidth;
+- every memory domain (``ComputeSpec.memory_domain``, else the node itself) gets one memory-bandwidth
+  resource of ``memory_bandwidth_Bps * memory_efficiency(inf)``.
+
+A transfer between two nodes is one activity. With ``CommSettings.ecmp == "hash"`` (default) a rank-to-rank
+flow follows ``Topology.route(src, dst)``, the topology's deterministic pick from its ECMP set (what static
+fabric routing does); with ``"split"`` (and always between non-rank nodes) it spreads evenly over all
+fewest-hop paths, drawing ``rate * (fraction of paths using the link)`` from each link direction. Its rate cap is the
+narrowest lane on its paths (``bandwidth_Bps / lanes``: one flow hashes onto one lane of a trunk). When a
+path crosses a link that is not ``one_sided``, the flow also uses both NIC ports and draws
+``copy_traffic_factor * rate`` from the memory domain at each end (the NIC-stack copy). Before the fluid
+part, a flow waits the (mean) path latency, including the ``latency_s`` attribute of transit nodes such as
+switches, plus the largest per-message overhead of its link types plus the
+backend's per-message overhead.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from itertools import chain
+
+import numpy as np
+
+from dlrmsim.engine.resources import CommSettings
+from dlrmsim.topologies.topology import ComputeSpec, Topology
+
+
+@dataclass
+class SourceRoutes:
+    """Routes from one source node to every node, as flat arrays indexed by destination node id."""
+
+    ptr: np.ndarray  # (n_nodes+1,) entry ranges
+    res: np.ndarray  # directed-link resource ids
+    w: np.ndarray  # fraction of the ECMP set using that link
+    latency: np.ndarray  # mean path latency (s)
+    overhead: np.ndarray  # max per-message overhead over link types on the paths (s)
+    lane_cap: np.ndarray  # narrowest lane (B/s); inf for the source itself
+    nic: np.ndarray  # bool: some path crosses a NIC-stack link
+    reachable: np.ndarray  # bool
+
+
+@dataclass
+class FlowArrays:
+    """A batch of flows as fluid-activity arrays (see :class:`dlrmsim.simulator.fluid.Batch`)."""
+
+    work: np.ndarray
+    cap: np.ndarray
+    delay: np.ndarray
+    e_act: np.ndarray
+    e_res: np.ndarray
+    e_w: np.ndarray
+
+
+class Network:
+    """Resource layout and route tables of a topology, built once per simulation."""
+
+    def __init__(self, topology: Topology, comm: CommSettings) -> None:
+        self.topology = topology
+        self.comm = comm
+        g = topology.graph
+        self.nodes: list[str] = sorted(g.nodes, key=str)
+        self.node_id = {n: i for i, n in enumerate(self.nodes)}
+        n_nodes = len(self.nodes)
+        edges = sorted((tuple(sorted((str(u), str(v)))) for u, v in g.edges), key=lambda e: e)
+        names: list[str] = []
+        caps: list[float] = []
+        lat: list[float] = []
+        ovh: list[float] = []
+        lane: list[float] = []
+        one_sided: list[bool] = []
+        self.links: list[tuple[str, str]] = []
+        adj: list[list[tuple[int, int]]] = [[] for _ in range(n_nodes)]
+        self._str_node = {str(n): n for n in self.nodes}
+        for su, sv in edges:
+            u, v = self._str_node[su], self._str_node[sv]
+            link = topology.link(u, v)
+            for a, b in ((u, v), (v, u)):
+                rid = len(names)
+                names.append(f"{a}>{b}")
+                self.links.append((a, b))
+                caps.append(link.bandwidth_Bps)
+                lat.append(link.latency_s)
+                ovh.append(link.overhead_s)
+                lane.append(link.bandwidth_Bps / max(link.lanes, 1))
+                one_sided.append(link.one_sided)
+                adj[self.node_id[a]].append((self.node_id[b], rid))
+        for lst in adj:
+            lst.sort()
+        self._eid = {(self.node_id[a], self.node_id[b]): rid for rid, (a, b) in enumerate(self.links)}
+        # switch (or any transit node) traversal latency, from the node attribute latency_s
+        self._node_lat = [float(g.nodes[n].get("latency_s") or 0.0) for n in self.nodes]
+        self.n_links = len(names)
+        self.resource_names: list[str] = list(names)
+        self._adj = adj
+        self._lat = lat
+        self._ovh = ovh
+        self._lane = lane
+        self._one_sided = one_sided
+        # NIC ports
+        nic_bw = np.zeros(n_nodes)
+        for rid, (a, _b) in enumerate(self.links):
+            if not one_sided[rid]:
+                nic_bw[self.node_id[a]] += caps[rid]
+        self.nic_out = np.full(n_nodes, -1, dtype=np.int64)
+        self.nic_in = np.full(n_nodes, -1, dtype=np.int64)
+        for i, n in enumerate(self.nodes):
+            bw = g.nodes[n].get("nic_bandwidth_Bps", nic_bw[i] if nic_bw[i] > 0 else None)
+            if bw:
+                self.nic_out[i] = len(caps)
+                caps.append(float(bw))
+                self.resource_names.append(f"nic_out:{n}")
+                self.nic_in[i] = len(caps)
+                caps.append(float(bw))
+                self.resource_names.append(f"nic_in:{n}")
+        # memory domains
+        self.mem = np.full(n_nodes, -1, dtype=np.int64)
+        self.spec: list[ComputeSpec | None] = [None] * n_nodes
+        domains: dict[str, int] = {}
+        for i, n in enumerate(self.nodes):
+            spec = g.nodes[n].get("compute")
+            if not isinstance(spec, ComputeSpec):
+                continue
+            self.spec[i] = spec
+            dom = getattr(spec, "memory_domain", None) or f"node:{n}"
+            if dom not in domains:
+                domains[dom] = len(caps)
+                caps.append(spec.memory_bandwidth_Bps * spec.memory_efficiency(math.inf))
+                self.resource_names.append(f"mem:{dom}")
+            self.mem[i] = domains[dom]
+        self.capacity = np.asarray(caps, dtype=float)
+        self.rank_node = np.array([self.node_id[n] for n in topology.ranks], dtype=np.int64)
+        self.node_rank = np.full(n_nodes, -1, dtype=np.int64)
+        self.node_rank[self.rank_node] = np.arange(len(self.rank_node))
+        self._routes: dict[int, SourceRoutes] = {}
+        # flow templates per node pair (see _add_pairs); rows of _pair_tab are allocated per source node
+        self._src_row = np.full(n_nodes, -1, dtype=np.int64)
+        self._n_rows = 0
+        self._pair_tab = np.full((0, n_nodes), -1, dtype=np.int64)
+        self._n_pairs = 0
+        self._pair_cap = np.zeros(0)
+        self._pair_delay = np.zeros(0)
+        self._pair_same = np.zeros(0, dtype=bool)
+        self._pair_ptr = np.zeros(1, dtype=np.int64)
+        self._pair_res = np.zeros(0, dtype=np.int64)
+        self._pair_w = np.zeros(0)
+
+    # ---- routes --------------------------------------------------------------------------------
+    def source_routes(self, src: int) -> SourceRoutes:
+        """Route tables from node id ``src`` to all nodes (BFS, then ECMP split or hashed path), cached."""
+        cached = self._routes.get(src)
+        if cached is not None:
+            return cached
+        n = len(self.nodes)
+        dist = [-1] * n
+        dist[src] = 0
+        order = [src]
+        preds: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+        q = deque([src])
+        adj = self._adj
+        while q:
+            x = q.popleft()
+            dx = dist[x] + 1
+            for y, rid in adj[x]:
+                if dist[y] < 0:
+                    dist[y] = dx
+                    order.append(y)
+                    q.append(y)
+                    preds[y].append((x, rid))
+                elif dist[y] == dx:
+                    preds[y].append((x, rid))
+        if self.comm.ecmp == "hash" and self.node_rank[src] >= 0:
+            sr = self._hashed_routes(src, order, preds)
+        else:
+            sr = self._split_routes(src, order, preds)
+        sr.reachable = np.asarray(dist) >= 0
+        self._routes[src] = sr
+        return sr
+
+    def _split_routes(self, src: int, order: list[int], preds: list[list[tuple[int, int]]]) -> SourceRoutes:
+        """Every destination's flow spread evenly over all its shortest paths (path counting DP)."""
+        n = len(self.nodes)
+        lat, ovh, lane, one, nlat = self._lat, self._ovh, self._lane, self._one_sided, self._node_lat
+        entries: list[tuple] = [()] * n
+        npaths = [0] * n
+        latency = [0.0] * n
+        overhead = [0.0] * n
+        lanecap = [math.inf] * n
+        nic = [False] * n
+        npaths[src] = 1
+        for y in order[1:]:
+            py = preds[y]
+            if len(py) == 1:
+                x, rid = py[0]
+                entries[y] = entries[x] + ((rid, 1.0),)
+                npaths[y] = npaths[x]
+                latency[y] = latency[x] + lat[rid] + (nlat[x] if x != src else 0.0)
+                overhead[y] = max(overhead[x], ovh[rid])
+                lanecap[y] = min(lanecap[x], lane[rid])
+                nic[y] = nic[x] or not one[rid]
+            else:
+                tot = sum(npaths[x] for x, _ in py)
+                acc: dict[int, float] = {}
+                lt = 0.0
+                for x, rid in py:
+                    f = npaths[x] / tot
+                    for r, wt in entries[x]:
+                        acc[r] = acc.get(r, 0.0) + f * wt
+                    acc[rid] = acc.get(rid, 0.0) + f
+                    lt += f * (latency[x] + lat[rid] + (nlat[x] if x != src else 0.0))
+                entries[y] = tuple(sorted(acc.items()))
+                npaths[y] = tot
+                latency[y] = lt
+                overhead[y] = max(max(overhead[x], ovh[rid]) for x, rid in py)
+                lanecap[y] = min(min(lanecap[x], lane[rid]) for x, rid in py)
+                nic[y] = any(nic[x] or not one[rid] for x, rid in py)
+        lens = np.fromiter((len(e) for e in entries), dtype=np.int64, count=n)
+        ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lens, out=ptr[1:])
+        flat = [p for e in entries for p in e]
+        res = np.fromiter((p[0] for p in flat), dtype=np.int32, count=len(flat))
+        w = np.fromiter((p[1] for p in flat), dtype=np.float64, count=len(flat))
+        return SourceRoutes(
+            ptr=ptr, res=res, w=w, latency=np.asarray(latency), overhead=np.asarray(overhead),
+            lane_cap=np.asarray(lanecap), nic=np.asarray(nic), reachable=np.zeros(0, dtype=bool),
+        )
+
+    def _hashed_routes(self, src: int, order: list[int], preds: list[list[tuple[int, int]]]) -> SourceRoutes:
+        """One path per destination: ``sorted(all shortest paths)[(src_rank * 7919 + dst_rank) % count]`` for rank
+        destinations (exactly ``Topology.route``), the first sorted path for other nodes.
+
+        Path lists are kept per node in sorted order (node ids follow sorted node names); a rank reached
+        through a single predecessor borrows its predecessor's list lazily, so the common case costs O(1).
+        """
+        n = len(self.nodes)
+        lat, ovh, lane, one, nlat = self._lat, self._ovh, self._lane, self._one_sided, self._node_lat
+        node_rank = self.node_rank
+        # path record: (node ids, link ids, latency, overhead, lane cap, crosses a NIC stack)
+        Path = tuple
+        paths: list[list[Path] | None] = [None] * n
+        lazy: list[tuple[int, int] | None] = [None] * n
+        paths[src] = [((src,), (), 0.0, 0.0, math.inf, False)]
+
+        def ext(p: Path, x: int, y: int, rid: int) -> Path:
+            return (p[0] + (y,), p[1] + (rid,), p[2] + lat[rid] + (nlat[x] if x != src else 0.0), max(p[3], ovh[rid]),
+                    min(p[4], lane[rid]), p[5] or not one[rid])
+
+        def get(y: int) -> list[Path]:
+            if paths[y] is None:
+                x, rid = lazy[y]  # type: ignore[misc]
+                paths[y] = [ext(p, x, y, rid) for p in get(x)]
+            return paths[y]  # type: ignore[return-value]
+
+        for y in order[1:]:
+            py = preds[y]
+            if len(py) == 1 and node_rank[y] >= 0:
+                lazy[y] = py[0]
+            elif len(py) == 1:
+                x, rid = py[0]
+                paths[y] = [ext(p, x, y, rid) for p in get(x)]
+            else:
+                lst = [ext(p, x, y, rid) for x, rid in py for p in get(x)]
+                lst.sort(key=lambda p: p[0])
+                paths[y] = lst
+        s_rank = int(node_rank[src])
+        chosen: list[Path] = [paths[src][0]] * n  # type: ignore[index]
+        for y in order[1:]:
+            r = int(node_rank[y])
+            if paths[y] is None:
+                x, rid = lazy[y]  # type: ignore[misc]
+                base = get(x)
+                k = (s_rank * 7919 + r) % len(base)
+                chosen[y] = ext(base[k], x, y, rid)
+            else:
+                lst = paths[y]
+                chosen[y] = lst[(s_rank * 7919 + r) % len(lst)] if r >= 0 else lst[0]
+        reached = set(order)
+        rids = [chosen[y][1] if y in reached else () for y in range(n)]
+        lens = np.fromiter((len(e) for e in rids), dtype=np.int64, count=n)
+        ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lens, out=ptr[1:])
+        res = np.fromiter(chain.from_iterable(rids), dtype=np.int32, count=int(ptr[-1]))
+        return SourceRoutes(
+            ptr=ptr, res=res, w=np.ones(len(res)),
+            latency=np.fromiter((c[2] for c in chosen), dtype=float, count=n),
+            overhead=np.fromiter((c[3] for c in chosen), dtype=float, count=n),
+            lane_cap=np.fromiter((c[4] for c in chosen), dtype=float, count=n),
+            nic=np.fromiter((c[5] for c in chosen), dtype=bool, count=n),
+            reachable=np.zeros(0, dtype=bool),
+        )
+
+    def path_link_names(self, src: int, dst: int) -> list[str]:
+        """Directed link names ('u>v') used by any ECMP path between node ids ``src`` and ``dst``."""
+        sr = self.source_routes(src)
+        return [self.resource_names[r] for r in sr.res[sr.ptr[dst] : sr.ptr[dst + 1]]]
+
+    # ---- flows ---------------------------------------------------------------------------------
+    def _pair_ids(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """Ids into the pair tables (:meth:`_add_pairs`) of node pairs ``src[i] -> dst[i]``, computing new pairs."""
+        rows = self._src_row[src]
+        if (rows < 0).any():
+            for s in np.unique(src[rows < 0]).tolist():
+                self._src_row[s] = self._n_rows
+                self._n_rows += 1
+            if self._n_rows > len(self._pair_tab):
+                tab = np.full((max(2 * len(self._pair_tab), self._n_rows, 8), len(self.nodes)), -1, dtype=np.int64)
+                tab[: len(self._pair_tab)] = self._pair_tab
+                self._pair_tab = tab
+            rows = self._src_row[src]
+        pid = self._pair_tab[rows, dst]
+        miss = pid < 0
+        if miss.any():
+            self._add_pairs(src[miss], dst[miss])
+            pid = self._pair_tab[rows, dst]
+        return pid
+
+    def _add_pairs(self, src: np.ndarray, dst: np.ndarray) -> None:
+        """Store the flow template of new node pairs: rate cap, start delay and resource entries.
+
+        A pair's entries are its route's directed links (with their ECMP fractions), then, if a path crosses
+        a NIC stack, the injection and ejection ports (weight 1) and the copy traffic on both memory domains.
+        """
+        n_nodes = len(self.nodes)
+        key = _sorted_unique(src * n_nodes + dst)
+        src, dst = key // n_nodes, key % n_nodes
+        nf = len(src)
+        cap = np.empty(nf)
+        delay = np.empty(nf)
+        nic = np.empty(nf, dtype=bool)
+        acts: list[np.ndarray] = []
+        ress: list[np.ndarray] = []
+        ws: list[np.ndarray] = []
+        starts = np.flatnonzero(np.concatenate([[True], src[1:] != src[:-1]]))  # src is sorted
+        uniq = src[starts]
+        bounds = np.append(starts, nf)
+        for k, s in enumerate(uniq.tolist()):
+            idx = np.arange(bounds[k], bounds[k + 1])
+            sr = self.source_routes(s)
+            d = dst[idx]
+            if not sr.reachable[d].all():
+                bad = self.nodes[int(d[~sr.reachable[d]][0])]
+                from dlrmsim.errors import DlrmsimError
+
+                raise DlrmsimError(f"no route from '{self.nodes[s]}' to '{bad}'", source=self.topology.source)
+            cap[idx] = sr.lane_cap[d]
+            delay[idx] = sr.latency[d] + sr.overhead[d]
+            nic[idx] = sr.nic[d]
+            lo = sr.ptr[d]
+            n_l = sr.ptr[d + 1] - lo
+            tot = int(n_l.sum())
+            if tot:
+                pos = np.repeat(lo - (np.cumsum(n_l) - n_l), n_l) + np.arange(tot)
+                acts.append(np.repeat(idx, n_l))
+                ress.append(sr.res[pos].astype(np.int64))
+                ws.append(sr.w[pos])
+        delay += self.comm.message_overhead_s
+        same = src == dst
+        cap[same] = np.inf
+        fi = np.flatnonzero(nic)
+        if fi.size:
+            copy = self.comm.copy_traffic_factor
+            ends = [(self.nic_out, src, 1.0), (self.nic_in, dst, 1.0)]
+            if copy > 0:
+                ends += [(self.mem, src, copy), (self.mem, dst, copy)]
+            for res_of, node, wt in ends:
+                r = res_of[node[fi]]
+                ok = r >= 0
+                acts.append(fi[ok])
+                ress.append(r[ok])
+                ws.append(np.full(int(ok.sum()), wt))
+        if acts:
+            e_act = np.concatenate(acts)
+            order = np.argsort(e_act, kind="stable")  # group by pair, keeping links before ports and copies
+            e_res, e_w = np.concatenate(ress)[order], np.concatenate(ws)[order]
+            cnt = np.bincount(e_act, minlength=nf)
+        else:
+            e_res, e_w, cnt = np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(nf, dtype=np.int64)
+        first = self._n_pairs
+        n_ent = int(self._pair_ptr[first])
+        self._reserve(first + nf, n_ent + len(e_res))
+        self._pair_cap[first : first + nf] = cap
+        self._pair_delay[first : first + nf] = delay
+        self._pair_same[first : first + nf] = same
+        self._pair_ptr[first + 1 : first + nf + 1] = n_ent + np.cumsum(cnt)
+        self._pair_res[n_ent : n_ent + len(e_res)] = e_res
+        self._pair_w[n_ent : n_ent + len(e_res)] = e_w
+        self._n_pairs = first + nf
+        self._pair_tab[self._src_row[src], dst] = np.arange(first, first + nf)
+
+    def _reserve(self, n_pairs: int, n_entries: int) -> None:
+        """Grow the pair tables (capacity doubling) to hold ``n_pairs`` pairs and ``n_entries`` entries."""
+        if n_pairs + 1 > len(self._pair_ptr):
+            size = max(2 * len(self._pair_ptr), n_pairs + 1)
+            for name in ("_pair_cap", "_pair_delay", "_pair_same", "_pair_ptr"):
+                old = getattr(self, name)
+                new = np.zeros(size, dtype=old.dtype)
+                new[: len(old)] = old
+                setattr(self, name, new)
+        if n_entries > len(self._pair_res):
+            size = max(2 * len(self._pair_res), n_entries)
+            for name in ("_pair_res", "_pair_w"):
+                old = getattr(self, name)
+                new = np.zeros(size, dtype=old.dtype)
+                new[: len(old)] = old
+                setattr(self, name, new)
+
+    def build_flows(self, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray) -> FlowArrays:
+        """Fluid arrays for flows between node ids ``src[i]`` -> ``dst[i]`` of ``nbytes[i]`` bytes.
+
+        Each flow's template (rate cap, start delay, resource entries) is computed once per node pair and
+        cached; a batch is then a handful of gathers.
+        """
+        src = np.asarray(src, dtype=np.int64)
+        dst = np.asarray(dst, dtype=np.int64)
+        nbytes = np.asarray(nbytes, dtype=float)
+        pid = self._pair_ids(src, dst)
+        lo = self._pair_ptr[pid]
+        ln = self._pair_ptr[pid + 1] - lo
+        tot = int(ln.sum())
+        if tot:
+            csum = np.cumsum(ln)
+            pos = np.repeat(lo - (csum - ln), ln) + np.arange(tot)
+            e_act = np.repeat(np.arange(len(pid)), ln)
+            e_res = self._pair_res[pos]
+            e_w = self._pair_w[pos]
+        else:
+            e_act, e_res, e_w = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0)
+        same = self._pair_same[pid]
+        # a node sending to itself moves nothing over the network: it finishes after its delay
+        work = np.where(same, 0.0, nbytes) if same.any() else nbytes
+        return FlowArrays(work=work, cap=self._pair_cap[pid], delay=self._pair_delay[pid], e_act=e_act, e_res=e_res, e_w=e_w)
+
+
+def _sorted_unique(a: np.ndarray) -> np.ndarray:
+    """``np.unique`` of a 1-d array by sorting (faster than hashing for the large integer keys here)."""
+    a = np.sort(a)
+    return a[np.concatenate([[True], a[1:] != a[:-1]])] if a.size else a

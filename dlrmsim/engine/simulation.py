@@ -1,0 +1,537 @@
+"""The simulation engine: SimPy ranks issuing compute tasks, transfers and collectives onto one fluid solver.
+
+Usage::
+
+    sim = Simulation(topology, seed=0, comm=CommSettings(pinned_cores=4))
+    def rank_proc(r):
+        yield sim.compute(r, "bottom_mlp_fwd", flops=2e9, bytes=8e6)
+        yield sim.collective("allreduce", list(range(topology.num_ranks)), 9.4e6, name="grad")
+    for r in range(topology.num_ranks):
+        sim.env.process(rank_proc(r))
+    sim.run()
+    df = records_frame(sim.records)
+
+All times are seconds of simulated time, sizes bytes, rates B/s and flop/s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import simpy
+
+from dlrmsim.engine import costs
+from dlrmsim.engine.collectives import CollectiveContext, Phase, get_algorithm
+from dlrmsim.engine.fluid import TRIG_COMM, TRIG_COMPUTE, TRIG_NONE, Batch, FluidScheduler
+from dlrmsim.engine.network import Network
+from dlrmsim.engine.records import Record, RecordLog
+from dlrmsim.engine.resources import CommSettings, RankResources
+from dlrmsim.errors import DlrmsimError
+from dlrmsim.topologies.topology import Topology
+
+_I0 = np.zeros(0, dtype=np.int64)
+
+
+class Simulation:
+    """One simulated run over a topology.
+
+    ``env`` is the simpy.Environment (write rank programs as SimPy processes), ``records`` the list of
+    finished :class:`Record` s, ``rng`` a numpy Generator seeded with ``seed`` for workload randomness (the
+    engine itself draws no random numbers, so runs are deterministic). ``record_flows=False`` skips the
+    per-flow records of collectives (per-rank collective spans are always recorded).
+    """
+
+    def __init__(self, topology: Topology, seed: int = 0, comm: CommSettings | None = None, record_flows: bool = True) -> None:
+        self.topology = topology
+        self.comm = comm or CommSettings()
+        self.seed = seed
+        self.rng = np.random.default_rng(seed)
+        self.env = simpy.Environment()
+        self._log = RecordLog()
+        self.record_flows = record_flows
+        self.network = Network(topology, self.comm)
+        self.fluid = FluidScheduler(self.env, self.network.capacity, topology.num_ranks)
+        self.rank_resources = [RankResources(self.env, r, topology.compute(r), self.comm) for r in range(topology.num_ranks)]
+        self._collective_seq = 0
+        self._last_comm: dict[int, simpy.Event] = {}
+        self._task_cache: dict[tuple, tuple[float, float, float, int, int]] = {}
+        self._reduce_cache: dict[tuple, float] = {}
+
+    # ---- basics -----------------------------------------------------------------------------------
+    @property
+    def now(self) -> float:
+        """Current simulated time (s)."""
+        return self.env.now
+
+    def run(self, until: float | simpy.Event | None = None) -> None:
+        """Run until no events are left, or until a time (s) or an event."""
+        try:
+            self.env.run(until=until)
+        finally:
+            self._log.records  # noqa: B018 - materialise, so that lists held from before see every record
+
+    @property
+    def records(self) -> list[Record]:
+        """Finished records in the order they finished (one list object for the whole simulation)."""
+        return self._log.records
+
+    @records.setter
+    def records(self, value: list[Record]) -> None:
+        self._log = RecordLog(value)
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Counters: activities started/finished, rate solves, solver wake-ups, SimPy-visible records."""
+        return dict(self.fluid.stats, records=len(self._log))
+
+    def _check_rank(self, rank: int) -> None:
+        if not 0 <= rank < self.topology.num_ranks:
+            raise DlrmsimError(f"rank {rank} out of range 0..{self.topology.num_ranks - 1}", source=self.topology.source)
+
+    # ---- compute --------------------------------------------------------------------------------------
+    def compute(
+        self,
+        rank: int,
+        name: str,
+        *,
+        flops: float = 0.0,
+        bytes: float = 0.0,  # noqa: A002 - the public keyword is 'bytes'
+        kind: str = "gemm",
+        precision: str = "fp32",
+        cores: float | None = None,
+        category: str = "compute",
+        pool: str = "compute",
+        overhead_s: float = 0.0,
+    ) -> simpy.Process:
+        """Run a task of ``flops`` operations touching ``bytes`` of memory on ``cores`` cores of ``rank``.
+
+        The task first takes ``cores`` from the rank's ``pool`` ("compute": cores minus pinned comm cores,
+        the default amount; "comm": the pinned cores or one helper thread), waiting if they are busy. Alone it
+        takes the roofline time ``costs.task_time``; beside other tasks and NIC copies on the same memory
+        domain it gets a max-min share of the domain's bandwidth. Returns the process event; it fires when the
+        task ends and the task is recorded (start = when it got its cores). ``overhead_s`` is a fixed software
+        time (op dispatch, per-row kernel calls) spent holding the cores before the roofline part starts.
+        """
+        self._check_rank(rank)
+        if flops < 0 or bytes < 0:
+            raise DlrmsimError(f"task '{name}' has negative flops or bytes", field="flops/bytes")
+        rr = self.rank_resources[rank]
+        container = rr.pool(pool)
+        c = float(container.capacity if cores is None else cores)
+        if not 0 < c <= container.capacity:
+            raise DlrmsimError(
+                f"task '{name}' asks for {c:g} cores but rank {rank}'s {pool} pool has {container.capacity:g}",
+                field="cores",
+                fix="ask for fewer cores",
+            )
+        if overhead_s < 0:
+            raise DlrmsimError(f"task '{name}' has a negative overhead", field="overhead_s")
+        return self.env.process(self._compute(rank, name, float(flops), float(bytes), kind, precision, c, category, pool, overhead_s))
+
+    def _compute(self, rank, name, flops, nbytes, kind, precision, cores, category, pool, overhead_s=0.0):  # noqa: ANN001, ANN202
+        container = self.rank_resources[rank].pool(pool)
+        yield container.get(cores)
+        start = self.env.now
+        if overhead_s > 0:
+            yield self.env.timeout(overhead_s)
+        done = self.env.event()
+        fluid = self.fluid
+        oid = fluid.register(_EventOwner(done), 1)
+        work, cap, cap_s, trig, res = self._task_params(rank, flops, nbytes, precision, cores, pool == "compute", kind)
+        fluid.add_one(work, cap, cap_s, trig, rank, -1, 0, res, oid)
+        yield done
+        yield container.put(cores)
+        self._log.add((rank, kind, name, category, start, self.env.now, nbytes, flops, -1, pool, None))
+
+    def _task_params(
+        self, rank: int, flops: float, nbytes: float, precision: str, cores: float, interferable: bool, kind: str = "gemm"
+    ) -> tuple[float, float, float, int, int]:
+        """(work, cap, slowed cap, trigger, memory resource or -1) of a task; cached, as ranks repeat tasks.
+        A memory-bound task's work is the bytes it moves through its memory domain (costs.memory_demand)."""
+        key = (rank, flops, nbytes, precision, cores, interferable, kind)
+        got = self._task_cache.get(key)
+        if got is not None:
+            return got
+        rr = self.rank_resources[rank]
+        spec = rr.spec
+        demand = costs.memory_demand(spec, kind, nbytes)
+        overlap = costs.overlap_of(spec, kind)
+        if kind not in costs.STREAMING_KINDS and kind not in spec.flop_rate_by_kind:
+            kind = "gemm"  # only the efficiency class matters here
+        share = rr.interfered_share if interferable else 1.0
+        fr = costs.task_flop_rate(spec, flops, cores, precision, kind=kind, nbytes=nbytes) if flops > 0 else 0.0
+        fr_s = fr * share
+        nbytes = demand.domain_bytes
+        if nbytes > 0:
+            bw = demand.rate_fraction * costs.task_bandwidth_cap(spec, nbytes, cores)
+            bw_s = demand.rate_fraction * costs.task_bandwidth_cap(spec, nbytes, cores * share)
+            # The bytes are the task's work: its cap is the rate that moves them in its time alone.
+            cap = nbytes / costs.gemm_time_s(flops / fr, nbytes / bw, overlap) if flops > 0 else bw
+            cap_s = nbytes / costs.gemm_time_s(flops / fr_s, nbytes / bw_s, overlap) if flops > 0 else bw_s
+            work = nbytes
+            res = int(self.network.mem[self.network.rank_node[rank]])
+        else:
+            cap, cap_s, work = fr, fr_s, flops
+            res = -1
+        got = (work, cap, cap_s, TRIG_COMPUTE if interferable else TRIG_NONE, res)
+        self._task_cache[key] = got
+        return got
+
+    def task_batch(self, rank: int, flops: float, nbytes: float, precision: str, cores: float, interferable: bool = True) -> Batch:
+        """The fluid activity of one task (rate caps from the roofline; see :mod:`dlrmsim.simulator.costs`)."""
+        work, cap, cap_s, trig, res = self._task_params(rank, flops, nbytes, precision, cores, interferable)
+        if res >= 0:
+            e_act, e_res, e_w = np.zeros(1, dtype=np.int64), np.array([res], dtype=np.int64), np.ones(1)
+        else:
+            e_act, e_res, e_w = _I0, _I0, np.zeros(0)
+        return Batch(
+            work=np.array([work]), cap=np.array([cap]), cap_slow=np.array([cap_s]),
+            trig=np.array([trig]), rank_a=np.array([rank]), rank_b=np.array([-1]),
+            tag=np.zeros(1, dtype=np.int64), e_act=e_act, e_res=e_res, e_w=e_w,
+        )
+
+    def reduction_cap(self, rank: int, nbytes: float, cores: float) -> float:
+        """Bandwidth cap (B/s) of a reduction streaming ``nbytes`` on ``cores`` cores of ``rank``; cached."""
+        key = (rank, nbytes, cores)
+        got = self._reduce_cache.get(key)
+        if got is None:
+            spec = self.rank_resources[rank].spec
+            got = self._reduce_cache[key] = costs.task_bandwidth_cap(spec, nbytes, min(cores, spec.cores))
+        return got
+
+    # ---- flows ----------------------------------------------------------------------------------------
+    def flow_batch(self, src_nodes: np.ndarray, dst_nodes: np.ndarray, nbytes: np.ndarray, tags: np.ndarray) -> tuple[Batch, np.ndarray]:
+        """Fluid activities (and their start delays, s) for flows between node ids."""
+        net = self.network
+        fa = net.build_flows(src_nodes, dst_nodes, nbytes)
+        ra = net.node_rank[src_nodes]
+        rb = net.node_rank[dst_nodes]
+        slow = self.comm.comm_slowdown if self.comm.progress_thread_unpinned else 1.0
+        batch = Batch(
+            work=fa.work, cap=fa.cap, cap_slow=fa.cap / slow, trig=np.full(len(fa.work), TRIG_COMM, dtype=np.int64),
+            rank_a=ra, rank_b=rb, tag=np.asarray(tags, dtype=np.int64), e_act=fa.e_act, e_res=fa.e_res, e_w=fa.e_w,
+        )
+        return batch, fa.delay
+
+    def transfer(self, src_rank: int, dst_rank: int, nbytes: float, *, name: str, kind: str = "p2p", category: str = "comm") -> simpy.Event:
+        """Send ``nbytes`` from one rank to another; the event fires when the last byte has arrived.
+
+        Time alone: path latency + per-message overheads + nbytes / bottleneck bandwidth. Recorded as one
+        Record(rank=src, peer=dst, kind=kind).
+        """
+        self._check_rank(src_rank)
+        self._check_rank(dst_rank)
+        net = self.network
+        ev = self._transfer(int(net.rank_node[src_rank]), int(net.rank_node[dst_rank]), nbytes, name, kind, category)
+        return self._ordered(ev, [src_rank, dst_rank])
+
+    def transfer_nodes(self, src_node: str, dst_node: str, nbytes: float, *, name: str, kind: str = "p2p", category: str = "comm") -> simpy.Event:
+        """Like :meth:`transfer` between any two graph nodes (a host CPU, a switch-attached device, a rank)."""
+        net = self.network
+        for n in (src_node, dst_node):
+            if n not in net.node_id:
+                raise DlrmsimError(f"no node '{n}' in the topology", source=self.topology.source)
+        s, d = net.node_id[src_node], net.node_id[dst_node]
+        ev = self._transfer(s, d, nbytes, name, kind, category)
+        ranks = [int(r) for r in (net.node_rank[s], net.node_rank[d]) if r >= 0]
+        return self._ordered(ev, ranks)
+
+    def _transfer(self, s: int, d: int, nbytes: float, name: str, kind: str, category: str) -> simpy.Event:
+        if nbytes < 0:
+            raise DlrmsimError(f"transfer '{name}' has negative bytes", field="nbytes")
+        net = self.network
+        done = self.env.event()
+        src_rank, dst_rank = int(net.node_rank[s]), int(net.node_rank[d])
+        res = None if (src_rank >= 0 and dst_rank >= 0) else f"{net.nodes[s]}->{net.nodes[d]}"
+        owner = _TransferOwner(self, done, Record(src_rank, kind, name, category, 0.0, 0.0, float(nbytes), peer=dst_rank, resource=res))
+        batch, delay = self.flow_batch(np.array([s]), np.array([d]), np.array([float(nbytes)]), np.zeros(1, dtype=np.int64))
+        batch.owner = self.fluid.register(owner, 1)
+        self.fluid.add(batch, delay)
+        return done
+
+    # ---- collectives -----------------------------------------------------------------------------------
+    def collective(
+        self,
+        op: str,
+        ranks: Sequence[int],
+        nbytes: float,
+        *,
+        algorithm: str | None = None,
+        name: str,
+        category: str | None = None,
+        root: int = 0,
+        matrix: np.ndarray | None = None,
+    ) -> simpy.Event:
+        """Run collective ``op`` among ``ranks`` (global rank numbers; order defines local indices).
+
+        ``nbytes``: allreduce — the buffer each rank holds; alltoall — bytes each rank sends to the others in
+        total (split evenly); allgather / reduce_scatter — the full buffer; scatter — bytes the root (local
+        index ``root``) sends in total. ``algorithm`` None: ``comm.algorithms[op]`` or the op's default.
+        Returns an event that fires when every rank is done; ``event.rank_events[global_rank]`` fire per rank.
+        Recorded: one Record(kind=op) per rank spanning issue to that rank's end, plus flows and reductions.
+        """
+        ranks = [int(r) for r in ranks]
+        for r in ranks:
+            self._check_rank(r)
+        if len(set(ranks)) != len(ranks):
+            raise DlrmsimError(f"collective '{name}' lists a rank twice", field="ranks")
+        if nbytes < 0:
+            raise DlrmsimError(f"collective '{name}' has negative bytes", field="nbytes")
+        if not 0 <= root < len(ranks):
+            raise DlrmsimError(f"collective '{name}': root {root} is not a local index", field="root")
+        algo_name, fn = get_algorithm(op, algorithm or self.comm.algorithms.get(op))
+        ctx = CollectiveContext(op=op, ranks=ranks, nbytes=float(nbytes), topology=self.topology, root=root, matrix=matrix)
+        phases = fn(ctx)
+        self._collective_seq += 1
+        run = _CollectiveRun(self, op, ranks, phases, name, category or op, self._collective_seq, float(nbytes), algo_name)
+        run.start()
+        return self._ordered_collective(run)
+
+    def alltoallv(
+        self, ranks: Sequence[int], matrix: np.ndarray, *, algorithm: str | None = None, name: str, category: str = "alltoall"
+    ) -> simpy.Event:
+        """Alltoall with a p x p matrix of bytes (``matrix[i, j]``: local rank i to local rank j)."""
+        m = np.asarray(matrix, dtype=float)
+        total = float(m.sum() - np.trace(m)) / max(len(ranks), 1)
+        return self.collective("alltoall", ranks, total, algorithm=algorithm, name=name, category=category, matrix=m)
+
+    # ---- completion order --------------------------------------------------------------------------------
+    def _ordered(self, ev: simpy.Event, ranks: list[int]) -> simpy.Event:
+        """With in-order completion, ``ev`` is reported only after earlier ops on the same ranks."""
+        if not self.comm.in_order_completion:
+            return ev
+        prev = [self._last_comm[r] for r in dict.fromkeys(ranks) if r in self._last_comm]
+        prev = [p for p in prev if not p.processed]
+        out = ev
+        if prev:
+            out = self.env.event()
+            simpy.AllOf(self.env, [ev, *prev]).callbacks.append(lambda _e: out.succeed())
+        for r in ranks:
+            self._last_comm[r] = out
+        return out
+
+    def _ordered_collective(self, run: _CollectiveRun) -> simpy.Event:
+        ev = run.done_event
+        ev.rank_events = dict(zip(run.global_ranks, run.rank_events, strict=True))  # type: ignore[attr-defined]
+        if not self.comm.in_order_completion:
+            return ev
+        per_rank = {r: self._ordered(e, [r]) for r, e in ev.rank_events.items()}  # type: ignore[attr-defined]
+        out = simpy.AllOf(self.env, list(per_rank.values()))
+        out.rank_events = per_rank  # type: ignore[attr-defined]
+        return out
+
+
+def _gather(ptr: np.ndarray, order: np.ndarray, grp: np.ndarray) -> np.ndarray:
+    """Indices ``order[ptr[g]:ptr[g+1]]`` for every g in ``grp``, concatenated (vectorized)."""
+    lo = ptr[grp]
+    ln = ptr[grp + 1] - lo
+    tot = int(ln.sum())
+    if not tot:
+        return _I0
+    return order[np.repeat(lo - (np.cumsum(ln) - ln), ln) + np.arange(tot)]
+
+
+class _EventOwner:
+    def __init__(self, event: simpy.Event) -> None:
+        self.event = event
+
+    def on_done(self, tags: np.ndarray, t_issue: np.ndarray, now: float) -> None:
+        self.event.succeed(now)
+
+
+class _TransferOwner:
+    def __init__(self, sim: Simulation, event: simpy.Event, record: Record) -> None:
+        self.sim, self.event, self.record = sim, event, record
+
+    def on_done(self, tags: np.ndarray, t_issue: np.ndarray, now: float) -> None:
+        self.record.start = float(t_issue[0])
+        self.record.end = now
+        self.sim.records.append(self.record)
+        self.event.succeed(now)
+
+
+class _CollectiveRun:
+    """Drives one collective's phases per rank (see :mod:`dlrmsim.simulator.collectives` for semantics).
+
+    All phases' flows sit in one flat table (a flow's tag is its index there, phase by phase); per
+    (phase, rank) keys ``k * p + r`` index CSR lists of the flows a rank sends and receives in a phase, the
+    flows it still waits for and the bytes it then reduces, so every step is a few vectorized gathers.
+    """
+
+    def __init__(
+        self, sim: Simulation, op: str, ranks: list[int], phases: list[Phase], name: str, category: str, cid: int, nbytes: float,
+        algo: str,
+    ) -> None:
+        self.sim = sim
+        self.env = sim.env
+        self.op, self.name, self.category, self.cid, self.nbytes, self.algo = op, name, category, cid, nbytes, algo
+        self.global_ranks = ranks
+        self.g = np.asarray(ranks, dtype=np.int64)
+        self.nodes = sim.network.rank_node[self.g]
+        p = len(ranks)
+        self.p = p
+        self.phases = phases
+        self.K = len(phases)
+        K = self.K
+        self.rendezvous = sim.comm.rendezvous
+        counts = [len(ph.src) for ph in phases]
+        n_flows = sum(counts)
+        if K:
+            self.fsrc = np.concatenate([np.asarray(ph.src, dtype=np.int64) for ph in phases])
+            self.fdst = np.concatenate([np.asarray(ph.dst, dtype=np.int64) for ph in phases])
+            self.fnb = np.concatenate([np.asarray(ph.nbytes, dtype=float) for ph in phases])
+        else:
+            self.fsrc, self.fdst, self.fnb = _I0, _I0, np.zeros(0)
+        self.fk = np.repeat(np.arange(K, dtype=np.int64), counts)
+        key_s = self.fk * p + self.fsrc
+        key_d = self.fk * p + self.fdst
+        cnt_s = np.bincount(key_s, minlength=K * p)
+        cnt_d = np.bincount(key_d, minlength=K * p)
+        self.s_order = np.argsort(key_s, kind="stable")
+        self.s_ptr = np.zeros(K * p + 1, dtype=np.int64)
+        np.cumsum(cnt_s, out=self.s_ptr[1:])
+        self.d_order = np.argsort(key_d, kind="stable")
+        self.d_ptr = np.zeros(K * p + 1, dtype=np.int64)
+        np.cumsum(cnt_d, out=self.d_ptr[1:])
+        self.remaining = cnt_s + cnt_d  # flows each (phase, rank) still waits for
+        self.red = np.zeros(K * p)  # bytes each (phase, rank) reduces once its flows are in
+        for k, ph in enumerate(phases):
+            if ph.reduce_bytes is not None:
+                self.red[k * p : (k + 1) * p] = ph.reduce_bytes
+        self.reduce_on = sim.comm.reduce_traffic_factor > 0 and bool((self.red > 0).any())
+        n_red = int((self.red > 0).sum()) if self.reduce_on else 0
+        self.cur = np.full(p, -1, dtype=np.int64)
+        self.in_reduction = np.zeros(p, dtype=bool)
+        self.n_done = 0
+        self.start_t = self.env.now
+        self.done_event = self.env.event()
+        self.rank_events = [self.env.event() for _ in range(p)]
+        self.oid = sim.fluid.register(self, n_flows + n_red) if n_flows + n_red else -1
+
+    def start(self) -> None:
+        self._advance(np.arange(self.p, dtype=np.int64))
+
+    # phase machinery
+    def _advance(self, rs: np.ndarray) -> None:
+        """Move ranks ``rs`` (which finished their current phase) into their next phase."""
+        p, K, cur = self.p, self.K, self.cur
+        while rs.size:
+            cur[rs] += 1
+            ks = cur[rs]
+            fin = ks >= K
+            if fin.any():
+                self._ranks_finished(rs[fin])
+                keep = ~fin
+                rs, ks = rs[keep], ks[keep]
+                if not rs.size:
+                    return
+            self._start_sends(ks, rs)
+            ready = rs[self.remaining[ks * p + rs] == 0]
+            rs = self._flows_complete(ready)
+
+    def _start_sends(self, ks: np.ndarray, grp: np.ndarray) -> None:
+        """Start the flows of ranks ``grp`` that just entered phases ``ks`` (one phase per rank).
+
+        Eager: a rank's sends start when it enters the phase. Rendezvous: a flow starts when both its ends
+        have entered the phase, so sends from ``grp`` to ranks still behind wait, and sends already waiting
+        on ``grp`` start now.
+        """
+        if ks.size > 1 and ks.min() != ks.max():
+            o = np.argsort(ks, kind="stable")  # phase by phase, ranks in the order given
+            ks, grp = ks[o], grp[o]
+        keys = ks * self.p + grp
+        fidx = _gather(self.s_ptr, self.s_order, keys)
+        if self.rendezvous:
+            cur, fk = self.cur, self.fk
+            fidx = fidx[cur[self.fdst[fidx]] >= fk[fidx]]
+            inc = _gather(self.d_ptr, self.d_order, keys)
+            inc = inc[cur[self.fsrc[inc]] >= fk[inc]]
+            if inc.size:
+                fidx = np.concatenate([fidx, inc])
+            if fidx.size > 1:
+                fidx = np.sort(fidx)
+                fidx = fidx[np.concatenate([[True], fidx[1:] != fidx[:-1]])]
+        if not fidx.size:
+            return
+        batch, delay = self.sim.flow_batch(self.nodes[self.fsrc[fidx]], self.nodes[self.fdst[fidx]], self.fnb[fidx], fidx)
+        batch.owner = self.oid
+        self.sim.fluid.add(batch, delay)
+
+    def _flows_complete(self, ready: np.ndarray) -> np.ndarray:
+        """Ranks whose current phase's flows are all done: start reductions; return ranks free to advance."""
+        if not ready.size or not self.reduce_on:
+            return ready  # no reductions, or reduction arithmetic modelled as free
+        red = self.red[self.cur[ready] * self.p + ready]
+        need = red > 0
+        if need.any():
+            self._start_reductions(ready[need], red[need])
+            return ready[~need]
+        return ready
+
+    def _start_reductions(self, rs: np.ndarray, red: np.ndarray) -> None:
+        sim = self.sim
+        factor = sim.comm.reduce_traffic_factor
+        cores = sim.comm.reduce_cores()
+        self.in_reduction[rs] = True
+        n = rs.size
+        work = red * factor
+        g = self.g[rs]
+        cap = np.array([sim.reduction_cap(r, w, cores) for r, w in zip(g.tolist(), work.tolist(), strict=True)])
+        mem = sim.network.mem[self.nodes[rs]]
+        batch = Batch(
+            work=work, cap=cap, cap_slow=cap, trig=np.full(n, TRIG_NONE, dtype=np.int64), rank_a=g,
+            rank_b=np.full(n, -1, dtype=np.int64), tag=-(rs + 1), e_act=np.arange(n, dtype=np.int64), e_res=mem.astype(np.int64),
+            e_w=np.ones(n), owner=self.oid,
+        )
+        sim.fluid.add(batch)
+
+    def on_done(self, tags: np.ndarray, t_issue: np.ndarray, now: float) -> None:
+        p = self.p
+        advance: list[np.ndarray] = []
+        ft, ti = tags, t_issue
+        if tags.min() < 0:
+            is_red = tags < 0
+            rs = -tags[is_red] - 1
+            self.in_reduction[rs] = False
+            if self.sim.record_flows:
+                f = self.sim.comm.reduce_traffic_factor
+                rb = self.red[self.cur[rs] * p + rs]
+                self.sim._log.add_many("reduce", self.name, self.category, self.cid, self.g[rs], None, rb * f, t_issue[is_red], now)
+            advance.append(rs)
+            keep = ~is_red
+            ft, ti = tags[keep], t_issue[keep]
+        if ft.size:
+            src, dst = self.fsrc[ft], self.fdst[ft]
+            kp = self.fk[ft] * p
+            np.subtract.at(self.remaining, kp + src, 1)
+            np.subtract.at(self.remaining, kp + dst, 1)
+            if self.sim.record_flows:
+                self._record_flows(src, dst, self.fnb[ft], ti, now)
+            touched = np.zeros(p, dtype=bool)
+            touched[src] = True
+            touched[dst] = True
+            cand = np.flatnonzero(touched)
+            ks = self.cur[cand]
+            ok = (ks < self.K) & ~self.in_reduction[cand]
+            if not ok.all():
+                cand, ks = cand[ok], ks[ok]
+            cand = cand[self.remaining[ks * p + cand] == 0]
+            advance.append(self._flows_complete(cand))
+        if advance:
+            self._advance(advance[0] if len(advance) == 1 else np.concatenate(advance))
+
+    def _record_flows(self, src: np.ndarray, dst: np.ndarray, nb: np.ndarray, t0: np.ndarray, now: float) -> None:
+        g = self.g
+        self.sim._log.add_many("flow", self.name, self.category, self.cid, g[src], g[dst], nb, t0, now)
+
+    def _ranks_finished(self, rs: np.ndarray) -> None:
+        now = self.env.now
+        for r in rs.tolist():
+            self.sim._log.add(
+                (self.global_ranks[r], self.op, self.name, self.category, self.start_t, now, self.nbytes, 0.0, -1, self.algo, self.cid)
+            )
+            self.rank_events[r].succeed(now)
+        self.n_done += len(rs)
+        if self.n_done == self.p:
+            self.done_event.succeed(now)

@@ -1,0 +1,100 @@
+"""`dlrmsim simulate`: one training iteration from the CLI (the scaling study is `dlrmsim scaling`, in studies)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from dlrmsim.config import parse_assignments
+from dlrmsim.output import console, print_json, print_table
+
+if TYPE_CHECKING:  # imported inside the commands: `dlrmsim --help` should not load the engine
+    from dlrmsim.training.simulate import TrainingConfig, TrainingResult
+
+COMMON = {
+    "topology": typer.Option("clx-64s-opa", "--topology", "-t", help="topology preset or YAML path"),
+    "workload": typer.Option("mlperf", "--workload", "-w", help="workload preset or YAML path"),
+}
+
+
+def make_config(**kw: Any) -> TrainingConfig:
+    from dlrmsim.config import validate
+    from dlrmsim.training.simulate import TrainingConfig
+
+    placement = {"strategy": kw.pop("placement"), "replicate_below_rows": kw.pop("replicate_below_rows")}
+    kw["placement"] = placement
+    kw["topology_overrides"] = parse_assignments(kw.pop("topo_set"), "--topology-set")
+    kw["workload_overrides"] = parse_assignments(kw.pop("wl_set"), "--workload-set")
+    return validate(TrainingConfig, kw, "command line")
+
+
+def print_result(res: TrainingResult) -> None:
+    cfg = res.config
+    b = res.breakdown
+    title = (
+        f"{cfg.workload} on {cfg.topology}: {cfg.ranks} ranks, {cfg.scaling} scaling, backend {cfg.backend}, "
+        f"{cfg.placement.strategy}, {cfg.comm}{', blocking' if cfg.blocking else ''}"
+    )
+    rows = [
+        ("iteration", res.iteration_s * 1e3),
+        ("compute", b.compute_s * 1e3),
+        ("pre/post-processing", b.prepost_s * 1e3),
+        ("exposed allreduce", b.exposed_allreduce_s * 1e3),
+        ("exposed alltoall", b.exposed_alltoall_s * 1e3),
+        ("idle (waiting for other ranks)", b.other_s * 1e3),
+    ]
+    print_table(title, ["slowest rank", "ms"], rows)
+    waits = [(cid, t * 1e3) for cid, t in res.wait_per_collective_s.items() if t > 0]
+    if waits:
+        print_table("Wait per collective (max over ranks)", ["collective", "ms"], waits)
+    busy = [p.compute_s + p.prepost_s for p in res.per_rank]
+    console.print(
+        f"global batch {res.global_batch}, {res.samples_per_s:,.0f} samples/s, "
+        f"per-rank busy time {min(busy) * 1e3:.3f}..{max(busy) * 1e3:.3f} ms (imbalance {res.imbalance:.3f})"
+    )
+    if res.time_to_train_s is not None:
+        console.print(f"time to train: {res.time_to_train_s / 60:.1f} min ({res.epochs} epochs at this batch's nearest convergence run)")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def simulate(
+        topology: str = COMMON["topology"],
+        workload: str = COMMON["workload"],
+        ranks: int = typer.Option(8, "--ranks", "-r", help="number of ranks (one per socket or card)"),
+        scaling: str = typer.Option("strong", help="strong | weak | single"),
+        backend: str = typer.Option("ccl", help="backend preset (ccl, mpi) or YAML path"),
+        comm: str = typer.Option("alltoall", help="alltoall | fused-scatter | scatter-list"),
+        placement: str = typer.Option("table_wise", help="table_wise | column_wise | row_wise"),
+        replicate_below_rows: int | None = typer.Option(None, help="replicate tables with fewer rows (data parallel)"),
+        blocking: bool = typer.Option(False, "--blocking", help="wait on each collective at once"),
+        precision: str | None = typer.Option(None, help="fp32 | bf16 (default: the workload's)"),
+        update_strategy: str = typer.Option("race_free", help="atomic | rtm | race_free"),
+        fuse_backward_update: bool = typer.Option(False, "--fuse-backward-update"),
+        optimizer: str = typer.Option("sgd", help="optimizer preset (sgd, lamb) or an optimizer YAML"),
+        comm_cores: int | None = typer.Option(None, help="pinned communication cores (overrides the backend)"),
+        allreduce_algorithm: str | None = typer.Option(None, help="ring | rs_ag | halving_doubling | hierarchical ..."),
+        alltoall_algorithm: str | None = typer.Option(None, help="direct | pairwise"),
+        calibration: str | None = typer.Option(None, help="calibration YAML (with --topology host)"),
+        topo_set: list[str] = typer.Option([], "--topology-set", help="what-if: PATH=VALUE on the topology YAML"),
+        wl_set: list[str] = typer.Option([], "--workload-set", help="what-if: PATH=VALUE on the workload YAML"),
+        json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
+        trace: Path | None = typer.Option(None, help="write a Chrome/Perfetto trace (JSON) here"),
+    ) -> None:
+        """Simulate one training iteration and print its time and breakdown."""
+        cfg = make_config(**{k: v for k, v in locals().items() if k not in ("json_out", "trace")})
+        from dlrmsim.training.simulate import simulate_training
+
+        res = simulate_training(cfg)
+        if trace is not None:
+            from dlrmsim.engine.trace import write_chrome_trace
+
+            write_chrome_trace(res.records, trace)
+        if json_out:
+            print_json(res.to_json())
+        else:
+            print_result(res)
+            if trace is not None:
+                console.print(f"trace written to {trace}")

@@ -1,0 +1,399 @@
+"""Training simulation: every rank is a SimPy process walking its iteration program on the engine.
+
+It loads the inputs (topology, workload, backend, calibration), checks that the placement and memory
+allow the rank count, builds the task graph (``taskgraph.py``), runs it on the engine, and turns the
+records into the iteration time and its breakdown: compute, pre/post-processing, and the time the
+compute stream sat waiting on each kind of collective (exposed communication).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import simpy
+from pydantic import Field
+
+from dlrmsim.config import StrictModel
+from dlrmsim.engine.backends import Backend, load_backend
+from dlrmsim.engine.costs import MATRIX_KINDS, fixed_time_s
+from dlrmsim.engine.records import Record
+from dlrmsim.errors import DlrmsimError
+from dlrmsim.topologies.topology import Topology
+from dlrmsim.training.optimizers import load_optimizer
+from dlrmsim.training.taskgraph import (
+    Collective,
+    CommVariant,
+    IterationGraph,
+    IterationSettings,
+    Post,
+    Task,
+    UpdateCosts,
+    UpdateStrategy,
+    Wait,
+    build_iteration,
+)
+from dlrmsim.workloads import load_workload, model
+from dlrmsim.workloads.placement import Placement, PlacementSpec, min_ranks_for_capacity, place
+from dlrmsim.workloads.schema import Workload
+
+Scaling = Literal["strong", "weak", "single"]
+
+
+class TrainingConfig(StrictModel):
+    """Everything one simulated training iteration depends on; names and paths resolve to YAML files."""
+
+    topology: str = "clx-64s-opa"
+    workload: str = "mlperf"
+    ranks: int = Field(8, ge=1)
+    scaling: Scaling = "strong"
+    backend: str = "ccl"
+    placement: PlacementSpec = PlacementSpec()
+    comm: CommVariant = "alltoall"
+    precision: Literal["fp32", "bf16"] | None = None
+    blocking: bool = False
+    update_strategy: UpdateStrategy = "race_free"
+    fuse_backward_update: bool = False
+    optimizer: str = Field("sgd", description="optimizer preset (sgd, lamb) or an optimizer YAML")
+    comm_cores: int | None = Field(None, ge=0, description="override the backend's pinned communication cores")
+    allreduce_algorithm: str | None = None
+    alltoall_algorithm: str | None = None
+    calibration: str | None = None
+    topology_overrides: dict[str, Any] = {}
+    workload_overrides: dict[str, Any] = {}
+    backend_overrides: dict[str, Any] = {}
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Where a rank's iteration went (seconds). The parts add up to the iteration time."""
+
+    compute_s: float
+    prepost_s: float
+    exposed_allreduce_s: float
+    exposed_alltoall_s: float
+    other_s: float = 0.0  # idle at the end, waiting for slower ranks
+
+
+@dataclass
+class TrainingResult:
+    """The simulated iteration: time, breakdown of the slowest rank, per-rank view and raw records."""
+
+    config: TrainingConfig
+    iteration_s: float
+    breakdown: Breakdown
+    per_rank: list[Breakdown]
+    global_batch: int
+    wait_per_collective_s: dict[str, float]
+    comm_bytes: dict[str, float]
+    records: list[Any] = field(repr=False, default_factory=list)
+    time_to_train_s: float | None = None
+    epochs: float | None = None
+
+    @property
+    def imbalance(self) -> float:
+        """Busiest rank's compute+prepost over the mean (1.0 = perfectly balanced)."""
+        busy = [b.compute_s + b.prepost_s for b in self.per_rank]
+        mean = sum(busy) / len(busy)
+        return max(busy) / mean if mean > 0 else 1.0
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.global_batch / self.iteration_s
+
+    def to_row(self) -> dict[str, float | str | None]:
+        """Flat outputs for tables, sweeps and JSON."""
+        row: dict[str, float | str | None] = {
+            "iteration_s": self.iteration_s,
+            "global_batch": self.global_batch,
+            "samples_per_s": self.samples_per_s,
+            "imbalance": self.imbalance,
+            "alltoall_bytes": self.comm_bytes.get("alltoall", 0.0),
+            "allreduce_bytes": self.comm_bytes.get("allreduce", 0.0),
+            "time_to_train_s": self.time_to_train_s,
+        }
+        row.update(asdict(self.breakdown))
+        return row
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "config": self.config.model_dump(mode="json"),
+            "iteration_s": self.iteration_s,
+            "global_batch": self.global_batch,
+            "samples_per_s": self.samples_per_s,
+            "breakdown": asdict(self.breakdown),
+            "imbalance": self.imbalance,
+            "per_rank": [asdict(b) for b in self.per_rank],
+            "wait_per_collective_s": self.wait_per_collective_s,
+            "comm_bytes": self.comm_bytes,
+            "epochs": self.epochs,
+            "time_to_train_s": self.time_to_train_s,
+        }
+
+
+@dataclass
+class Inputs:
+    """Loaded and checked inputs of a training simulation."""
+
+    topology: Topology
+    workload: Workload
+    backend: Backend
+    placement: Placement
+    settings: IterationSettings
+
+
+def load_inputs(cfg: TrainingConfig, workload: Workload | None = None, topology: Topology | None = None) -> Inputs:
+    """Load YAMLs, apply what-ifs and calibration, check placement and memory; refuse what cannot run.
+
+    ``workload`` / ``topology`` objects, when given, replace loading ``cfg.workload`` / ``cfg.topology``
+    (validation builds its small workloads in memory).
+    """
+    from dlrmsim.topologies import load_topology
+
+    wl_over = dict(cfg.workload_overrides)
+    if cfg.precision is not None:
+        wl_over["precision"] = cfg.precision
+    if workload is not None:
+        w = workload.model_copy(update={"precision": cfg.precision}) if cfg.precision else workload
+    else:
+        w = load_workload(cfg.workload, wl_over or None)
+    topo = topology if topology is not None else load_topology(cfg.topology, cfg.topology_overrides or None)
+    if cfg.calibration:
+        from dlrmsim.calibration import apply_calibration, load_calibration
+
+        topo = apply_calibration(topo, load_calibration(Path(cfg.calibration)), w.index_distribution.kind)
+    be_over = dict(cfg.backend_overrides)
+    if cfg.comm_cores is not None:
+        be_over["comm_cores"] = cfg.comm_cores
+    if cfg.allreduce_algorithm:
+        be_over["algorithms.allreduce"] = cfg.allreduce_algorithm
+    if cfg.alltoall_algorithm:
+        be_over["algorithms.alltoall"] = cfg.alltoall_algorithm
+    backend = load_backend(cfg.backend, be_over or None)
+    if cfg.ranks > topo.num_ranks:
+        raise DlrmsimError(
+            f"{cfg.ranks} ranks but the topology has {topo.num_ranks}",
+            source=topo.source,
+            field="ranks",
+            fix=f"use at most {topo.num_ranks} ranks or a larger topology",
+        )
+    placement = place(w, cfg.placement, cfg.ranks, source=_source(cfg.workload))
+    optimizer = load_optimizer(cfg.optimizer)
+    check_memory(w, placement, topo, cfg, optimizer.state_bytes_per_param)
+    spec = topo.compute(0)
+    compute_cores = max(1, spec.cores - backend.comm_cores)
+    costs = update_costs(topo)
+    settings = IterationSettings(
+        global_batch=model.global_batch(w, cfg.ranks, cfg.scaling),
+        comm=cfg.comm,
+        blocking=cfg.blocking,
+        bucket_bytes=backend.bucket_bytes,
+        update_strategy=cfg.update_strategy,
+        fuse_backward_update=cfg.fuse_backward_update,
+        optimizer=optimizer,
+        threads=compute_cores,
+        update_costs=costs,
+        allreduce_prepost_passes=backend.prepost.allreduce_passes,
+        alltoall_prepost_passes=backend.prepost.alltoall_passes,
+    )
+    return Inputs(topo, w, backend, placement, settings)
+
+
+def update_costs(topo: Topology) -> UpdateCosts:
+    """Cache-line conflict costs of the sparse update, from the processor's YAML (via the compute spec)."""
+    spec = topo.compute(0)
+    return UpdateCosts(
+        atomic_conflict_s=spec.atomic_conflict_s,
+        rtm_conflict_s=spec.rtm_conflict_s,
+        cache_line_bytes=spec.cache_line_bytes,
+        core_bandwidth_Bps=spec.memory_bandwidth_Bps / (spec.saturation_cores or spec.cores),
+    )
+
+
+def _source(workload: str) -> str:
+    return workload if workload.endswith((".yaml", ".yml")) else f"{workload}.yaml"
+
+
+def check_memory(w: Workload, placement: Placement, topo: Topology, cfg: TrainingConfig, state: float) -> None:
+    """Each rank's tables, weights and ``state`` bytes of optimizer state per parameter fit its memory."""
+    need = placement.max_memory(w, state)
+    have = min(topo.compute(r).memory_capacity_B for r in range(placement.ranks))
+    if need > have:
+        smallest = min_ranks_for_capacity(w, cfg.placement, have, state)
+        fix = f"use at least {smallest} ranks" if smallest else "use column_wise placement or larger memory"
+        raise DlrmsimError(
+            f"{cfg.ranks} ranks need {need / 1e9:.1f} GB per rank but a rank has {have / 1e9:.1f} GB",
+            source=_source(cfg.workload),
+            field="tables",
+            fix=fix,
+        )
+
+
+# --- the SimPy side --------------------------------------------------------------------------------------
+
+
+class CollectiveCoordinator:
+    """Starts a collective once every rank has posted it; each rank's wait ends when its own part is done.
+
+    In-order completion (MPI) is the engine's job: it holds back a rank's completion events until its
+    earlier communication has completed.
+    """
+
+    def __init__(self, sim: Any, graph: IterationGraph, backend: Backend, ranks: int) -> None:
+        self.sim = sim
+        self.env: simpy.Environment = sim.env
+        self.graph = graph
+        self.backend = backend
+        self.ranks = list(range(ranks))
+        self.posted: dict[str, int] = {}
+        self.rank_done: dict[str, dict[int, simpy.Event]] = {}
+        self.ready: dict[str, simpy.Event] = {cid: self.env.event() for cid in graph.collectives}
+
+    def post(self, cid: str) -> None:
+        self.posted[cid] = self.posted.get(cid, 0) + 1
+        if self.posted[cid] == len(self.ranks):
+            self._launch(self.graph.collectives[cid])
+
+    def _launch(self, c: Collective) -> None:
+        algorithms = self.backend.algorithms
+        if c.matrix is not None:
+            algo = algorithms.alltoall if c.op == "alltoallv" else algorithms.scatter
+            ev = self.sim.alltoallv(self.ranks, c.matrix, name=c.cid, category=c.category, algorithm=algo)
+        else:
+            algo = getattr(algorithms, c.op, None)
+            ev = self.sim.collective(c.op, self.ranks, c.nbytes, algorithm=algo, name=c.cid, category=c.category)
+        self.rank_done[c.cid] = ev.rank_events
+        self.ready[c.cid].succeed()
+
+    def wait(self, cid: str, rank: int) -> Any:
+        """SimPy generator: until ``rank``'s part of collective ``cid`` is complete."""
+        yield self.ready[cid]
+        yield self.rank_done[cid][rank]
+
+
+def _rank_process(sim: Any, rank: int, graph: IterationGraph, coord: CollectiveCoordinator, precision: str, acc: dict[str, float], waits: dict[str, float]) -> Any:
+    env: simpy.Environment = sim.env
+    for step in graph.programs[rank]:
+        if isinstance(step, Task):
+            t0 = env.now
+            kind = step.kind
+            prec = precision if kind in MATRIX_KINDS else "fp32"
+            overhead = fixed_time_s(sim.rank_resources[rank].spec, kind, step.ops, step.rows, step.tables_bytes, step.reuse_bytes,
+                                    step.run_start)
+            yield sim.compute(rank, step.name, flops=step.flops, bytes=step.bytes, kind=kind, precision=prec, category=step.category,
+                              overhead_s=overhead)
+            if step.serial_s > env.now - t0:
+                # Conflicting row updates serialise on cache-line transfers; cores cannot shorten the chain.
+                t1 = env.now
+                yield env.timeout(step.serial_s - (t1 - t0))
+                sim.records.append(Record(rank, "conflicts", f"{step.name}.conflicts", step.category, t1, env.now))
+            acc[step.category] += env.now - t0
+        elif isinstance(step, Post):
+            coord.post(step.collective)
+        elif isinstance(step, Wait):
+            t0 = env.now
+            yield from coord.wait(step.collective, rank)
+            c = graph.collectives[step.collective]
+            acc[f"wait_{c.category}"] += env.now - t0
+            waits[step.collective] = waits.get(step.collective, 0.0) + (env.now - t0)
+    acc["end"] = env.now
+
+
+def run_iteration(inputs: Inputs, cfg: TrainingConfig) -> TrainingResult:
+    """Simulate one iteration on the engine and summarise it."""
+    from dlrmsim.engine.simulation import Simulation
+
+    graph = build_iteration(inputs.workload, inputs.placement, inputs.settings)
+    sim = Simulation(inputs.topology, seed=cfg.seed, comm=comm_settings(inputs.backend, inputs.topology.compute(0).cores))
+    p = inputs.placement.ranks
+    coord = CollectiveCoordinator(sim, graph, inputs.backend, p)
+    accs = [{"compute": 0.0, "prepost": 0.0, "wait_allreduce": 0.0, "wait_alltoall": 0.0, "end": 0.0} for _ in range(p)]
+    waits: list[dict[str, float]] = [{} for _ in range(p)]
+    precision = inputs.workload.precision
+    procs = [sim.env.process(_rank_process(sim, r, graph, coord, precision, accs[r], waits[r])) for r in range(p)]
+    sim.run(simpy.AllOf(sim.env, procs))
+    iteration = max(a["end"] for a in accs)
+    per_rank = [
+        Breakdown(
+            compute_s=a["compute"],
+            prepost_s=a["prepost"],
+            exposed_allreduce_s=a["wait_allreduce"],
+            exposed_alltoall_s=a["wait_alltoall"],
+            other_s=iteration - a["end"],
+        )
+        for a in accs
+    ]
+    slowest = max(range(p), key=lambda r: accs[r]["end"])
+    comm_bytes: dict[str, float] = {}
+    for c in graph.collectives.values():
+        comm_bytes[c.category] = comm_bytes.get(c.category, 0.0) + collective_payload(c)
+    wait_max = {cid: max(w.get(cid, 0.0) for w in waits) for cid in graph.collectives}
+    result = TrainingResult(
+        config=cfg,
+        iteration_s=iteration,
+        breakdown=per_rank[slowest],
+        per_rank=per_rank,
+        global_batch=inputs.settings.global_batch,
+        wait_per_collective_s=wait_max,
+        comm_bytes=comm_bytes,
+        records=sim.records,
+    )
+    result.epochs, result.time_to_train_s = time_to_train(inputs.workload, inputs.settings.optimizer.name, inputs.settings.global_batch, iteration)
+    return result
+
+
+def collective_payload(c: Collective) -> float:
+    """Bytes a collective carries by its definition: the alltoall matrix total, or Eq. 1's per-rank buffer."""
+    if c.matrix is not None:
+        return float(c.matrix.sum())
+    return c.nbytes
+
+
+def comm_settings(backend: Backend, cores: int) -> Any:
+    """The engine's communication parameters for a backend preset.
+
+    An unpinned progress thread takes ``core_share`` of one core while communication is in flight. When
+    compute kernels are barrier-synchronised, every thread waits for the one that shares its core, so the
+    whole kernel runs at ``1 - core_share`` of its speed: ``core_share * compute_cores`` cores' worth of
+    loss (the engine's ``stolen_cores``); otherwise only ``core_share`` of one core is lost. The progress
+    thread itself runs at ``1 - core_share`` of a core
+    while compute is busy, which stretches its message processing by ``1 / (1 - core_share)``.
+    """
+    from dlrmsim.engine.simulation import CommSettings
+
+    kw: dict[str, Any] = {
+        "pinned_cores": backend.comm_cores,
+        "message_overhead_s": backend.message_overhead_s,
+        "in_order_completion": backend.in_order,
+        "algorithms": backend.algorithms.model_dump(),
+    }
+    if backend.progress == "unpinned_thread" and backend.interference is not None:
+        share = backend.interference.core_share
+        kw["progress_thread_unpinned"] = True
+        compute_cores = cores - backend.comm_cores
+        kw["stolen_cores"] = share * compute_cores if backend.interference.barrier_synchronized else share
+        kw["comm_slowdown"] = 1.0 / (1.0 - share)
+    return CommSettings(**kw)
+
+
+def time_to_train(w: Workload, optimizer: str, global_batch: int, iteration_s: float) -> tuple[float | None, float | None]:
+    """Epochs to converge from the workload's convergence runs (same optimizer, nearest batch) and the time.
+
+    iterations = epochs x dataset samples / global batch.
+    """
+    conv = w.convergence
+    if conv is None:
+        return None, None
+    runs = [r for r in conv.runs if r.optimizer == optimizer]
+    if not runs:
+        return None, None
+    run = min(runs, key=lambda r: abs(r.global_batch - global_batch))
+    iterations = run.epochs * conv.dataset_samples / global_batch
+    return run.epochs, iterations * iteration_s
+
+
+def simulate_training(cfg: TrainingConfig) -> TrainingResult:
+    """Load, check, simulate: the one call behind `dlrmsim simulate`, scaling studies and sweeps."""
+    return run_iteration(load_inputs(cfg), cfg)

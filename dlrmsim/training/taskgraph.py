@@ -1,0 +1,505 @@
+"""One training iteration as per-rank programs: the ordered compute tasks, collective posts and waits.
+
+This module is pure: from a workload, a placement and the iteration settings it builds what every rank
+does and in which order, with flops and bytes from the workload model. The SimPy side
+(``training.py``) walks these programs; nothing here knows about time.
+
+Program order on a rank follows the hybrid-parallel DLRM schedule: embedding lookups first, the forward
+alltoall posted at once and overlapped only with the bottom MLP; the top MLP's backward posts weight
+gradient buckets for allreduce as soon as each bucket's layers are done, so the allreduce overlaps the rest
+of backward; the backward alltoall overlaps the bottom MLP's backward; the embedding backward and update
+wait for it; the dense optimizer waits for every allreduce.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from typing import Literal
+
+import numpy as np
+
+from dlrmsim.training.optimizers import OptimizerSpec, load_optimizer
+from dlrmsim.workloads import model
+from dlrmsim.workloads.model import Layer, Pass
+from dlrmsim.workloads.placement import Placement, Shard
+from dlrmsim.workloads.schema import Workload
+
+CommVariant = Literal["alltoall", "fused-scatter", "scatter-list"]
+UpdateStrategy = Literal["atomic", "rtm", "race_free"]
+
+
+@dataclass(frozen=True)
+class UpdateCosts:
+    """Processor parameters of the sparse embedding update, from the topology YAML (seconds).
+
+    ``conflict_s`` is the time one conflicting update of a cache line costs when two cores write the same
+    embedding row (a cache-line transfer between cores for atomics, an abort and retry for RTM).
+    """
+
+    atomic_conflict_s: float
+    rtm_conflict_s: float
+    cache_line_bytes: int = 64
+    core_bandwidth_Bps: float = float("inf")  # what one core streams from memory (socket bandwidth / saturation cores)
+
+
+@dataclass(frozen=True)
+class IterationSettings:
+    """What shapes the task graph: scaling, communication variant, blocking, buckets, update and optimizer."""
+
+    global_batch: int
+    comm: CommVariant = "alltoall"
+    blocking: bool = False
+    bucket_bytes: float = 25e6
+    update_strategy: UpdateStrategy = "race_free"
+    fuse_backward_update: bool = False
+    optimizer: OptimizerSpec = field(default_factory=lambda: load_optimizer("sgd"))
+    threads: int = 1  # compute threads per rank, for the race-free update's load balance
+    update_costs: UpdateCosts = field(default_factory=lambda: UpdateCosts(0.0, 0.0))
+    # Pre/post-processing passes per collective: copies into and out of flat buffers, gradient averaging.
+    allreduce_prepost_passes: float = 3.0
+    alltoall_prepost_passes: float = 2.0
+
+
+@dataclass(frozen=True)
+class Task:
+    """A unit of work on one rank's compute stream (flops in op, bytes of memory traffic)."""
+
+    name: str
+    kind: str  # gemm | embedding | embedding_bwd | interaction | interaction_bwd | update | optimizer | copy
+    flops: float
+    bytes: float
+    category: str = "compute"  # compute | prepost
+    serial_s: float = 0.0  # time that does not parallelise over cores (contended cache-line transfers)
+    ops: float = 1.0  # framework operations (kernel launches) the task stands for; each pays ComputeSpec.task_overhead_s
+    rows: float = 0.0  # items the task walks one by one (embedding rows looked up or updated, samples of the
+    # interaction's batched small matrices); each pays ComputeSpec.row_time_s_by_kind[kind]
+    tables_bytes: float = 0.0  # embedding tables on the rank whose page tables a lookup walks (costs.fixed_time_s)
+    reuse_bytes: float = 0.0  # the rank's embedding working set between a table's forward and its update (ditto)
+    run_start: bool = False  # the first of a run of same-kind tasks on its rank: pays ComputeSpec.run_start_s_by_kind
+
+
+@dataclass(frozen=True)
+class Collective:
+    """A collective call every participating rank posts: alltoall(v), allreduce, scatter, reduce-scatter, allgather.
+
+    ``nbytes`` follows the engine's convention for ``op``; ``matrix`` (bytes, src x dst) is set for
+    alltoallv and scatter variants. ``category`` is what the breakdown charges its waits to.
+    """
+
+    cid: str
+    op: str
+    category: str  # alltoall | allreduce
+    nbytes: float = 0.0
+    matrix: np.ndarray | None = field(default=None, compare=False)
+    root: int | None = None
+
+
+@dataclass(frozen=True)
+class Post:
+    collective: str
+
+
+@dataclass(frozen=True)
+class Wait:
+    collective: str
+
+
+Step = Task | Post | Wait
+
+
+@dataclass
+class IterationGraph:
+    """Per-rank programs plus the collectives they post, in posting order."""
+
+    programs: list[list[Step]]
+    collectives: dict[str, Collective]
+
+    def tasks(self, rank: int) -> list[Task]:
+        return [s for s in self.programs[rank] if isinstance(s, Task)]
+
+
+def local_batches(global_batch: int, ranks: int) -> list[int]:
+    """Samples per rank: the global batch split as evenly as integers allow."""
+    base, extra = divmod(global_batch, ranks)
+    return [base + (1 if r < extra else 0) for r in range(ranks)]
+
+
+# --- cost formulas of single tasks -------------------------------------------------------------------------
+
+
+def gemm_task(w: Workload, layer: Layer, batch: int, which: Pass) -> Task | None:
+    flops = model.layer_flops(layer, batch, which)
+    if flops == 0:
+        return None
+    g = model.layer_gemm(layer, batch, which)
+    # Framework ops: one GEMM call; the weight gradient also reduces the bias gradient (dz.sum(0)).
+    ops = 2.0 if which is Pass.BACKWARD_WEIGHTS else 1.0
+    return Task(f"{layer.name}.{which.value}", "gemm", flops, g.bytes_moved(w.element_bytes), ops=ops)
+
+
+def activation_task(w: Workload, layer: Layer, batch: int, backward: bool = False) -> Task:
+    """ReLU (or the final sigmoid) after a layer's GEMM, or its gradient in backward: bandwidth-bound."""
+    nbytes = model.activation_bytes(batch, layer.fan_out, w.element_bytes, backward)
+    # One framework op (relu / threshold_backward), except after the network's last layer: the sigmoid and the
+    # binary cross-entropy loss, 12 element-wise ops on a batch-long vector forward (sigmoid; loss: add, log, mul,
+    # rsub, rsub, add, log, mul, add, neg, mean) and 2 backward ((p - y) / n); counted from dlrm_runner.
+    last = layer.part == "top" and layer.index == len(w.top_mlp) - 1
+    ops = (2.0 if backward else 12.0) if last else 1.0
+    return Task(f"{layer.name}.act.{'bwd' if backward else 'fwd'}", "elementwise", float(batch * layer.fan_out), nbytes, ops=ops)
+
+
+def embedding_forward_task(w: Workload, name: str, batch: int, columns: int, lookup_fraction: float = 1.0) -> Task:
+    """Pooled lookups of one table (or slice): P rows summed per sample; ``lookup_fraction`` for row shards."""
+    lookups = batch * w.lookups_per_sample * lookup_fraction
+    read_eb = w.element_bytes if w.table_precision is None else w.table_element_bytes
+    nbytes = lookups * (columns * read_eb + w.index_bytes) + batch * columns * w.element_bytes
+    return Task(name, "embedding", flops=lookups * columns, bytes=nbytes, rows=lookups)
+
+
+def embedding_backward_update_tasks(
+    w: Workload, name: str, rows: int, batch: int, columns: int, s: IterationSettings, lookup_fraction: float = 1.0
+) -> list[Task]:
+    """Embedding backward (expand the pooled gradient into one row per lookup) and the sparse SGD update.
+
+    The update touches each distinct row once (read and write the fp32 row) and adds every lookup's
+    gradient row into it. Contention depends on the strategy:
+    - atomic / rtm: duplicate lookups of a row from different cores conflict; each conflict moves
+      the row's cache lines between cores. Conflicts on one row serialise, so the hottest row's
+      duplicates form a serial chain (``serial_s``) that extra cores cannot shorten.
+    - race_free: every thread scans all indices (they fit in cache) and updates only its own row range;
+      no conflicts, but the thread owning the hottest row must read all of that row's gradient rows on
+      its own, at one core's bandwidth (load imbalance, ``serial_s``).
+    Fusing backward and update skips writing and re-reading the expanded gradient rows.
+    """
+    lookups = batch * w.lookups_per_sample * lookup_fraction
+    grad_row_bytes = columns * 4.0
+    pooled_grad_bytes = batch * columns * w.element_bytes
+    expand_bytes = lookups * grad_row_bytes  # write one gradient row per lookup
+    unique = _expected_unique_rows(rows, lookups, w.index_distribution)
+    row_bytes = columns * w.table_element_bytes
+    update_bytes = unique * 2 * row_bytes + lookups * (w.index_bytes)
+    tasks: list[Task] = []
+    if s.fuse_backward_update:
+        update_bytes += pooled_grad_bytes
+    else:
+        tasks.append(Task(f"{name}.bwd", "embedding_bwd", flops=0.0, bytes=pooled_grad_bytes + expand_bytes, rows=lookups))
+        update_bytes += expand_bytes  # read the gradient rows back
+    flops = lookups * columns * 2  # scale and add per gradient element
+    serial_s = 0.0
+    if s.update_strategy in ("atomic", "rtm"):
+        per_conflict = s.update_costs.atomic_conflict_s if s.update_strategy == "atomic" else s.update_costs.rtm_conflict_s
+        lines = max(1.0, np.ceil(grad_row_bytes / s.update_costs.cache_line_bytes))
+        hottest = _hottest_row_share(rows, w.index_distribution) * lookups
+        # Only duplicates on different cores conflict; one thread's repeated updates stay in its cache.
+        cross_core = 1.0 - 1.0 / max(1, s.threads)
+        serial_s = max(0.0, hottest - 1.0) * lines * per_conflict * cross_core
+    elif s.threads > 1:
+        hottest = _hottest_row_share(rows, w.index_distribution) * lookups
+        serial_s = hottest * grad_row_bytes / s.update_costs.core_bandwidth_Bps
+    tasks.append(Task(f"{name}.update", "update", flops=flops, bytes=update_bytes, serial_s=serial_s, rows=lookups))
+    return tasks
+
+
+def _expected_unique_rows(rows: int, draws: float, dist: object) -> float:
+    """:func:`model.expected_unique_rows`, memoized: every rank and rank count asks for the same tables."""
+    try:
+        return _unique_rows_cached(rows, draws, dist)
+    except TypeError:  # an unhashable distribution
+        return model.expected_unique_rows(rows, draws, dist)  # type: ignore[arg-type]
+
+
+def _hottest_row_share(rows: int, dist: object) -> float:
+    """:func:`model.hottest_row_share`, memoized."""
+    try:
+        return _hottest_cached(rows, dist)
+    except TypeError:
+        return model.hottest_row_share(rows, dist)  # type: ignore[arg-type]
+
+
+@lru_cache(maxsize=4096)
+def _unique_rows_cached(rows: int, draws: float, dist: object) -> float:
+    return model.expected_unique_rows(rows, draws, dist)  # type: ignore[arg-type]
+
+
+@lru_cache(maxsize=4096)
+def _hottest_cached(rows: int, dist: object) -> float:
+    return model.hottest_row_share(rows, dist)  # type: ignore[arg-type]
+
+
+def copy_task(name: str, nbytes: float, passes: float) -> Task | None:
+    """Pre/post-processing: ``passes`` read+write sweeps over ``nbytes`` (flat-buffer copies, averaging)."""
+    if nbytes <= 0 or passes <= 0:
+        return None
+    return Task(name, "copy", flops=0.0, bytes=2.0 * nbytes * passes, category="prepost")
+
+
+# --- the iteration --------------------------------------------------------------------------------------
+
+
+def build_iteration(w: Workload, placement: Placement, s: IterationSettings) -> IterationGraph:
+    """Per-rank programs for one training iteration of ``w`` on ``placement.ranks`` ranks."""
+    p = placement.ranks
+    n_global = s.global_batch
+    batches = local_batches(n_global, p)
+    eb = w.element_bytes
+    collectives: dict[str, Collective] = {}
+    programs: list[list[Step]] = [[] for _ in range(p)]
+    row_wise = placement.spec.strategy == "row_wise"
+
+    # Forward exchange: who sends what to whom.
+    fwd_ids: list[str] = []
+    if p > 1 and placement.sharded_tables:
+        if row_wise:
+            # Each rank holds a row slice of every table: partial sums for all samples, reduce-scattered.
+            nbytes = len(placement.sharded_tables) * n_global * w.embedding_dim * eb
+            collectives["a2a_fwd"] = Collective("a2a_fwd", "reduce_scatter", "alltoall", nbytes=nbytes)
+            collectives["a2a_bwd"] = Collective("a2a_bwd", "allgather", "alltoall", nbytes=nbytes)
+            fwd_ids = ["a2a_fwd"]
+        else:
+            fwd_ids = _exchange_collectives(w, placement, batches, s, collectives)
+
+    bwd_ids = [c.replace("fwd", "bwd") for c in fwd_ids] if not row_wise else (["a2a_bwd"] if fwd_ids else [])
+    for cid in fwd_ids:
+        if not row_wise:
+            fwd = collectives[cid]
+            assert fwd.matrix is not None
+            collectives[cid.replace("fwd", "bwd")] = Collective(
+                cid.replace("fwd", "bwd"), fwd.op, "alltoall", matrix=fwd.matrix.T.copy(), root=None
+            )
+
+    # Allreduce buckets: gradients become ready in backward order (last top layer first).
+    buckets = _buckets(w, placement, s)
+    for i, (_, nbytes) in enumerate(buckets):
+        collectives[f"allreduce{i}"] = Collective(f"allreduce{i}", "allreduce", "allreduce", nbytes=nbytes)
+
+    for r in range(p):
+        programs[r] = _rank_program(w, placement, s, r, batches, fwd_ids, bwd_ids, buckets, collectives)
+    return IterationGraph(programs=programs, collectives=collectives)
+
+
+def _exchange_collectives(
+    w: Workload, placement: Placement, batches: list[int], s: IterationSettings, collectives: dict[str, Collective]
+) -> list[str]:
+    """Forward embedding exchange as alltoall, one fused scatter per rank, or one scatter per table."""
+    p = placement.ranks
+    eb = w.element_bytes
+    send = np.array(batches, dtype=float) * eb  # bytes per column for each destination
+
+    def matrix_for(shards: list[Shard]) -> np.ndarray:
+        m = np.zeros((p, p))
+        for sh in shards:
+            m[sh.rank] += sh.columns * send
+        np.fill_diagonal(m, 0.0)
+        return m
+
+    if s.comm == "alltoall":
+        collectives["a2a_fwd"] = Collective("a2a_fwd", "alltoallv", "alltoall", matrix=matrix_for(list(placement.shards)))
+        return ["a2a_fwd"]
+    ids: list[str] = []
+    if s.comm == "fused-scatter":
+        for r in range(p):
+            shards = placement.shards_on(r)
+            if shards:
+                cid = f"scatter_fwd.r{r}"
+                collectives[cid] = Collective(cid, "scatter", "alltoall", matrix=matrix_for(shards), root=r)
+                ids.append(cid)
+        return ids
+    for sh in placement.shards:  # scatter-list: one call per table shard
+        cid = f"scatter_fwd.t{sh.table}.c{sh.col_offset}"
+        collectives[cid] = Collective(cid, "scatter", "alltoall", matrix=matrix_for([sh]), root=sh.rank)
+        ids.append(cid)
+    return ids
+
+
+def _buckets(w: Workload, placement: Placement, s: IterationSettings) -> list[tuple[list[str], float]]:
+    """Gradient buckets in the order backward produces them: (layer names, bytes).
+
+    Replicated (data-parallel) embedding tables join the last bucket: their gradients are ready only
+    after the embedding backward.
+    """
+    if placement.ranks == 1:
+        return []
+    eb = w.element_bytes
+    order = list(reversed(model.top_layers(w))) + list(reversed(model.bottom_layers(w)))
+    out: list[tuple[list[str], float]] = []
+    names: list[str] = []
+    size = 0.0
+    for layer in order:
+        names.append(layer.name)
+        size += layer.params * eb
+        if size >= s.bucket_bytes:
+            out.append((names, size))
+            names, size = [], 0.0
+    replicated = sum(w.table_rows[t] * w.embedding_dim * eb for t in placement.replicated_tables)
+    if replicated:
+        names.append("replicated_tables")
+        size += replicated
+    if names:
+        out.append((names, size))
+    return out
+
+
+def _rank_program(
+    w: Workload,
+    placement: Placement,
+    s: IterationSettings,
+    r: int,
+    batches: list[int],
+    fwd_ids: list[str],
+    bwd_ids: list[str],
+    buckets: list[tuple[list[str], float]],
+    collectives: dict[str, Collective],
+) -> list[Step]:
+    prog: list[Step] = []
+    n = batches[r]
+    n_global = s.global_batch
+    p = placement.ranks
+    row_wise = placement.spec.strategy == "row_wise"
+
+    def add(task: Task | None) -> None:
+        if task is not None:
+            prog.append(task)
+
+    def post(cid: str) -> None:
+        prog.append(Post(cid))
+        if s.blocking:
+            prog.append(Wait(cid))
+
+    def wait(cid: str) -> None:
+        if not s.blocking:
+            prog.append(Wait(cid))
+
+    def exchange_prepost(ids: list[str], stage: str) -> None:
+        sent = sum(_bytes_touching(collectives[c], r) for c in ids)
+        add(copy_task(f"{stage}.prepost", sent, s.alltoall_prepost_passes / 2))
+
+    # 1. Embedding lookups: own shards over the global batch (row shards see 1/p of the lookups),
+    #    replicated tables over the local batch.
+    shards = placement.shards_on(r)
+    scatter_list = s.comm == "scatter-list" and not row_wise and p > 1
+    if scatter_list:
+        # ScatterList: every rank walks the tables in the same order and calls each table's scatter (the
+        # owner as root, the others to receive); the owner computes that table's lookups just before, so
+        # each scatter can start while later tables are still being looked up.
+        for sh in sorted(placement.shards, key=lambda x: (x.table, x.col_offset)):
+            cid = f"scatter_fwd.t{sh.table}.c{sh.col_offset}"
+            if sh.rank == r:
+                add(embedding_forward_task(w, f"emb{sh.table}.c{sh.col_offset}.fwd", n_global, sh.columns))
+            exchange_prepost([cid], cid)
+            post(cid)
+    else:
+        for sh in shards:
+            add(embedding_forward_task(w, f"emb{sh.table}.c{sh.col_offset}.fwd", n_global, sh.columns, lookup_fraction(w, sh, row_wise)))
+    for t in placement.replicated_tables:
+        add(embedding_forward_task(w, f"emb{t}.replica.fwd", n, w.embedding_dim))
+    if not scatter_list:
+        if fwd_ids:
+            exchange_prepost(fwd_ids, "a2a_fwd")
+        for cid in fwd_ids:
+            post(cid)
+    # 2. Bottom MLP forward overlaps the forward exchange.
+    for layer in model.bottom_layers(w):
+        add(gemm_task(w, layer, n, Pass.FORWARD))
+        add(activation_task(w, layer, n))
+    for cid in fwd_ids:
+        wait(cid)
+    # 3. Interaction and top MLP.
+    # The interaction walks n small per-sample matrices (``rows``: a calibration fits a per-sample time).
+    add(Task("interaction.fwd", "interaction", model.interaction_flops(w, n), model.interaction_bytes(w, n),
+             ops=model.interaction_ops(w), rows=float(n)))
+    for layer in model.top_layers(w):
+        add(gemm_task(w, layer, n, Pass.FORWARD))
+        add(activation_task(w, layer, n))
+    # 4. Top MLP backward; post each bucket when its last layer's weight gradient is done.
+    last_in_bucket = {names[-1]: i for i, (names, _) in enumerate(buckets)}
+
+    def backward(layer: Layer) -> None:
+        add(activation_task(w, layer, n, backward=True))
+        add(gemm_task(w, layer, n, Pass.BACKWARD_WEIGHTS))
+        add(gemm_task(w, layer, n, Pass.BACKWARD_DATA))
+        if layer.name in last_in_bucket:
+            i = last_in_bucket[layer.name]
+            add(copy_task(f"allreduce{i}.pre", buckets[i][1], s.allreduce_prepost_passes / 3))
+            post(f"allreduce{i}")
+
+    for layer in reversed(model.top_layers(w)):
+        backward(layer)
+    add(Task("interaction.bwd", "interaction_bwd", model.interaction_flops(w, n, backward=True), 2 * model.interaction_bytes(w, n),
+             ops=model.interaction_ops(w, backward=True), rows=float(n)))
+    # 5. Backward exchange goes out now and overlaps the bottom MLP backward.
+    if bwd_ids:
+        exchange_prepost(bwd_ids, "a2a_bwd")
+    for cid in bwd_ids:
+        post(cid)
+    for layer in reversed(model.bottom_layers(w)):
+        backward(layer)
+    for cid in bwd_ids:
+        wait(cid)
+    # 6. Embedding backward and sparse update once the gradients have arrived: autograd runs every table's
+    #    backward before the optimizer updates any (PyTorch's DLRM and the calibration's runner alike).
+    sparse = [task for sh in shards
+              for task in embedding_backward_update_tasks(w, f"emb{sh.table}.c{sh.col_offset}", sh.rows, n_global, sh.columns, s,
+                                                          lookup_fraction(w, sh, row_wise))]
+    for task in sparse:
+        if task.kind != "update":
+            add(task)
+    for t in placement.replicated_tables:
+        add(Task(f"emb{t}.replica.bwd", "embedding_bwd", 0.0, n * w.lookups_per_sample * w.embedding_dim * 4.0 + n * w.embedding_dim * w.element_bytes))
+    for task in sparse:
+        if task.kind == "update":
+            add(task)
+    pending = [i for i, (names, _) in enumerate(buckets) if "replicated_tables" in names and names[-1] == "replicated_tables"]
+    for i in pending:
+        add(copy_task(f"allreduce{i}.pre", buckets[i][1], s.allreduce_prepost_passes / 3))
+        post(f"allreduce{i}")
+    # 7. Dense optimizer after every allreduce (post-processing: averaging and copy back).
+    for i, (_, nbytes) in enumerate(buckets):
+        wait(f"allreduce{i}")
+        add(copy_task(f"allreduce{i}.post", nbytes, s.allreduce_prepost_passes * 2 / 3))
+    dense_params = placement.dense_params(w)
+    tensors = 2 * len(model.mlp_layers(w)) + len(placement.replicated_tables)  # each layer's weight and bias
+    add(Task("optimizer", "optimizer", flops=2.0 * dense_params, bytes=s.optimizer.bytes_per_param * dense_params,
+             ops=s.optimizer.ops_per_tensor * tensors))
+    # Lookups and updates read the tables at random: their page walks compete with every table on the rank.
+    # An update re-reads what its table's forward and backward touched, after every other table's did too.
+    held = placement.table_bytes_on(w, r)
+    reuse = sum(update_reuse_bytes(w, sh.rows, n_global * w.lookups_per_sample * lookup_fraction(w, sh, row_wise), sh.columns)
+                for sh in shards)
+    return mark_run_starts([replace(t, tables_bytes=held, reuse_bytes=reuse if t.kind == "update" else 0.0)
+                            if isinstance(t, Task) and t.kind in TABLE_WALK_KINDS else t for t in prog])
+
+
+def mark_run_starts(program: list[Step]) -> list[Step]:
+    """``program`` with ``run_start`` set on every task whose kind differs from the rank's previous task's
+    (the first task too: the previous iteration ended with other work). Posts and waits do not break a run."""
+    out: list[Step] = []
+    previous: str | None = None
+    for step in program:
+        if isinstance(step, Task):
+            if step.kind != previous:
+                step = replace(step, run_start=True)
+            previous = step.kind
+        out.append(step)
+    return out
+
+
+TABLE_WALK_KINDS = ("embedding", "update")  # task kinds that read rows of the tables (the backward does not)
+
+
+def lookup_fraction(w: Workload, shard: Shard, row_wise: bool) -> float:
+    """Share of a table's lookups that land on ``shard``: its share of the rows when tables are split by rows."""
+    return shard.rows / w.table_rows[shard.table] if row_wise else 1.0
+
+
+def update_reuse_bytes(w: Workload, rows: int, lookups: float, columns: int) -> float:
+    """Bytes of one table (slice) that its sparse update touches again after the forward and backward
+    touched them (bytes): every distinct row the forward read and every gradient row the backward wrote."""
+    return _expected_unique_rows(rows, lookups, w.index_distribution) * columns * w.table_element_bytes + lookups * columns * 4.0
+
+
+def _bytes_touching(c: Collective, rank: int) -> float:
+    """Bytes a rank packs or unpacks for an exchange: what it sends plus what it receives."""
+    if c.matrix is None:
+        return c.nbytes
+    return float(c.matrix[rank].sum() + c.matrix[:, rank].sum())
