@@ -11,7 +11,7 @@ large MPI messages) or when its sender has (eager). A rank with nothing to do in
 through. This is how message-passing collectives behave (no global barrier between steps), and it lets a
 slow link delay only the ranks that depend on it.
 
-Byte conventions of ``nbytes`` (see :meth:`dlrmsim.simulator.engine.Simulation.collective`):
+Byte conventions of ``nbytes`` (see :meth:`dlrmsim.engine.simulation.Simulation.collective`):
 allreduce: the buffer each rank holds; alltoall: what each rank sends to the others in total (or a p x p
 matrix via ``ctx.matrix``); allgather / reduce_scatter: the full (gathered) buffer; scatter: what the root
 sends in total to the others.

@@ -48,7 +48,7 @@ class SourceRoutes:
 
 @dataclass
 class FlowArrays:
-    """A batch of flows as fluid-activity arrays (see :class:`dlrmsim.simulator.fluid.Batch`)."""
+    """A batch of flows as fluid-activity arrays (see :class:`dlrmsim.engine.fluid.Batch`)."""
 
     work: np.ndarray
     cap: np.ndarray

@@ -179,7 +179,7 @@ class Simulation:
         return got
 
     def task_batch(self, rank: int, flops: float, nbytes: float, precision: str, cores: float, interferable: bool = True) -> Batch:
-        """The fluid activity of one task (rate caps from the roofline; see :mod:`dlrmsim.simulator.costs`)."""
+        """The fluid activity of one task (rate caps from the roofline; see :mod:`dlrmsim.engine.costs`)."""
         work, cap, cap_s, trig, res = self._task_params(rank, flops, nbytes, precision, cores, interferable)
         if res >= 0:
             e_act, e_res, e_w = np.zeros(1, dtype=np.int64), np.array([res], dtype=np.int64), np.ones(1)
@@ -352,7 +352,7 @@ class _TransferOwner:
 
 
 class _CollectiveRun:
-    """Drives one collective's phases per rank (see :mod:`dlrmsim.simulator.collectives` for semantics).
+    """Drives one collective's phases per rank (see :mod:`dlrmsim.engine.collectives` for semantics).
 
     All phases' flows sit in one flat table (a flow's tag is its index there, phase by phase); per
     (phase, rank) keys ``k * p + r`` index CSR lists of the flows a rank sends and receives in a phase, the
