@@ -3,7 +3,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench clean torchrec
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,12 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed-test
 	$(BIN)/ruff check dlrmsim tests benchmarks
 	$(BIN)/python -m pytest
+
+# TorchRec validation target (optional). torchrec declares the CUDA fbgemm-gpu, so it goes in with --no-deps
+# beside the CPU fbgemm; torch and fbgemm-gpu-cpu must be a matched pair (1.8.0 is built against torch 2.13).
+torchrec: $(VENV)/.installed-test
+	$(BIN)/python -m pip install --quiet "torch==2.13.0" "fbgemm-gpu-cpu==1.8.0" tensordict "torchmetrics==1.0.3" tqdm pyre-extensions iopath
+	$(BIN)/python -m pip install --quiet --no-deps "torchrec==1.8.0"
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check dlrmsim tests benchmarks

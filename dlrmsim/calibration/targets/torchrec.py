@@ -1,0 +1,224 @@
+"""TorchRec as a validation target: a DLRM training step built with TorchRec's own modules, and its planner's estimate.
+
+What users of TorchRec write for a CPU DLRM (torchrec.models.dlrm.DLRM over an embedding-bag collection) is
+what this module times, so ``dlrmsim validate --against torchrec`` measures dlrmsim against an implementation
+this project did not write. Two embedding paths exist, and they do different work per step:
+
+- ``fused``: ``FusedEmbeddingBagCollection``, fbgemm's table-batched embedding with the SGD update fused into
+  backward (no table gradient is materialised; touched rows are updated in place);
+- ``ebc``: a plain ``EmbeddingBagCollection`` whose table weights get dense, full-size gradients and are
+  stepped by ``torch.optim.SGD`` with the MLPs (what a newcomer writes first; its cost grows with table size).
+
+The planner estimate is TorchRec's own ``EmbeddingPerfEstimator`` (inside ``EmbeddingShardingPlanner``): its
+per-shard ``Perf`` of forward/backward compute and communication, in milliseconds, summed over tables.
+
+Timing follows the repeatable-measurement rule of calibration: each sample loops whole steps for at least
+``min_sample_s`` (tens of milliseconds, so scheduler ticks average out), samples repeat, and the result keeps the
+median with its spread. torch, fbgemm-gpu-cpu and torchrec are optional (``pip install 'dlrmsim[torchrec]'``).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from dlrmsim.errors import DlrmsimError
+from dlrmsim.workloads.schema import Workload
+
+EmbeddingPath = Literal["fused", "ebc"]
+LEARNING_RATE = 0.01  # any positive rate costs the same; SGD as in the DLRM reference training
+
+
+def require_torchrec() -> tuple[Any, Any]:
+    """Import torch and torchrec, or raise a one-line error that says how to install them."""
+    try:
+        import torch
+        import torchrec
+    except ImportError as exc:  # optional extra: a one-line hint instead of a traceback
+        raise DlrmsimError(
+            f"the TorchRec validation target needs torch, fbgemm-gpu-cpu and torchrec ({exc.name} is missing): "
+            "pip install 'dlrmsim[torchrec]' (see docs/calibration.md for the matched versions)"
+        ) from None
+    return torch, torchrec
+
+
+@dataclass(frozen=True)
+class StepMeasurement:
+    """Seconds per training step of one TorchRec model: the median of ``samples`` and their spread."""
+
+    path: EmbeddingPath
+    threads: int
+    batch: int
+    samples_s: tuple[float, ...]
+    steps_per_sample: int
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.samples_s)
+
+    @property
+    def spread(self) -> float:
+        """(p90 - p10) / median of the per-sample step times: how far one sample could land from the median."""
+        q = np.quantile(self.samples_s, [0.1, 0.9])
+        return float((q[1] - q[0]) / self.median_s)
+
+
+def _check_workload(w: Workload) -> None:
+    if w.interaction != "dot":
+        raise DlrmsimError(f"workload {w.name}: interaction: {w.interaction} has no TorchRec DLRM; use interaction: dot")
+    if w.bottom_mlp[-1] != w.embedding_dim:
+        raise DlrmsimError(f"workload {w.name}: TorchRec's DLRM needs bottom_mlp[-1] == embedding_dim ({w.embedding_dim})")
+    if w.precision != "fp32":
+        raise DlrmsimError(f"workload {w.name}: precision {w.precision}: the TorchRec target runs fp32 only")
+
+
+def table_configs(w: Workload) -> list[Any]:
+    """One ``EmbeddingBagConfig`` per table of ``w``; feature ``f{i}`` looks up table ``t{i}``."""
+    _, torchrec = require_torchrec()
+    return [
+        torchrec.EmbeddingBagConfig(name=f"t{i}", embedding_dim=w.embedding_dim, num_embeddings=rows, feature_names=[f"f{i}"])
+        for i, rows in enumerate(w.table_rows)
+    ]
+
+
+def build_model(w: Workload, path: EmbeddingPath, seed: int = 0) -> tuple[Any, Any]:
+    """TorchRec DLRM of workload ``w`` and the optimizer that steps what backward does not update.
+
+    Returns (model, optimizer). With ``fused`` the optimizer holds only the dense (MLP) parameters: the tables
+    are updated inside backward by fbgemm. With ``ebc`` it holds every parameter, tables included.
+    """
+    torch, _ = require_torchrec()
+    from torchrec.models.dlrm import DLRM
+    from torchrec.modules.embedding_modules import EmbeddingBagCollection
+    from torchrec.modules.fused_embedding_modules import FusedEmbeddingBagCollection
+
+    _check_workload(w)
+    torch.manual_seed(seed)
+    tables = table_configs(w)
+    if path == "fused":
+        ebc = FusedEmbeddingBagCollection(tables=tables, optimizer_type=torch.optim.SGD, optimizer_kwargs={"lr": LEARNING_RATE})
+    else:
+        ebc = EmbeddingBagCollection(tables=tables)
+    model = DLRM(
+        embedding_bag_collection=ebc,
+        dense_in_features=w.bottom_mlp[0],
+        dense_arch_layer_sizes=list(w.bottom_mlp[1:]),
+        over_arch_layer_sizes=list(w.top_mlp),
+    )
+    params = [p for n, p in model.named_parameters() if path == "ebc" or not n.startswith("sparse_arch.")]
+    return model, torch.optim.SGD(params, lr=LEARNING_RATE)
+
+
+def make_batches(w: Workload, batch: int, count: int, seed: int = 0) -> list[tuple[Any, Any, Any]]:
+    """``count`` (dense, sparse KeyedJaggedTensor, labels) batches with ``w``'s lookups and index distribution."""
+    torch, torchrec = require_torchrec()
+    from dlrmsim.calibration.kernels import make_indices
+
+    rng = np.random.default_rng(seed)
+    dist = w.index_distribution
+    exponent = getattr(dist, "exponent", 0.0)
+    lookups = w.lookups_per_sample
+    out = []
+    for _ in range(count):
+        values = np.concatenate([make_indices(rows, batch * lookups, dist.kind, exponent, rng) for rows in w.table_rows])
+        kjt = torchrec.KeyedJaggedTensor.from_lengths_sync(
+            keys=[f"f{i}" for i in range(w.num_tables)],
+            values=torch.from_numpy(values.astype(np.int64)),
+            lengths=torch.full((w.num_tables * batch,), lookups, dtype=torch.int32),
+        )
+        dense = torch.from_numpy(rng.standard_normal((batch, w.bottom_mlp[0])).astype(np.float32))
+        labels = torch.from_numpy((rng.random((batch, 1)) < 0.5).astype(np.float32))
+        out.append((dense, kjt, labels))
+    return out
+
+
+def measure_step(
+    w: Workload,
+    batch: int,
+    threads: int,
+    path: EmbeddingPath = "fused",
+    samples: int = 7,
+    min_sample_s: float = 0.05,
+    warmup_steps: int = 3,
+    seed: int = 0,
+) -> StepMeasurement:
+    """Time TorchRec training steps (forward, BCE loss, backward, optimizer step) on ``threads`` threads.
+
+    Each sample runs as many whole steps as fill ``min_sample_s`` (found from the warm-up), cycling over a few
+    pre-built batches so input generation is not timed.
+    """
+    torch, _ = require_torchrec()
+    model, opt = build_model(w, path, seed)
+    batches = make_batches(w, batch, 4, seed)
+    loss_fn = torch.nn.BCEWithLogitsLoss()
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+
+        def step(i: int) -> None:
+            dense, kjt, labels = batches[i % len(batches)]
+            opt.zero_grad(set_to_none=True)
+            loss = loss_fn(model(dense_features=dense, sparse_features=kjt), labels)
+            loss.backward()
+            opt.step()
+
+        t0 = time.perf_counter()
+        for i in range(warmup_steps):
+            step(i)
+        per_step = (time.perf_counter() - t0) / warmup_steps
+        k = max(1, int(np.ceil(min_sample_s / max(per_step, 1e-6))))
+        out = []
+        for s in range(samples):
+            t0 = time.perf_counter()
+            for i in range(k):
+                step(s * k + i)
+            out.append((time.perf_counter() - t0) / k)
+    finally:
+        torch.set_num_threads(previous)
+    return StepMeasurement(path, threads, batch, tuple(out), k)
+
+
+@dataclass(frozen=True)
+class PlannerEstimate:
+    """TorchRec planner's per-step estimate for the tables of a workload (seconds), and the sharding it chose."""
+
+    step_s: float
+    compute_s: float
+    comms_s: float
+    sharding: dict[str, str]
+
+
+def planner_estimate(w: Workload, batch: int, world_size: int = 1) -> PlannerEstimate:
+    """What ``EmbeddingShardingPlanner`` with ``EmbeddingPerfEstimator`` predicts per step for ``w``'s tables.
+
+    ``batch`` is the per-rank batch, as TorchRec's planner takes it; pooling factors come from the workload's
+    lookups per sample. The planner reports milliseconds; the estimate is the slowest rank's sum of its shards.
+    """
+    torch, torchrec = require_torchrec()
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+    from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
+    from torchrec.distributed.planner.types import ParameterConstraints
+
+    _check_workload(w)
+    topo = Topology(world_size=world_size, compute_device="cpu", local_world_size=world_size)
+    constraints = {f"t{i}": ParameterConstraints(pooling_factors=[float(w.lookups_per_sample)]) for i in range(w.num_tables)}
+    planner = EmbeddingShardingPlanner(topology=topo, batch_size=batch, constraints=constraints)
+    ebc = torchrec.EmbeddingBagCollection(tables=table_configs(w), device=torch.device("meta"))
+    planner.plan(ebc, [EmbeddingBagCollectionSharder()])
+    per_rank_compute = [0.0] * world_size
+    per_rank_comms = [0.0] * world_size
+    sharding = {}
+    for option in planner._best_plan:  # the chosen ShardingOptions; TorchRec exposes no public accessor
+        sharding[option.name] = str(option.sharding_type)
+        for shard in option.shards:
+            p = shard.perf
+            rank = shard.rank or 0
+            per_rank_compute[rank] += (p.fwd_compute + p.bwd_compute + p.prefetch_compute) / 1e3
+            per_rank_comms[rank] += (p.fwd_comms + p.bwd_comms + p.input_dist_comms) / 1e3
+    totals = [c + m for c, m in zip(per_rank_compute, per_rank_comms, strict=True)]
+    worst = int(np.argmax(totals))
+    return PlannerEstimate(totals[worst], per_rank_compute[worst], per_rank_comms[worst], sharding)

@@ -1,0 +1,105 @@
+"""The TorchRec validation target builds the model dlrmsim simulates, and times it the repeatable way."""
+
+from __future__ import annotations
+
+import builtins
+
+import pytest
+
+from dlrmsim.errors import DlrmsimError
+from dlrmsim.workloads.model import interaction_width, mlp_layers
+from dlrmsim.workloads.schema import Workload
+
+TINY = Workload.model_validate(
+    {
+        "name": "tiny-torchrec",
+        "tables": {"count": 3, "rows": 1000},
+        "embedding_dim": 16,
+        "lookups_per_sample": 4,
+        "bottom_mlp": [13, 32, 16],
+        "top_mlp": [32, 1],
+        "minibatch": {"strong_global": 64, "weak_local": 64},
+    }
+)
+
+
+def test_missing_torchrec_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dlrmsim.calibration.targets import torchrec as target
+
+    real_import = builtins.__import__
+
+    def no_torchrec(name: str, *args: object, **kwargs: object) -> object:
+        if name == "torchrec" or name.startswith("torchrec."):
+            raise ImportError(name=name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_torchrec)
+    # Because torchrec is an optional extra, its absence must read as an install hint, not a traceback.
+    with pytest.raises(DlrmsimError, match="pip install"):
+        target.require_torchrec()
+
+
+def test_cat_interaction_has_no_torchrec_model() -> None:
+    pytest.importorskip("torchrec")
+    from dlrmsim.calibration.targets.torchrec import build_model
+
+    cat = TINY.model_copy(update={"interaction": "cat"})
+    # Because TorchRec's DLRM only implements the dot interaction, a cat workload is refused in one line.
+    with pytest.raises(DlrmsimError, match="interaction"):
+        build_model(cat, "fused")
+
+
+@pytest.mark.parametrize("path", ["fused", "ebc"])
+def test_model_has_the_layers_dlrmsim_simulates(path: str) -> None:
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("torchrec")
+    from dlrmsim.calibration.targets.torchrec import build_model
+
+    model, opt = build_model(TINY, path)  # type: ignore[arg-type]
+    first_over = next(m for m in model.over_arch.modules() if isinstance(m, torch.nn.Linear))
+    mlp_params = sum(layer.params for layer in mlp_layers(TINY))
+    table_params = sum(TINY.table_rows) * TINY.embedding_dim
+    stepped = sum(p.numel() for group in opt.param_groups for p in group["params"])
+    # Because the over-arch input is the dot interaction, its width is dlrmsim's (S+1)S/2 + E.
+    assert first_over.in_features == interaction_width(TINY)
+    # Because the fused path updates tables inside backward, its optimizer steps the MLPs only; the plain
+    # EmbeddingBagCollection path steps the full tables too (dense gradients).
+    assert stepped == (mlp_params if path == "fused" else mlp_params + table_params)
+
+
+def test_fused_step_updates_only_touched_rows() -> None:
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("torchrec")
+    from dlrmsim.calibration.targets.torchrec import build_model, make_batches
+
+    model, opt = build_model(TINY, "fused")
+    dense, kjt, labels = make_batches(TINY, 8, 1)[0]
+    before = [t.detach().clone() for t in model.sparse_arch.embedding_bag_collection.state_dict().values()]
+    loss = torch.nn.BCEWithLogitsLoss()(model(dense_features=dense, sparse_features=kjt), labels)
+    loss.backward()
+    opt.step()
+    after = list(model.sparse_arch.embedding_bag_collection.state_dict().values())
+    touched = set(kjt["f0"].values().tolist())
+    changed = set(torch.nonzero((after[0] - before[0]).abs().sum(dim=1)).flatten().tolist())
+    # Because fbgemm fuses sparse SGD into backward, exactly the looked-up rows of table 0 move.
+    assert changed and changed <= touched
+
+
+def test_measurement_reports_median_and_spread() -> None:
+    pytest.importorskip("torchrec")
+    from dlrmsim.calibration.targets.torchrec import measure_step
+
+    m = measure_step(TINY, 32, 1, "fused", samples=3, min_sample_s=0.005, warmup_steps=1)
+    # Because every sample loops whole steps, the median is one of the samples and the spread is non-negative.
+    assert m.median_s in m.samples_s and m.spread >= 0 and m.steps_per_sample >= 1
+
+
+def test_planner_estimate_grows_with_lookups() -> None:
+    pytest.importorskip("torchrec")
+    from dlrmsim.calibration.targets.torchrec import planner_estimate
+
+    one = planner_estimate(TINY, 64)
+    four = planner_estimate(TINY.model_copy(update={"lookups_per_sample": 16}), 64)
+    # Because TorchRec's estimator charges embedding compute by bytes read (pooling factor x dim), four times
+    # the lookups cost more, and every table is placed somewhere.
+    assert four.compute_s > one.compute_s > 0 and len(one.sharding) == TINY.num_tables
