@@ -19,13 +19,12 @@ median with its spread. torch, fbgemm-gpu-cpu and torchrec are optional (``pip i
 
 from __future__ import annotations
 
-import statistics
-import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 
+from dlrmsim.calibration.targets.measurement import StepMeasurement, time_samples
 from dlrmsim.errors import DlrmsimError
 from dlrmsim.workloads.schema import Workload
 
@@ -44,27 +43,6 @@ def require_torchrec() -> tuple[Any, Any]:
             "pip install 'dlrmsim[torchrec]' (see docs/calibration.md for the matched versions)"
         ) from None
     return torch, torchrec
-
-
-@dataclass(frozen=True)
-class StepMeasurement:
-    """Seconds per training step of one TorchRec model: the median of ``samples`` and their spread."""
-
-    path: EmbeddingPath
-    threads: int
-    batch: int
-    samples_s: tuple[float, ...]
-    steps_per_sample: int
-
-    @property
-    def median_s(self) -> float:
-        return statistics.median(self.samples_s)
-
-    @property
-    def spread(self) -> float:
-        """(p90 - p10) / median of the per-sample step times: how far one sample could land from the median."""
-        q = np.quantile(self.samples_s, [0.1, 0.9])
-        return float((q[1] - q[0]) / self.median_s)
 
 
 def _check_workload(w: Workload) -> None:
@@ -148,7 +126,7 @@ def measure_step(
 ) -> StepMeasurement:
     """Time TorchRec training steps (forward, BCE loss, backward, optimizer step) on ``threads`` threads.
 
-    Each sample runs as many whole steps as fill ``min_sample_s`` (found from the warm-up), cycling over a few
+    Samples as :func:`~dlrmsim.calibration.targets.measurement.time_samples` takes them, cycling over a few
     pre-built batches so input generation is not timed.
     """
     torch, _ = require_torchrec()
@@ -166,20 +144,10 @@ def measure_step(
             loss.backward()
             opt.step()
 
-        t0 = time.perf_counter()
-        for i in range(warmup_steps):
-            step(i)
-        per_step = (time.perf_counter() - t0) / warmup_steps
-        k = max(1, int(np.ceil(min_sample_s / max(per_step, 1e-6))))
-        out = []
-        for s in range(samples):
-            t0 = time.perf_counter()
-            for i in range(k):
-                step(s * k + i)
-            out.append((time.perf_counter() - t0) / k)
+        samples_s, k = time_samples(step, samples, min_sample_s, warmup_steps)
     finally:
         torch.set_num_threads(previous)
-    return StepMeasurement(path, threads, batch, tuple(out), k)
+    return StepMeasurement(f"torchrec/{path}", threads, batch, tuple(samples_s), k)
 
 
 @dataclass(frozen=True)
