@@ -12,6 +12,7 @@ from dlrmsim.errors import DlrmsimError
 
 if TYPE_CHECKING:
     from dlrmsim.calibration.drift import DriftSample
+    from dlrmsim.calibration.validate import ValidationReport
 
 
 def calibrate(
@@ -86,13 +87,18 @@ def validate(
     rounds: int = typer.Option(3, min=1, help="rounds over all cases; each case keeps its fastest round"),
     phases: bool = typer.Option(False, "--phases", help="also print measured vs predicted time per phase"),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
+    against: str = typer.Option("project", "--against", help="what runs the cases: project (dlrmsim's own runner), torchrec, reference"),
+    reference: Path | None = typer.Option(None, "--reference", help="with --against reference: a facebookresearch/dlrm checkout"),
 ) -> None:
     """Run small DLRM training iterations for real and compare them with the calibrated simulator."""
     from dlrmsim.calibration.validate import run_validation
     from dlrmsim.output import console, print_json, print_table
 
     report = run_validation(calibration, backend=backend, only=case or None, iterations=iterations, warmup=warmup,
-                            progress=not json_out, rounds=rounds)  # fmt: skip
+                            progress=not json_out, rounds=rounds, against=against, reference=reference)  # fmt: skip
+    if against != "project":
+        _print_target(report, calibration, json_out)
+        return
     if json_out:
         data = report.to_json()
         keys = ("name", "measured_s", "predicted_s", "error", "ranks", "threads", "batch", "measured_rounds_s", "kept_round", "drift_ratio")
@@ -113,6 +119,32 @@ def validate(
                         [(n, c.measured_phases_s.get(n, 0.0) * 1e3, c.predicted_phases_s.get(n, 0.0) * 1e3) for n in names])
     _print_drift(report.drift_rounds)
     console.print(f"median |error| {100 * report.median_abs_error:.1f}%, max |error| {100 * report.max_abs_error:.1f}%")
+
+
+def _print_target(report: ValidationReport, calibration: Path, json_out: bool) -> None:
+    """Another implementation's measured steps beside dlrmsim's prediction (and TorchRec's planner estimate)."""
+    from dlrmsim.output import console, print_json, print_table
+
+    if json_out:
+        data = report.to_json()
+        for c, r in zip(data["cases"], report.cases, strict=True):
+            c["planner_error"] = r.planner_error
+        print_json(data)
+        return
+    planner = report.backend == "torchrec"
+    print_table(f"Validation against {report.backend} on this host, calibration {calibration}",
+                ["case", "threads", "batch", "measured ms", "spread %", "dlrmsim ms", "dlrmsim error %",
+                 *(["planner ms", "planner error %"] if planner else [])],
+                [(c.name, c.threads, c.batch, c.measured_s * 1e3, 100 * c.spread, c.predicted_s * 1e3, 100 * c.error,
+                  *([c.planner_s * 1e3 if c.planner_s else "-", 100 * c.planner_error if c.planner_error is not None else "-"]
+                    if planner else []))
+                 for c in report.cases])  # fmt: skip
+    line = f"dlrmsim: median |error| {100 * report.median_abs_error:.1f}%, max |error| {100 * report.max_abs_error:.1f}%"
+    if planner:
+        errs = sorted(abs(c.planner_error) for c in report.cases if c.planner_error is not None)
+        if errs:
+            line += f"; TorchRec planner: median |error| {100 * errs[len(errs) // 2]:.1f}%, max {100 * errs[-1]:.1f}%"
+    console.print(line)
 
 
 def _print_drift(rounds: list[list[DriftSample]]) -> None:

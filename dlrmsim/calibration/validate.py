@@ -18,6 +18,7 @@ from dlrmsim import config
 from dlrmsim.calibration.drift import DriftSample
 from dlrmsim.calibration.schema import Calibration
 from dlrmsim.config import StrictModel
+from dlrmsim.errors import DlrmsimError
 from dlrmsim.workloads.schema import Workload
 
 CASES_FILE = Path(__file__).resolve().parent / "validation_cases.yaml"
@@ -63,6 +64,13 @@ class CaseResult:
     # The drift probe's worst ratio (drift.worst) just before the kept round; None without a probe. Far from 1,
     # the case ran on a host other than the calibrated one, and that much of its error is not the model's.
     drift_ratio: float | None = None
+    target: str = "project"  # the implementation measured: project runner, torchrec/fused, reference
+    # TorchRec's own planner estimate of the same step (EmbeddingPerfEstimator; tables only) and its error
+    planner_s: float | None = None
+
+    @property
+    def planner_error(self) -> float | None:
+        return None if self.planner_s is None else (self.planner_s - self.measured_s) / self.measured_s
 
     @property
     def spread(self) -> float:
@@ -180,6 +188,29 @@ def measure(case: ValidationCase, backend: str, iterations: int, warmup: int) ->
     return m.iteration_s, merged
 
 
+TARGETS = ("project", "torchrec", "reference")
+
+
+def measure_target(case: ValidationCase, against: str, reference: Path | None, samples: int) -> tuple[list[float], float | None]:
+    """Per-step samples (s) of ``case`` run by an implementation this project did not write, and TorchRec's
+    planner estimate (s) when the target is TorchRec."""
+    if against == "torchrec":
+        from dlrmsim.calibration.targets.torchrec import measure_step, planner_estimate
+
+        if case.ranks != 1:
+            raise DlrmsimError(f"case {case.name}: the TorchRec target runs one rank", field="--case",
+                               fix="pick 1-rank cases (multi-rank TorchRec needs DistributedModelParallel, not built yet)")  # fmt: skip
+        m = measure_step(case.workload, case.batch, case.threads, "fused", samples=samples)
+        return list(m.samples_s), planner_estimate(case.workload, case.batch).step_s
+    from dlrmsim.calibration.targets.reference import measure_reference
+
+    if reference is None:
+        raise DlrmsimError("--against reference needs --reference PATH", field="--reference",
+                           fix="clone https://github.com/facebookresearch/dlrm into a temporary directory and pass its path")  # fmt: skip
+    m = measure_reference(reference, case.workload, case.batch, ranks=case.ranks, threads=case.threads, iterations=10 * samples)
+    return list(m.samples_s), None
+
+
 def run_validation(
     calibration_path: Path,
     backend: str | None = None,
@@ -188,6 +219,8 @@ def run_validation(
     warmup: int = 2,
     progress: bool = True,
     rounds: int = 3,
+    against: str = "project",
+    reference: Path | None = None,
 ) -> ValidationReport:
     """Run every case for real and in the simulator; the report holds both and the relative errors.
 
@@ -205,6 +238,10 @@ def run_validation(
     from dlrmsim.output import err_console
 
     cal = load_calibration(calibration_path)  # validate (and warn about another host) before any run
+    if against not in TARGETS:
+        raise DlrmsimError(f"unknown validation target '{against}'", field="--against", fix=f"use one of: {', '.join(TARGETS)}")
+    if against != "project":
+        return _validate_target(cal, calibration_path, against, reference, only, rounds, progress)
     # The fitted rates describe the calibration's kernels; compare against runs of the same kernels.
     backend = backend or cal.host.backend
     cases = load_cases(only=only)
@@ -237,3 +274,27 @@ def run_validation(
                                   case.threads, case.batch, mphases, pphases, [t for t, _ in runs[case.name]], kept,
                                   probe_worst.ratio if probe_worst is not None else None))  # fmt: skip
     return ValidationReport(results, str(calibration_path), backend, drift)
+
+
+def _validate_target(cal: Calibration, path: Path, against: str, reference: Path | None, only: list[str] | None, samples: int,
+                     progress: bool) -> ValidationReport:  # fmt: skip
+    """Each case run by another implementation (samples of whole steps, median kept) against the prediction."""
+    from rich.progress import Progress
+
+    from dlrmsim.output import err_console
+
+    cases = load_cases(only=only)
+    if against == "torchrec":
+        cases = [c for c in cases if c.ranks == 1 and c.workload.bottom_mlp[-1] == c.workload.embedding_dim]
+    results = []
+    with Progress(console=err_console, transient=True, disable=not progress) as bar:
+        task = bar.add_task("validating", total=len(cases))
+        for case in cases:
+            bar.update(task, description=f"{case.name}: {against}")
+            runs, planner = measure_target(case, against, reference, max(samples, 5))
+            measured = statistics.median(runs)
+            predicted, pphases = predict(case, cal)
+            results.append(CaseResult(case.name, measured, predicted, (predicted - measured) / measured, case.ranks, case.threads,
+                                      case.batch, {}, pphases, runs, 0, None, against, planner))  # fmt: skip
+            bar.advance(task)
+    return ValidationReport(results, str(path), against, [])

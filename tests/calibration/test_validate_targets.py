@@ -1,0 +1,56 @@
+"""`dlrmsim validate --against torchrec|reference`: another implementation's steps beside dlrmsim's prediction."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from dlrmsim.calibration import validate
+from dlrmsim.cli import app, main
+
+SAMPLES = [0.010, 0.012, 0.011, 0.013, 0.011]
+
+
+@pytest.fixture
+def fake_target(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Replace the measured implementation by fixed samples (and a fixed planner estimate): the test is about
+    how validate combines them with the prediction, not about this host's speed."""
+    monkeypatch.setattr(validate, "measure_target", lambda case, against, ref, n: (SAMPLES, 0.002 if against == "torchrec" else None))
+
+
+def test_torchrec_report_has_dlrmsim_and_planner_errors(quick_cal_path: Path, fake_target: None) -> None:
+    res = CliRunner().invoke(app, ["validate", "-c", str(quick_cal_path), "--against", "torchrec", "--case", "base", "--json"])
+    assert res.exit_code == 0, res.output
+    (case,) = json.loads(res.output)["cases"]
+    # Because the kept measurement is the median of the samples, and each error is (estimate - measured) / measured.
+    assert case["measured_s"] == pytest.approx(0.011) and case["measured_rounds_s"] == SAMPLES
+    assert case["error"] == pytest.approx((case["predicted_s"] - 0.011) / 0.011)
+    assert case["planner_error"] == pytest.approx((0.002 - 0.011) / 0.011) and case["target"] == "torchrec"
+
+
+def test_torchrec_skips_multi_rank_cases(quick_cal_path: Path, fake_target: None) -> None:
+    report = validate.run_validation(quick_cal_path, against="torchrec", only=["base", "ranks-2"], progress=False)
+    # Because the TorchRec target runs one process, the 2-rank case is left out rather than mis-measured.
+    assert [c.name for c in report.cases] == ["base"]
+
+
+def one_line_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    err = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 2 and len(err.splitlines()) == 1, err
+    return err
+
+
+def test_reference_needs_a_checkout(quick_cal_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    err = one_line_error(["validate", "-c", str(quick_cal_path), "--against", "reference", "--case", "base"], capsys)
+    # Because the reference script is never vendored, the user is told where to get it.
+    assert "facebookresearch/dlrm" in err
+
+
+def test_unknown_target_is_one_line(quick_cal_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    err = one_line_error(["validate", "-c", str(quick_cal_path), "--against", "tensorflow"], capsys)
+    assert "project, torchrec, reference" in err
