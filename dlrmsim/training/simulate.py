@@ -236,10 +236,14 @@ def check_memory(w: Workload, placement: Placement, topo: Topology, cfg: Trainin
 
 
 class CollectiveCoordinator:
-    """Starts a collective once every rank has posted it; each rank's wait ends when its own part is done.
+    """Starts a collective once every rank has posted it and its ranks' progress engines are free; each rank's
+    wait ends when its own part is done.
 
-    In-order completion (MPI) is the engine's job: it holds back a rank's completion events until its
-    earlier communication has completed.
+    A backend with ``progress_engines = k`` progresses at most k collectives per rank at a time, in the
+    order they were posted (MPI's single progress thread: one at a time); a collective waits in a FIFO until
+    every rank has a free engine, and none overtakes an earlier one. ``None``: no limit. In-order
+    *completion* (MPI) is the engine's job: it holds back a rank's completion events until its earlier
+    communication has completed.
     """
 
     def __init__(self, sim: Any, graph: IterationGraph, backend: Backend, ranks: int) -> None:
@@ -251,11 +255,23 @@ class CollectiveCoordinator:
         self.posted: dict[str, int] = {}
         self.rank_done: dict[str, dict[int, simpy.Event]] = {}
         self.ready: dict[str, simpy.Event] = {cid: self.env.event() for cid in graph.collectives}
+        self.engines = backend.progress_engines
+        self.active = [0] * ranks  # collectives each rank's engines are progressing now
+        self.queue: list[str] = []  # fully posted, waiting for free engines (posting order)
 
     def post(self, cid: str) -> None:
         self.posted[cid] = self.posted.get(cid, 0) + 1
         if self.posted[cid] == len(self.ranks):
-            self._launch(self.graph.collectives[cid])
+            self.queue.append(cid)
+            self._start_queued()
+
+    def _start_queued(self) -> None:
+        while self.queue and (self.engines is None or max(self.active) < self.engines):
+            self._launch(self.graph.collectives[self.queue.pop(0)])
+
+    def _release(self, rank: int) -> None:
+        self.active[rank] -= 1
+        self._start_queued()
 
     def _launch(self, c: Collective) -> None:
         algorithms = self.backend.algorithms
@@ -266,6 +282,10 @@ class CollectiveCoordinator:
             algo = getattr(algorithms, c.op, None)
             ev = self.sim.collective(c.op, self.ranks, c.nbytes, algorithm=algo, name=c.cid, category=c.category)
         self.rank_done[c.cid] = ev.rank_events
+        if self.engines is not None:
+            for r, done in ev.rank_events.items():
+                self.active[r] += 1
+                done.callbacks.append(lambda _e, r=r: self._release(r))
         self.ready[c.cid].succeed()
 
     def wait(self, cid: str, rank: int) -> Any:
