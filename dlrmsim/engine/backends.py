@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 
 from dlrmsim import config
 from dlrmsim.config import StrictModel
@@ -49,6 +49,11 @@ class Backend(StrictModel):
     progress: Literal["pinned_cores", "unpinned_thread"]
     comm_cores: NonNegativeInt = Field(description="cores per socket pinned to communication and removed from compute")
     in_order: bool = Field(description="collectives complete in the order posted (one progress engine)")
+    progress_engines: PositiveInt | None = Field(
+        None,
+        description="collectives a rank progresses at once, in posting order (1: one progress thread runs one collective "
+        "after another); null: no limit",
+    )
     interference: Interference | None = None
     message_overhead_us: NonNegativeFloat = Field(description="software time per message on top of the links' own overhead")
     bucket_MB: PositiveFloat = Field(description="gradient bucket size for the overlapped allreduce")

@@ -189,6 +189,36 @@ def shared_bandwidth_rates(demands: list[float], capacity: float) -> list[float]
     return rates
 
 
+@dataclass(frozen=True)
+class ProgressThreadInterference:
+    """What an unpinned communication progress thread and the compute threads cost each other while both run.
+
+    ``compute_share``: fraction (0..1] of each compute core's speed left to compute tasks while communication
+    is in flight. ``comm_slowdown`` (>= 1): divisor of a flow's rate while compute runs beside the thread.
+    """
+
+    compute_share: float
+    comm_slowdown: float
+
+
+def progress_thread_interference(stolen_cores: float, compute_cores: float, barrier_synchronized: bool) -> ProgressThreadInterference:
+    """The interference formula: an unpinned progress thread takes ``stolen_cores`` (0..1 of one core when it
+    time-slices one core with a compute thread; 0.5 for a fair OS scheduler) from ``compute_cores`` compute cores.
+
+    Without barriers only that CPU time is lost: compute runs at ``1 - stolen_cores / compute_cores``. With
+    ``barrier_synchronized`` kernels (static partitioning ending in a barrier) every thread waits for the one
+    sharing its core, so the whole kernel runs at ``1 - min(stolen_cores, 1)``. The progress thread in turn gets
+    only ``1 - min(stolen_cores, 1)`` of its core while compute is busy, which stretches its message processing
+    by the inverse (``comm_slowdown``).
+    """
+    taken = min(stolen_cores, 1.0)
+    if barrier_synchronized:
+        share = max(1.0 - taken, 0.0)
+    else:
+        share = max(1.0 - stolen_cores / compute_cores, 0.0)
+    return ProgressThreadInterference(compute_share=share, comm_slowdown=1.0 / (1.0 - taken) if taken < 1.0 else math.inf)
+
+
 def p2p_time(nbytes: float, bandwidth: float, latency: float) -> float:
     """One uncontended flow: latency + bytes / bandwidth."""
     return latency + nbytes / bandwidth

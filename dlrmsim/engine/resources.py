@@ -14,6 +14,7 @@ import simpy
 from pydantic import Field
 
 from dlrmsim.config import StrictModel
+from dlrmsim.engine.costs import progress_thread_interference
 from dlrmsim.errors import DlrmsimError
 from dlrmsim.topologies.topology import ComputeSpec
 
@@ -133,10 +134,8 @@ class RankResources:
             "comm": CorePool(env, self.comm_cores),
         }
         # Share of each compute core left to compute threads while the unpinned progress thread is busy.
-        if comm.progress_thread_unpinned and comm.barrier_synchronized:
-            self.interfered_share = max(1.0 - min(comm.stolen_cores, 1.0), 0.0)
-        elif comm.progress_thread_unpinned:
-            self.interfered_share = max(1.0 - comm.stolen_cores / self.compute_cores, 0.0)
+        if comm.progress_thread_unpinned:
+            self.interfered_share = progress_thread_interference(comm.stolen_cores, self.compute_cores, comm.barrier_synchronized).compute_share
         else:
             self.interfered_share = 1.0
 

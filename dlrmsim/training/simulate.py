@@ -15,11 +15,16 @@ from typing import Any, Literal
 import simpy
 from pydantic import Field
 
+from dlrmsim.calibration.apply import apply_calibration
+from dlrmsim.calibration.schema import load_calibration
 from dlrmsim.config import StrictModel
 from dlrmsim.engine.backends import Backend, load_backend
-from dlrmsim.engine.costs import MATRIX_KINDS, fixed_time_s
+from dlrmsim.engine.costs import MATRIX_KINDS, fixed_time_s, progress_thread_interference
 from dlrmsim.engine.records import Record
+from dlrmsim.engine.resources import CommSettings
+from dlrmsim.engine.simulation import Simulation
 from dlrmsim.errors import DlrmsimError
+from dlrmsim.topologies import load_topology
 from dlrmsim.topologies.topology import Topology
 from dlrmsim.training.optimizers import load_optimizer
 from dlrmsim.training.taskgraph import (
@@ -150,8 +155,6 @@ def load_inputs(cfg: TrainingConfig, workload: Workload | None = None, topology:
     ``workload`` / ``topology`` objects, when given, replace loading ``cfg.workload`` / ``cfg.topology``
     (validation builds its small workloads in memory).
     """
-    from dlrmsim.topologies import load_topology
-
     wl_over = dict(cfg.workload_overrides)
     if cfg.precision is not None:
         wl_over["precision"] = cfg.precision
@@ -161,8 +164,6 @@ def load_inputs(cfg: TrainingConfig, workload: Workload | None = None, topology:
         w = load_workload(cfg.workload, wl_over or None)
     topo = topology if topology is not None else load_topology(cfg.topology, cfg.topology_overrides or None)
     if cfg.calibration:
-        from dlrmsim.calibration import apply_calibration, load_calibration
-
         topo = apply_calibration(topo, load_calibration(Path(cfg.calibration)), w.index_distribution.kind)
     be_over = dict(cfg.backend_overrides)
     if cfg.comm_cores is not None:
@@ -235,10 +236,14 @@ def check_memory(w: Workload, placement: Placement, topo: Topology, cfg: Trainin
 
 
 class CollectiveCoordinator:
-    """Starts a collective once every rank has posted it; each rank's wait ends when its own part is done.
+    """Starts a collective once every rank has posted it and its ranks' progress engines are free; each rank's
+    wait ends when its own part is done.
 
-    In-order completion (MPI) is the engine's job: it holds back a rank's completion events until its
-    earlier communication has completed.
+    A backend with ``progress_engines = k`` progresses at most k collectives per rank at a time, in the
+    order they were posted (MPI's single progress thread: one at a time); a collective waits in a FIFO until
+    every rank has a free engine, and none overtakes an earlier one. ``None``: no limit. In-order
+    *completion* (MPI) is the engine's job: it holds back a rank's completion events until its earlier
+    communication has completed.
     """
 
     def __init__(self, sim: Any, graph: IterationGraph, backend: Backend, ranks: int) -> None:
@@ -250,11 +255,23 @@ class CollectiveCoordinator:
         self.posted: dict[str, int] = {}
         self.rank_done: dict[str, dict[int, simpy.Event]] = {}
         self.ready: dict[str, simpy.Event] = {cid: self.env.event() for cid in graph.collectives}
+        self.engines = backend.progress_engines
+        self.active = [0] * ranks  # collectives each rank's engines are progressing now
+        self.queue: list[str] = []  # fully posted, waiting for free engines (posting order)
 
     def post(self, cid: str) -> None:
         self.posted[cid] = self.posted.get(cid, 0) + 1
         if self.posted[cid] == len(self.ranks):
-            self._launch(self.graph.collectives[cid])
+            self.queue.append(cid)
+            self._start_queued()
+
+    def _start_queued(self) -> None:
+        while self.queue and (self.engines is None or max(self.active) < self.engines):
+            self._launch(self.graph.collectives[self.queue.pop(0)])
+
+    def _release(self, rank: int) -> None:
+        self.active[rank] -= 1
+        self._start_queued()
 
     def _launch(self, c: Collective) -> None:
         algorithms = self.backend.algorithms
@@ -265,6 +282,10 @@ class CollectiveCoordinator:
             algo = getattr(algorithms, c.op, None)
             ev = self.sim.collective(c.op, self.ranks, c.nbytes, algorithm=algo, name=c.cid, category=c.category)
         self.rank_done[c.cid] = ev.rank_events
+        if self.engines is not None:
+            for r, done in ev.rank_events.items():
+                self.active[r] += 1
+                done.callbacks.append(lambda _e, r=r: self._release(r))
         self.ready[c.cid].succeed()
 
     def wait(self, cid: str, rank: int) -> Any:
@@ -303,8 +324,6 @@ def _rank_process(sim: Any, rank: int, graph: IterationGraph, coord: CollectiveC
 
 def run_iteration(inputs: Inputs, cfg: TrainingConfig) -> TrainingResult:
     """Simulate one iteration on the engine and summarise it."""
-    from dlrmsim.engine.simulation import Simulation
-
     graph = build_iteration(inputs.workload, inputs.placement, inputs.settings)
     sim = Simulation(inputs.topology, seed=cfg.seed, comm=comm_settings(inputs.backend, inputs.topology.compute(0).cores))
     p = inputs.placement.ranks
@@ -351,18 +370,12 @@ def collective_payload(c: Collective) -> float:
     return c.nbytes
 
 
-def comm_settings(backend: Backend, cores: int) -> Any:
+def comm_settings(backend: Backend, cores: int) -> CommSettings:
     """The engine's communication parameters for a backend preset.
 
-    An unpinned progress thread takes ``core_share`` of one core while communication is in flight. When
-    compute kernels are barrier-synchronised, every thread waits for the one that shares its core, so the
-    whole kernel runs at ``1 - core_share`` of its speed: ``core_share * compute_cores`` cores' worth of
-    loss (the engine's ``stolen_cores``); otherwise only ``core_share`` of one core is lost. The progress
-    thread itself runs at ``1 - core_share`` of a core
-    while compute is busy, which stretches its message processing by ``1 / (1 - core_share)``.
+    An unpinned progress thread takes ``core_share`` of one core while communication is in flight; what that
+    costs compute and communication is :func:`dlrmsim.engine.costs.progress_thread_interference`.
     """
-    from dlrmsim.engine.simulation import CommSettings
-
     kw: dict[str, Any] = {
         "pinned_cores": backend.comm_cores,
         "message_overhead_s": backend.message_overhead_s,
@@ -370,11 +383,12 @@ def comm_settings(backend: Backend, cores: int) -> Any:
         "algorithms": backend.algorithms.model_dump(),
     }
     if backend.progress == "unpinned_thread" and backend.interference is not None:
-        share = backend.interference.core_share
+        inter = backend.interference
         kw["progress_thread_unpinned"] = True
-        compute_cores = cores - backend.comm_cores
-        kw["stolen_cores"] = share * compute_cores if backend.interference.barrier_synchronized else share
-        kw["comm_slowdown"] = 1.0 / (1.0 - share)
+        kw["stolen_cores"] = inter.core_share
+        kw["barrier_synchronized"] = inter.barrier_synchronized
+        kw["comm_slowdown"] = progress_thread_interference(inter.core_share, cores - backend.comm_cores,
+                                                           inter.barrier_synchronized).comm_slowdown
     return CommSettings(**kw)
 
 

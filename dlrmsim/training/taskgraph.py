@@ -274,7 +274,7 @@ def build_iteration(w: Workload, placement: Placement, s: IterationSettings) -> 
         collectives[f"allreduce{i}"] = Collective(f"allreduce{i}", "allreduce", "allreduce", nbytes=nbytes)
 
     for r in range(p):
-        programs[r] = _rank_program(w, placement, s, r, batches, fwd_ids, bwd_ids, buckets, collectives)
+        programs[r] = RankProgram(w, placement, s, r, batches, (fwd_ids, bwd_ids), buckets, collectives).build()
     return IterationGraph(programs=programs, collectives=collectives)
 
 
@@ -340,134 +340,183 @@ def _buckets(w: Workload, placement: Placement, s: IterationSettings) -> list[tu
     return out
 
 
-def _rank_program(
-    w: Workload,
-    placement: Placement,
-    s: IterationSettings,
-    r: int,
-    batches: list[int],
-    fwd_ids: list[str],
-    bwd_ids: list[str],
-    buckets: list[tuple[list[str], float]],
-    collectives: dict[str, Collective],
-) -> list[Step]:
-    prog: list[Step] = []
-    n = batches[r]
-    n_global = s.global_batch
-    p = placement.ranks
-    row_wise = placement.spec.strategy == "row_wise"
+class RankProgram:
+    """Builds one rank's program for one iteration, phase by phase (the hybrid-parallel schedule in the
+    module docstring). ``build`` runs the phases in order; each phase method appends its steps."""
 
-    def add(task: Task | None) -> None:
+    def __init__(
+        self,
+        w: Workload,
+        placement: Placement,
+        s: IterationSettings,
+        rank: int,
+        batches: list[int],
+        exchange: tuple[list[str], list[str]],
+        buckets: list[tuple[list[str], float]],
+        collectives: dict[str, Collective],
+    ) -> None:
+        self.w = w
+        self.placement = placement
+        self.s = s
+        self.r = rank
+        self.n = batches[rank]
+        self.fwd_ids, self.bwd_ids = exchange
+        self.buckets = buckets
+        self.collectives = collectives
+        self.row_wise = placement.spec.strategy == "row_wise"
+        self.shards = placement.shards_on(rank)
+        self.last_in_bucket = {names[-1]: i for i, (names, _) in enumerate(buckets)}
+        self.prog: list[Step] = []
+
+    def build(self) -> list[Step]:
+        """The rank's steps, phases 1-7, with table-walk sizes and run starts marked."""
+        self.embedding_lookups()
+        self.bottom_forward()
+        self.interaction_and_top_forward()
+        self.top_backward()
+        self.bottom_backward()
+        self.embedding_backward_and_update()
+        self.dense_optimizer()
+        return self.finish()
+
+    # --- helpers ---
+    def add(self, task: Task | None) -> None:
         if task is not None:
-            prog.append(task)
+            self.prog.append(task)
 
-    def post(cid: str) -> None:
-        prog.append(Post(cid))
-        if s.blocking:
-            prog.append(Wait(cid))
+    def post(self, cid: str) -> None:
+        self.prog.append(Post(cid))
+        if self.s.blocking:
+            self.prog.append(Wait(cid))
 
-    def wait(cid: str) -> None:
-        if not s.blocking:
-            prog.append(Wait(cid))
+    def wait(self, cid: str) -> None:
+        if not self.s.blocking:
+            self.prog.append(Wait(cid))
 
-    def exchange_prepost(ids: list[str], stage: str) -> None:
-        sent = sum(_bytes_touching(collectives[c], r) for c in ids)
-        add(copy_task(f"{stage}.prepost", sent, s.alltoall_prepost_passes / 2))
+    def exchange_prepost(self, ids: list[str], stage: str) -> None:
+        sent = sum(_bytes_touching(self.collectives[c], self.r) for c in ids)
+        self.add(copy_task(f"{stage}.prepost", sent, self.s.alltoall_prepost_passes / 2))
 
-    # 1. Embedding lookups: own shards over the global batch (row shards see 1/p of the lookups),
-    #    replicated tables over the local batch.
-    shards = placement.shards_on(r)
-    scatter_list = s.comm == "scatter-list" and not row_wise and p > 1
-    if scatter_list:
-        # ScatterList: every rank walks the tables in the same order and calls each table's scatter (the
-        # owner as root, the others to receive); the owner computes that table's lookups just before, so
-        # each scatter can start while later tables are still being looked up.
-        for sh in sorted(placement.shards, key=lambda x: (x.table, x.col_offset)):
-            cid = f"scatter_fwd.t{sh.table}.c{sh.col_offset}"
-            if sh.rank == r:
-                add(embedding_forward_task(w, f"emb{sh.table}.c{sh.col_offset}.fwd", n_global, sh.columns))
-            exchange_prepost([cid], cid)
-            post(cid)
-    else:
-        for sh in shards:
-            add(embedding_forward_task(w, f"emb{sh.table}.c{sh.col_offset}.fwd", n_global, sh.columns, lookup_fraction(w, sh, row_wise)))
-    for t in placement.replicated_tables:
-        add(embedding_forward_task(w, f"emb{t}.replica.fwd", n, w.embedding_dim))
-    if not scatter_list:
-        if fwd_ids:
-            exchange_prepost(fwd_ids, "a2a_fwd")
-        for cid in fwd_ids:
-            post(cid)
-    # 2. Bottom MLP forward overlaps the forward exchange.
-    for layer in model.bottom_layers(w):
-        add(gemm_task(w, layer, n, Pass.FORWARD))
-        add(activation_task(w, layer, n))
-    for cid in fwd_ids:
-        wait(cid)
-    # 3. Interaction and top MLP.
-    # The interaction walks n small per-sample matrices (``rows``: a calibration fits a per-sample time).
-    add(Task("interaction.fwd", "interaction", model.interaction_flops(w, n), model.interaction_bytes(w, n),
-             ops=model.interaction_ops(w), rows=float(n)))
-    for layer in model.top_layers(w):
-        add(gemm_task(w, layer, n, Pass.FORWARD))
-        add(activation_task(w, layer, n))
-    # 4. Top MLP backward; post each bucket when its last layer's weight gradient is done.
-    last_in_bucket = {names[-1]: i for i, (names, _) in enumerate(buckets)}
+    def backward(self, layer: Layer) -> None:
+        """One MLP layer's backward; posts its gradient bucket when the layer is the bucket's last."""
+        w, n, s = self.w, self.n, self.s
+        self.add(activation_task(w, layer, n, backward=True))
+        self.add(gemm_task(w, layer, n, Pass.BACKWARD_WEIGHTS))
+        self.add(gemm_task(w, layer, n, Pass.BACKWARD_DATA))
+        if layer.name in self.last_in_bucket:
+            i = self.last_in_bucket[layer.name]
+            self.add(copy_task(f"allreduce{i}.pre", self.buckets[i][1], s.allreduce_prepost_passes / 3))
+            self.post(f"allreduce{i}")
 
-    def backward(layer: Layer) -> None:
-        add(activation_task(w, layer, n, backward=True))
-        add(gemm_task(w, layer, n, Pass.BACKWARD_WEIGHTS))
-        add(gemm_task(w, layer, n, Pass.BACKWARD_DATA))
-        if layer.name in last_in_bucket:
-            i = last_in_bucket[layer.name]
-            add(copy_task(f"allreduce{i}.pre", buckets[i][1], s.allreduce_prepost_passes / 3))
-            post(f"allreduce{i}")
+    # --- phases ---
+    def embedding_lookups(self) -> None:
+        """1. Embedding lookups: own shards over the global batch (row shards see 1/p of the lookups),
+        replicated tables over the local batch; then the forward exchange is posted."""
+        w, s, r = self.w, self.s, self.r
+        n_global = s.global_batch
+        scatter_list = s.comm == "scatter-list" and not self.row_wise and self.placement.ranks > 1
+        if scatter_list:
+            # ScatterList: every rank walks the tables in the same order and calls each table's scatter (the
+            # owner as root, the others to receive); the owner computes that table's lookups just before, so
+            # each scatter can start while later tables are still being looked up.
+            for sh in sorted(self.placement.shards, key=lambda x: (x.table, x.col_offset)):
+                cid = f"scatter_fwd.t{sh.table}.c{sh.col_offset}"
+                if sh.rank == r:
+                    self.add(embedding_forward_task(w, f"emb{sh.table}.c{sh.col_offset}.fwd", n_global, sh.columns))
+                self.exchange_prepost([cid], cid)
+                self.post(cid)
+        else:
+            for sh in self.shards:
+                self.add(embedding_forward_task(w, f"emb{sh.table}.c{sh.col_offset}.fwd", n_global, sh.columns,
+                                                lookup_fraction(w, sh, self.row_wise)))
+        for t in self.placement.replicated_tables:
+            self.add(embedding_forward_task(w, f"emb{t}.replica.fwd", self.n, w.embedding_dim))
+        if not scatter_list:
+            if self.fwd_ids:
+                self.exchange_prepost(self.fwd_ids, "a2a_fwd")
+            for cid in self.fwd_ids:
+                self.post(cid)
 
-    for layer in reversed(model.top_layers(w)):
-        backward(layer)
-    add(Task("interaction.bwd", "interaction_bwd", model.interaction_flops(w, n, backward=True), 2 * model.interaction_bytes(w, n),
-             ops=model.interaction_ops(w, backward=True), rows=float(n)))
-    # 5. Backward exchange goes out now and overlaps the bottom MLP backward.
-    if bwd_ids:
-        exchange_prepost(bwd_ids, "a2a_bwd")
-    for cid in bwd_ids:
-        post(cid)
-    for layer in reversed(model.bottom_layers(w)):
-        backward(layer)
-    for cid in bwd_ids:
-        wait(cid)
-    # 6. Embedding backward and sparse update once the gradients have arrived: autograd runs every table's
-    #    backward before the optimizer updates any (PyTorch's DLRM and the calibration's runner alike).
-    sparse = [task for sh in shards
-              for task in embedding_backward_update_tasks(w, f"emb{sh.table}.c{sh.col_offset}", sh.rows, n_global, sh.columns, s,
-                                                          lookup_fraction(w, sh, row_wise))]
-    for task in sparse:
-        if task.kind != "update":
-            add(task)
-    for t in placement.replicated_tables:
-        add(Task(f"emb{t}.replica.bwd", "embedding_bwd", 0.0, n * w.lookups_per_sample * w.embedding_dim * 4.0 + n * w.embedding_dim * w.element_bytes))
-    for task in sparse:
-        if task.kind == "update":
-            add(task)
-    pending = [i for i, (names, _) in enumerate(buckets) if "replicated_tables" in names and names[-1] == "replicated_tables"]
-    for i in pending:
-        add(copy_task(f"allreduce{i}.pre", buckets[i][1], s.allreduce_prepost_passes / 3))
-        post(f"allreduce{i}")
-    # 7. Dense optimizer after every allreduce (post-processing: averaging and copy back).
-    for i, (_, nbytes) in enumerate(buckets):
-        wait(f"allreduce{i}")
-        add(copy_task(f"allreduce{i}.post", nbytes, s.allreduce_prepost_passes * 2 / 3))
-    dense_params = placement.dense_params(w)
-    tensors = 2 * len(model.mlp_layers(w)) + len(placement.replicated_tables)  # each layer's weight and bias
-    add(Task("optimizer", "optimizer", flops=2.0 * dense_params, bytes=s.optimizer.bytes_per_param * dense_params,
-             ops=s.optimizer.ops_per_tensor * tensors))
-    # Lookups and updates read the tables at random: their page walks compete with every table on the rank.
-    # An update re-reads what its table's forward and backward touched, after every other table's did too.
-    held = placement.table_bytes_on(w, r)
-    reuse = sum(update_reuse_bytes(w, sh.rows, n_global * w.lookups_per_sample * lookup_fraction(w, sh, row_wise), sh.columns)
-                for sh in shards)
-    return mark_run_starts([replace(t, tables_bytes=held, reuse_bytes=reuse if t.kind == "update" else 0.0)
-                            if isinstance(t, Task) and t.kind in TABLE_WALK_KINDS else t for t in prog])
+    def bottom_forward(self) -> None:
+        """2. Bottom MLP forward overlaps the forward exchange."""
+        for layer in model.bottom_layers(self.w):
+            self.add(gemm_task(self.w, layer, self.n, Pass.FORWARD))
+            self.add(activation_task(self.w, layer, self.n))
+        for cid in self.fwd_ids:
+            self.wait(cid)
+
+    def interaction_and_top_forward(self) -> None:
+        """3. Interaction and top MLP. The interaction walks n small per-sample matrices (``rows``: a
+        calibration fits a per-sample time)."""
+        w, n = self.w, self.n
+        self.add(Task("interaction.fwd", "interaction", model.interaction_flops(w, n), model.interaction_bytes(w, n),
+                      ops=model.interaction_ops(w), rows=float(n)))
+        for layer in model.top_layers(w):
+            self.add(gemm_task(w, layer, n, Pass.FORWARD))
+            self.add(activation_task(w, layer, n))
+
+    def top_backward(self) -> None:
+        """4. Top MLP backward, posting each bucket when its last layer's weight gradient is done; then the
+        interaction's backward."""
+        w, n = self.w, self.n
+        for layer in reversed(model.top_layers(w)):
+            self.backward(layer)
+        self.add(Task("interaction.bwd", "interaction_bwd", model.interaction_flops(w, n, backward=True),
+                      2 * model.interaction_bytes(w, n), ops=model.interaction_ops(w, backward=True), rows=float(n)))
+
+    def bottom_backward(self) -> None:
+        """5. The backward exchange goes out now and overlaps the bottom MLP backward."""
+        if self.bwd_ids:
+            self.exchange_prepost(self.bwd_ids, "a2a_bwd")
+        for cid in self.bwd_ids:
+            self.post(cid)
+        for layer in reversed(model.bottom_layers(self.w)):
+            self.backward(layer)
+        for cid in self.bwd_ids:
+            self.wait(cid)
+
+    def embedding_backward_and_update(self) -> None:
+        """6. Embedding backward and sparse update once the gradients have arrived: autograd runs every
+        table's backward before the optimizer updates any (PyTorch's DLRM and the calibration's runner alike)."""
+        w, s, n = self.w, self.s, self.n
+        sparse = [task for sh in self.shards
+                  for task in embedding_backward_update_tasks(w, f"emb{sh.table}.c{sh.col_offset}", sh.rows, s.global_batch,
+                                                              sh.columns, s, lookup_fraction(w, sh, self.row_wise))]
+        for task in sparse:
+            if task.kind != "update":
+                self.add(task)
+        for t in self.placement.replicated_tables:
+            self.add(Task(f"emb{t}.replica.bwd", "embedding_bwd", 0.0,
+                          n * w.lookups_per_sample * w.embedding_dim * 4.0 + n * w.embedding_dim * w.element_bytes))
+        for task in sparse:
+            if task.kind == "update":
+                self.add(task)
+        pending = [i for i, (names, _) in enumerate(self.buckets) if "replicated_tables" in names and names[-1] == "replicated_tables"]
+        for i in pending:
+            self.add(copy_task(f"allreduce{i}.pre", self.buckets[i][1], s.allreduce_prepost_passes / 3))
+            self.post(f"allreduce{i}")
+
+    def dense_optimizer(self) -> None:
+        """7. Dense optimizer after every allreduce (post-processing: averaging and copy back)."""
+        w, s = self.w, self.s
+        for i, (_, nbytes) in enumerate(self.buckets):
+            self.wait(f"allreduce{i}")
+            self.add(copy_task(f"allreduce{i}.post", nbytes, s.allreduce_prepost_passes * 2 / 3))
+        dense_params = self.placement.dense_params(w)
+        tensors = 2 * len(model.mlp_layers(w)) + len(self.placement.replicated_tables)  # each layer's weight and bias
+        self.add(Task("optimizer", "optimizer", flops=2.0 * dense_params, bytes=s.optimizer.bytes_per_param * dense_params,
+                      ops=s.optimizer.ops_per_tensor * tensors))
+
+    def finish(self) -> list[Step]:
+        """Lookups and updates read the tables at random: their page walks compete with every table on the
+        rank. An update re-reads what its table's forward and backward touched, after every other table's did."""
+        w = self.w
+        held = self.placement.table_bytes_on(w, self.r)
+        lookups = self.s.global_batch * w.lookups_per_sample
+        reuse = sum(update_reuse_bytes(w, sh.rows, lookups * lookup_fraction(w, sh, self.row_wise), sh.columns)
+                    for sh in self.shards)
+        return mark_run_starts([replace(t, tables_bytes=held, reuse_bytes=reuse if t.kind == "update" else 0.0)
+                                if isinstance(t, Task) and t.kind in TABLE_WALK_KINDS else t for t in self.prog])
 
 
 def mark_run_starts(program: list[Step]) -> list[Step]:
