@@ -86,6 +86,7 @@ def scaling_cmd(
     html: Path | None = typer.Option(None, help="write an HTML report here"),
 ) -> None:
     """Strong or weak scaling: iteration time, speedup and efficiency per rank count, against a stated baseline."""
+    options = dict(locals())  # the command's options, before any other local name exists
     from dlrmsim.studies.scaling import baseline_note, print_scaling_table, scaling_study
 
     try:
@@ -94,7 +95,7 @@ def scaling_cmd(
         raise DlrmsimError(f"'{ranks}' is not a comma-separated list of integers", field="--ranks", fix="e.g. 1,2,4,8") from None
     if not counts:
         raise DlrmsimError("no rank counts given", field="--ranks", fix="e.g. 1,2,4,8")
-    params = {k: v for k, v in locals().items() if k not in ("json_out", "html", "ranks", "counts", "baseline_ranks")}
+    params = {k: v for k, v in options.items() if k not in ("json_out", "html", "ranks", "baseline_ranks")}
     cfg = make_config(ranks=max(counts), **params)
     with Progress(console=err_console, transient=True, disable=json_out) as bar:
         task = bar.add_task(f"{workload} on {topology}", total=len(set(counts)) + 1)
