@@ -1,4 +1,4 @@
-"""`dlrmsim sweep SPEC --out DIR`, `dlrmsim report DIR` and `dlrmsim scaling`."""
+"""`dlrmsim sweep SPEC --out DIR`, `dlrmsim report DIR`, `dlrmsim scaling` and `dlrmsim study NAME`."""
 
 from __future__ import annotations
 
@@ -6,10 +6,11 @@ from dataclasses import asdict
 from pathlib import Path
 
 import typer
+from rich.progress import Progress
 
 from dlrmsim.errors import DlrmsimError
 from dlrmsim.output import console, err_console, print_json, print_table
-from dlrmsim.training.cli import COMMON, make_config
+from dlrmsim.training.cli import COMMON, RANK_SOCKETS_HELP, make_config
 
 
 def sweep_cmd(
@@ -23,7 +24,7 @@ def sweep_cmd(
     json_out: bool = typer.Option(False, "--json", help="print one JSON summary"),
 ) -> None:
     """Run every point of a sweep spec on Dask, appending each result at once; re-running resumes."""
-    from dlrmsim.errors import DlrmsimError
+    # Imports inside the commands: `dlrmsim --help` imports every CLI module and must not load pandas or the engine.
     from dlrmsim.studies.runner import run_sweep
     from dlrmsim.studies.spec import plan_sweep
 
@@ -53,7 +54,7 @@ def report_cmd(
     title: str | None = typer.Option(None, "--title", help="page title"),
 ) -> None:
     """Write one self-contained HTML report of a sweep: scaling curves, breakdowns, topology, raw numbers."""
-    from dlrmsim.studies.report import build_report, topology_figures
+    from dlrmsim.studies.report import build_report, topology_figures  # plotly: loaded only for a report
     from dlrmsim.studies.results import load_results
 
     df = load_results(folder)
@@ -76,33 +77,38 @@ def scaling_cmd(
     precision: str | None = typer.Option(None),
     comm_cores: int | None = typer.Option(None),
     calibration: str | None = typer.Option(None),
+    rank_sockets: str | None = typer.Option(None, "--rank-sockets", help=RANK_SOCKETS_HELP),
+    baseline_ranks: int | None = typer.Option(None, "--baseline-ranks", help="rank count speedups are measured against "
+                                                "(default: the fewest ranks whose sockets hold the workload)"),
     topo_set: list[str] = typer.Option([], "--topology-set"),
     wl_set: list[str] = typer.Option([], "--workload-set"),
     json_out: bool = typer.Option(False, "--json"),
     html: Path | None = typer.Option(None, help="write an HTML report here"),
 ) -> None:
-    """Strong or weak scaling: iteration time, speedup and efficiency per rank count."""
-    from dlrmsim.studies.scaling import print_scaling_table, scaling_study
+    """Strong or weak scaling: iteration time, speedup and efficiency per rank count, against a stated baseline."""
+    options = dict(locals())  # the command's options, before any other local name exists
+    from dlrmsim.studies.scaling import baseline_note, print_scaling_table, scaling_study
 
     try:
         counts = [int(x) for x in ranks.split(",") if x.strip()]
     except ValueError:
         raise DlrmsimError(f"'{ranks}' is not a comma-separated list of integers", field="--ranks", fix="e.g. 1,2,4,8") from None
-    params = {k: v for k, v in locals().items() if k not in ("json_out", "html", "ranks", "counts", "scaling_study", "print_scaling_table")}
+    if not counts:
+        raise DlrmsimError("no rank counts given", field="--ranks", fix="e.g. 1,2,4,8")
+    params = {k: v for k, v in options.items() if k not in ("json_out", "html", "ranks", "baseline_ranks")}
     cfg = make_config(ranks=max(counts), **params)
-    from rich.progress import Progress
-
     with Progress(console=err_console, transient=True, disable=json_out) as bar:
         task = bar.add_task(f"{workload} on {topology}", total=len(set(counts)) + 1)
-        df = scaling_study(cfg, counts, on_point=lambda _res: bar.advance(task))
+        df = scaling_study(cfg, counts, on_point=lambda _res: bar.advance(task), baseline=baseline_ranks, keep_baseline=True)
     if html is not None:
-        from dlrmsim.studies.report import build_report
+        from dlrmsim.studies.report import build_report  # plotly: loaded only for a report
 
         df_report = df.assign(topology=topology, workload=workload, backend=backend, blocking=blocking, status="ok")
-        build_report(df_report, html, title=f"{workload} {scaling} scaling on {topology}")
+        build_report(df_report, html, title=f"{workload} {scaling} scaling on {topology}", notes=[baseline_note(df_report)])
     if json_out:
-        cols = ["ranks", "iteration_s", "speedup", "efficiency", "compute_s", "prepost_s", "exposed_allreduce_s", "exposed_alltoall_s"]
-        print_json(df[cols].to_dict(orient="records"))
+        cols = ["ranks", "sockets", "iteration_s", "speedup", "efficiency", "ranks_base", "baseline", "compute_s", "prepost_s",
+                "exposed_allreduce_s", "exposed_alltoall_s"]  # fmt: skip
+        print_json(df[df["ranks"].isin(counts)][cols].to_dict(orient="records"))
         return
     print_scaling_table(df, f"{workload} {scaling} scaling on {topology} ({backend})")
     if html is not None:

@@ -9,10 +9,12 @@ import typer
 
 from dlrmsim.config import parse_assignments
 from dlrmsim.output import console, print_json, print_table
+from dlrmsim.topologies.mapping import parse_socket_list
 
 if TYPE_CHECKING:  # imported inside the commands: `dlrmsim --help` should not load the engine
     from dlrmsim.training.simulate import TrainingConfig, TrainingResult
 
+RANK_SOCKETS_HELP = "socket of each rank in rank order, e.g. 56-59 or 56,57,58 (default: first sockets, or ones whose memory holds the shards)"
 COMMON = {
     "topology": typer.Option("clx-64s-opa", "--topology", "-t", help="topology preset or YAML path"),
     "workload": typer.Option("mlperf", "--workload", "-w", help="workload preset or YAML path"),
@@ -25,6 +27,9 @@ def make_config(**kw: Any) -> TrainingConfig:
 
     placement = {"strategy": kw.pop("placement"), "replicate_below_rows": kw.pop("replicate_below_rows")}
     kw["placement"] = placement
+    sockets = kw.pop("rank_sockets", None)
+    if sockets:
+        kw["rank_sockets"] = list(parse_socket_list(sockets))
     kw["topology_overrides"] = parse_assignments(kw.pop("topo_set"), "--topology-set")
     kw["workload_overrides"] = parse_assignments(kw.pop("wl_set"), "--workload-set")
     return validate(TrainingConfig, kw, "command line")
@@ -78,6 +83,7 @@ def register(app: typer.Typer) -> None:
         allreduce_algorithm: str | None = typer.Option(None, help="ring | rs_ag | halving_doubling | hierarchical ..."),
         alltoall_algorithm: str | None = typer.Option(None, help="direct | pairwise"),
         calibration: str | None = typer.Option(None, help="calibration YAML (with --topology host)"),
+        rank_sockets: str | None = typer.Option(None, "--rank-sockets", help=RANK_SOCKETS_HELP),
         topo_set: list[str] = typer.Option([], "--topology-set", help="what-if: PATH=VALUE on the topology YAML"),
         wl_set: list[str] = typer.Option([], "--workload-set", help="what-if: PATH=VALUE on the workload YAML"),
         json_out: bool = typer.Option(False, "--json", help="print one JSON object"),

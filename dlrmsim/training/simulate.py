@@ -25,6 +25,7 @@ from dlrmsim.engine.resources import CommSettings
 from dlrmsim.engine.simulation import Simulation
 from dlrmsim.errors import DlrmsimError
 from dlrmsim.topologies import load_topology
+from dlrmsim.topologies.mapping import RankMapping, capacities, remap
 from dlrmsim.topologies.topology import Topology
 from dlrmsim.training.optimizers import load_optimizer
 from dlrmsim.training.taskgraph import (
@@ -40,7 +41,7 @@ from dlrmsim.training.taskgraph import (
     build_iteration,
 )
 from dlrmsim.workloads import load_workload, model
-from dlrmsim.workloads.placement import Placement, PlacementSpec, min_ranks_for_capacity, place
+from dlrmsim.workloads.placement import Placement, PlacementSpec, map_placement, min_ranks_for_capacity, place
 from dlrmsim.workloads.schema import Workload
 
 Scaling = Literal["strong", "weak", "single"]
@@ -69,6 +70,9 @@ class TrainingConfig(StrictModel):
     workload_overrides: dict[str, Any] = {}
     backend_overrides: dict[str, Any] = {}
     seed: int = 0
+    rank_sockets: list[int] | None = Field(
+        None, description="topology endpoint (socket) of each rank, in rank order; None: the memory-aware default"
+    )
 
 
 @dataclass(frozen=True)
@@ -124,7 +128,8 @@ class TrainingResult:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "config": self.config.model_dump(mode="json"),
+            # rank_sockets only when set: documents written before the mapping existed keep their keys.
+            "config": self.config.model_dump(mode="json", exclude={"rank_sockets"} if self.config.rank_sockets is None else None),
             "iteration_s": self.iteration_s,
             "global_batch": self.global_batch,
             "samples_per_s": self.samples_per_s,
@@ -147,6 +152,7 @@ class Inputs:
     backend: Backend
     placement: Placement
     settings: IterationSettings
+    mapping: RankMapping | None = None  # the sockets the ranks run on (topology already remapped to them)
 
 
 def load_inputs(cfg: TrainingConfig, workload: Workload | None = None, topology: Topology | None = None) -> Inputs:
@@ -182,6 +188,10 @@ def load_inputs(cfg: TrainingConfig, workload: Workload | None = None, topology:
         )
     placement = place(w, cfg.placement, cfg.ranks, source=_source(cfg.workload))
     optimizer = load_optimizer(cfg.optimizer)
+    # Ranks go to sockets whose memory holds their shards (topologies/mapping.py); rank r is then topo.compute(r).
+    mapping = map_placement(w, placement, capacities(topo), optimizer.state_bytes_per_param, cfg.rank_sockets,
+                            source=_source(cfg.workload), topology=topo.name)  # fmt: skip
+    topo = remap(topo, mapping.sockets)
     check_memory(w, placement, topo, cfg, optimizer.state_bytes_per_param)
     spec = topo.compute(0)
     compute_cores = max(1, spec.cores - backend.comm_cores)
@@ -199,7 +209,7 @@ def load_inputs(cfg: TrainingConfig, workload: Workload | None = None, topology:
         allreduce_prepost_passes=backend.prepost.allreduce_passes,
         alltoall_prepost_passes=backend.prepost.alltoall_passes,
     )
-    return Inputs(topo, w, backend, placement, settings)
+    return Inputs(topo, w, backend, placement, settings, mapping)
 
 
 def update_costs(topo: Topology) -> UpdateCosts:
@@ -219,9 +229,10 @@ def _source(workload: str) -> str:
 
 def check_memory(w: Workload, placement: Placement, topo: Topology, cfg: TrainingConfig, state: float) -> None:
     """Each rank's tables, weights and ``state`` bytes of optimizer state per parameter fit its memory."""
-    need = placement.max_memory(w, state)
-    have = min(topo.compute(r).memory_capacity_B for r in range(placement.ranks))
-    if need > have:
+    needs = [placement.memory_on(w, r, state) for r in range(placement.ranks)]
+    short = [r for r in range(placement.ranks) if needs[r] > topo.compute(r).memory_capacity_B]
+    if short:
+        need, have = needs[short[0]], topo.compute(short[0]).memory_capacity_B
         smallest = min_ranks_for_capacity(w, cfg.placement, have, state)
         fix = f"use at least {smallest} ranks" if smallest else "use column_wise placement or larger memory"
         raise DlrmsimError(

@@ -6,6 +6,7 @@ largest rank count each scheme allows follow from it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -13,6 +14,7 @@ from pydantic import Field, NonNegativeInt
 
 from dlrmsim.config import StrictModel
 from dlrmsim.errors import DlrmsimError
+from dlrmsim.topologies.mapping import RankMapping, check_explicit, format_sockets, map_ranks
 from dlrmsim.workloads import model
 from dlrmsim.workloads.schema import Workload
 
@@ -171,3 +173,60 @@ def min_ranks_for_capacity(
         if place(w, spec, p).max_memory(w, state_bytes_per_param) <= capacity_bytes:
             return p
     return None
+
+
+def rank_needs(w: Workload, placement: Placement, state_bytes_per_param: float = 4.0) -> list[float]:
+    """Bytes of model state on each rank (``Placement.memory_on``), in rank order."""
+    return [placement.memory_on(w, r, state_bytes_per_param) for r in range(placement.ranks)]
+
+
+def map_placement(
+    w: Workload,
+    placement: Placement,
+    capacities: Sequence[float],
+    state_bytes_per_param: float = 4.0,
+    sockets: Sequence[int] | None = None,
+    source: str | None = None,
+    topology: str = "the topology",
+) -> RankMapping:
+    """The sockets the placement's ranks run on: the user's ``sockets`` (checked) or the memory-aware default.
+
+    ``capacities`` are the topology's endpoint memories (bytes) in its order. No mapping that holds the ranks
+    is a one-line error saying the fewest ranks that fit.
+    """
+    needs = rank_needs(w, placement, state_bytes_per_param)
+    if sockets is not None:
+        return check_explicit(needs, capacities, sockets, source=source)
+    found = map_ranks(needs, capacities)
+    if found is not None:
+        return found
+    fewest = fewest_ranks(w, placement.spec, capacities, state_bytes_per_param)
+    fix = f"use at least {fewest} ranks" if fewest else "use column_wise placement or a topology with more memory"
+    big = max(capacities) if capacities else 0.0
+    raise DlrmsimError(
+        f"{placement.ranks} ranks need up to {max(needs) / 1e9:.1f} GB per rank and no {placement.ranks} sockets of "
+        f"{topology} hold them (largest socket {big / 1e9:.1f} GB)",
+        source=source or f"{w.name}.yaml",
+        field="tables",
+        fix=fix,
+    )
+
+
+def fewest_ranks(
+    w: Workload, spec: PlacementSpec, capacities: Sequence[float], state_bytes_per_param: float = 4.0, sockets: Sequence[int] | None = None
+) -> int | None:
+    """The fewest ranks some mapping onto these endpoints holds (onto ``sockets``, in order, when given), or None."""
+    limit = min(max_ranks(w, spec), len(capacities) if sockets is None else len(sockets))
+    for p in range(1, limit + 1):
+        needs = rank_needs(w, place(w, spec, p), state_bytes_per_param)
+        if sockets is not None:
+            if all(n <= capacities[s] for n, s in zip(needs, sockets[:p], strict=True)):
+                return p
+        elif map_ranks(needs, capacities) is not None:
+            return p
+    return None
+
+
+def describe_mapping(mapping: RankMapping) -> str:
+    """``"sockets 56-59 (memory-aware)"``: one phrase for tables and reports."""
+    return f"socket{'s' if len(mapping.sockets) > 1 else ''} {format_sockets(mapping.sockets)} ({mapping.reason})"
