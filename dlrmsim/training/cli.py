@@ -84,12 +84,16 @@ def register(app: typer.Typer) -> None:
         alltoall_algorithm: str | None = typer.Option(None, help="direct | pairwise"),
         calibration: str | None = typer.Option(None, help="calibration YAML (with --topology host)"),
         rank_sockets: str | None = typer.Option(None, "--rank-sockets", help=RANK_SOCKETS_HELP),
+        threads_per_rank: int | None = typer.Option(None, "--threads-per-rank", help="-t host: cores per rank process (default: cores / ranks)"),
         topo_set: list[str] = typer.Option([], "--topology-set", help="what-if: PATH=VALUE on the topology YAML"),
         wl_set: list[str] = typer.Option([], "--workload-set", help="what-if: PATH=VALUE on the workload YAML"),
         json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
         trace: Path | None = typer.Option(None, help="write a Chrome/Perfetto trace (JSON) here"),
     ) -> None:
-        """Simulate one training iteration and print its time and breakdown."""
+        """Simulate one training iteration and print its time and breakdown.
+
+        With -t host, -r N simulates N processes on this machine (as torchrun --nproc_per_node=N starts them).
+        """
         cfg = make_config(**{k: v for k, v in locals().items() if k not in ("json_out", "trace")})
         from dlrmsim.training.simulate import simulate_training
 

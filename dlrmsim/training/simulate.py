@@ -70,6 +70,9 @@ class TrainingConfig(StrictModel):
     workload_overrides: dict[str, Any] = {}
     backend_overrides: dict[str, Any] = {}
     seed: int = 0
+    threads_per_rank: int | None = Field(
+        None, ge=1, description="host topology only: cores per rank process (default: the host's cores split evenly)"
+    )
     rank_sockets: list[int] | None = Field(
         None, description="topology endpoint (socket) of each rank, in rank order; None: the memory-aware default"
     )
@@ -168,7 +171,7 @@ def load_inputs(cfg: TrainingConfig, workload: Workload | None = None, topology:
         w = workload.model_copy(update={"precision": cfg.precision}) if cfg.precision else workload
     else:
         w = load_workload(cfg.workload, wl_over or None)
-    topo = topology if topology is not None else load_topology(cfg.topology, cfg.topology_overrides or None)
+    topo = topology if topology is not None else load_training_topology(cfg)
     if cfg.calibration:
         topo = apply_calibration(topo, load_calibration(Path(cfg.calibration)), w.index_distribution.kind)
     be_over = dict(cfg.backend_overrides)
@@ -210,6 +213,24 @@ def load_inputs(cfg: TrainingConfig, workload: Workload | None = None, topology:
         alltoall_prepost_passes=backend.prepost.alltoall_passes,
     )
     return Inputs(topo, w, backend, placement, settings, mapping)
+
+
+def load_training_topology(cfg: TrainingConfig) -> Topology:
+    """The topology by name or path. A host topology becomes ``cfg.ranks`` processes on this machine, as
+    ``torchrun --nproc_per_node=N`` starts them: its cores split evenly, or ``threads_per_rank`` each."""
+    over = dict(cfg.topology_overrides)
+    topo = load_topology(cfg.topology, over or None)
+    fabric = topo.spec.fabric  # type: ignore[attr-defined]
+    if fabric.generator != "host":
+        if cfg.threads_per_rank is not None:
+            raise DlrmsimError("--threads-per-rank applies to the host topology only", source=topo.source, field="threads_per_rank",
+                               fix="drop it, or use -t host")  # fmt: skip
+        return topo
+    if cfg.ranks == topo.num_ranks and cfg.threads_per_rank is None:
+        return topo
+    if cfg.threads_per_rank is not None:
+        over[f"compute.{fabric.compute}.cores"] = cfg.ranks * cfg.threads_per_rank
+    return load_topology(cfg.topology, over or None, ranks=cfg.ranks)
 
 
 def update_costs(topo: Topology) -> UpdateCosts:
