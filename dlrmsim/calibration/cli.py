@@ -89,13 +89,20 @@ def validate(
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
     against: str = typer.Option("project", "--against", help="what runs the cases: project (dlrmsim's own runner), torchrec, reference"),
     reference: Path | None = typer.Option(None, "--reference", help="with --against reference: a facebookresearch/dlrm checkout"),
+    results_dir: Path | None = typer.Option(Path("validation/results"), "--results-dir",
+                                            help="keep this run's evidence as a CSV here (--no-results: keep nothing)"),
+    no_results: bool = typer.Option(False, "--no-results", help="do not write the results CSV"),
 ) -> None:
     """Run small DLRM training iterations for real and compare them with the calibrated simulator."""
-    from dlrmsim.calibration.validate import run_validation
+    from dlrmsim.calibration.validate import run_validation, write_results_csv
     from dlrmsim.output import console, print_json, print_table
 
     report = run_validation(calibration, backend=backend, only=case or None, iterations=iterations, warmup=warmup,
                             progress=not json_out, rounds=rounds, against=against, reference=reference)  # fmt: skip
+    if results_dir is not None and not no_results:
+        saved = write_results_csv(report, results_dir)
+        if not json_out:
+            console.print(f"results kept in {saved}")
     if against != "project":
         _print_target(report, calibration, json_out)
         return

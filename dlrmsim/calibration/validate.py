@@ -7,6 +7,10 @@ wrong (GEMMs, embedding ops, collectives, optimizer) rather than at a number to 
 
 from __future__ import annotations
 
+import csv
+import datetime
+import os
+import platform
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -14,11 +18,12 @@ from typing import Any
 
 from pydantic import Field, PositiveInt
 
-from dlrmsim import config
+from dlrmsim import __version__, config
 from dlrmsim.calibration.drift import DriftSample
-from dlrmsim.calibration.schema import Calibration
+from dlrmsim.calibration.schema import Calibration, load_calibration
 from dlrmsim.config import StrictModel
 from dlrmsim.errors import DlrmsimError
+from dlrmsim.host import read_host
 from dlrmsim.workloads.schema import Workload
 
 CASES_FILE = Path(__file__).resolve().parent / "validation_cases.yaml"
@@ -143,8 +148,12 @@ def sim_phase(name: str, category: str) -> str:
     return "other"
 
 
-def predict(case: ValidationCase, cal: Calibration) -> tuple[float, dict[str, float]]:
-    """Simulated iteration time (s) and per-phase times of ``case`` on the host model calibrated by ``cal``."""
+def predict(case: ValidationCase, cal: Calibration, fuse_backward_update: bool = False) -> tuple[float, dict[str, float]]:
+    """Simulated iteration time (s) and per-phase times of ``case`` on the host model calibrated by ``cal``.
+
+    ``fuse_backward_update``: the implementation applies the sparse update inside the embedding backward
+    (fbgemm's table-batched embedding in TorchRec) instead of writing gradient rows and stepping them after.
+    """
     from dlrmsim.calibration import apply_calibration
     from dlrmsim.engine.records import records_frame
     from dlrmsim.topologies import load_topology
@@ -159,6 +168,7 @@ def predict(case: ValidationCase, cal: Calibration) -> tuple[float, dict[str, fl
         scaling="strong",
         backend="shm",
         blocking=True,  # the runner waits on every collective from its compute thread
+        fuse_backward_update=fuse_backward_update,
         workload_overrides={"minibatch.strong_global": case.batch},
     )
     w = case.workload.model_copy(update={"minibatch": case.workload.minibatch.model_copy(update={"strong_global": case.batch})})
@@ -232,7 +242,6 @@ def run_validation(
     """
     from rich.progress import Progress
 
-    from dlrmsim.calibration import load_calibration
     from dlrmsim.calibration.drift import measure_drift, worst
     from dlrmsim.calibration.kernels import get_kernels
     from dlrmsim.output import err_console
@@ -293,8 +302,44 @@ def _validate_target(cal: Calibration, path: Path, against: str, reference: Path
             bar.update(task, description=f"{case.name}: {against}")
             runs, planner = measure_target(case, against, reference, max(samples, 5))
             measured = statistics.median(runs)
-            predicted, pphases = predict(case, cal)
+            # TorchRec's fused embedding updates rows inside backward: no gradient rows are written and read back.
+            predicted, pphases = predict(case, cal, fuse_backward_update=against == "torchrec")
             results.append(CaseResult(case.name, measured, predicted, (predicted - measured) / measured, case.ranks, case.threads,
                                       case.batch, {}, pphases, runs, 0, None, against, planner))  # fmt: skip
             bar.advance(task)
     return ValidationReport(results, str(path), against, [])
+
+
+RESULT_COLUMNS = ("date", "host", "cpu_model", "cores", "load_average", "versions", "calibration", "target", "case", "ranks",
+                  "threads", "batch", "measured_median_s", "measured_spread", "measured_samples_s", "predicted_s", "error",
+                  "planner_s", "planner_error")  # fmt: skip
+
+
+def write_results_csv(report: ValidationReport, directory: Path) -> Path:
+    """Keep a validation's evidence: one CSV per run under ``directory`` (host, date, library versions, each
+    case's measured samples, median and spread, the prediction and its error), so results are versioned."""
+    cal = load_calibration(Path(report.calibration))
+    host = read_host()
+    versions = {"dlrmsim": __version__, "python": platform.python_version(), **cal.host.libraries}
+    for lib in ("torch", "torchrec", "fbgemm_gpu"):
+        try:
+            versions[lib] = __import__(lib).__version__
+        except (ImportError, AttributeError):
+            pass
+    now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+    directory.mkdir(parents=True, exist_ok=True)
+    name = f"{now:%Y%m%dT%H%M%S}-{platform.node() or 'host'}-{report.backend}.csv"
+    path = directory / name
+    load = os.getloadavg()[0]
+    with path.open("w", newline="") as fh:
+        out = csv.writer(fh)
+        out.writerow(RESULT_COLUMNS)
+        for c in report.cases:
+            runs = c.measured_rounds_s or [c.measured_s]
+            out.writerow([now.isoformat(), platform.node(), host.model, host.cores, f"{load:.2f}",
+                          ";".join(f"{k}={v}" for k, v in sorted(versions.items())), report.calibration, report.backend,
+                          c.name, c.ranks, c.threads, c.batch, f"{c.measured_s:.6g}", f"{c.spread:.4f}",
+                          ";".join(f"{t:.6g}" for t in runs), f"{c.predicted_s:.6g}", f"{c.error:.4f}",
+                          "" if c.planner_s is None else f"{c.planner_s:.6g}",
+                          "" if c.planner_error is None else f"{c.planner_error:.4f}"])  # fmt: skip
+    return path

@@ -65,7 +65,7 @@ def test_rounds_are_round_robin_and_keep_the_fastest(quick_cal_path: Path, fake_
 def test_validate_json_has_the_issue_keys(quick_cal_path: Path, fake_runner: list[str]) -> None:
     from dlrmsim.cli import app
 
-    res = CliRunner().invoke(app, ["validate", "-c", str(quick_cal_path), "--case", "base", "--rounds", "2", "--json"])
+    res = CliRunner().invoke(app, ["validate", "--no-results", "-c", str(quick_cal_path), "--case", "base", "--rounds", "2", "--json"])
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)
     assert set(data) >= {"cases", "median_abs_error", "max_abs_error"}
@@ -78,7 +78,7 @@ def test_validate_json_has_the_issue_keys(quick_cal_path: Path, fake_runner: lis
 def test_validate_warns_when_the_host_drifted(quick_cal_path: Path, fake_runner: list[str]) -> None:
     from dlrmsim.cli import app
 
-    res = CliRunner().invoke(app, ["validate", "-c", str(quick_cal_path), "--case", "base", "--rounds", "2"])
+    res = CliRunner().invoke(app, ["validate", "--no-results", "-c", str(quick_cal_path), "--case", "base", "--rounds", "2"])
     assert res.exit_code == 0, res.output
     assert "Host drift" in res.output and "1.5" in res.output
     assert "host drifted since calibration" in res.output

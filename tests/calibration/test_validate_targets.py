@@ -22,7 +22,7 @@ def fake_target(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_torchrec_report_has_dlrmsim_and_planner_errors(quick_cal_path: Path, fake_target: None) -> None:
-    res = CliRunner().invoke(app, ["validate", "-c", str(quick_cal_path), "--against", "torchrec", "--case", "base", "--json"])
+    res = CliRunner().invoke(app, ["validate", "--no-results", "-c", str(quick_cal_path), "--against", "torchrec", "--case", "base", "--json"])
     assert res.exit_code == 0, res.output
     (case,) = json.loads(res.output)["cases"]
     # Because the kept measurement is the median of the samples, and each error is (estimate - measured) / measured.
@@ -46,11 +46,25 @@ def one_line_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
 
 
 def test_reference_needs_a_checkout(quick_cal_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    err = one_line_error(["validate", "-c", str(quick_cal_path), "--against", "reference", "--case", "base"], capsys)
+    err = one_line_error(["validate", "--no-results", "-c", str(quick_cal_path), "--against", "reference", "--case", "base"], capsys)
     # Because the reference script is never vendored, the user is told where to get it.
     assert "facebookresearch/dlrm" in err
 
 
 def test_unknown_target_is_one_line(quick_cal_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    err = one_line_error(["validate", "-c", str(quick_cal_path), "--against", "tensorflow"], capsys)
+    err = one_line_error(["validate", "--no-results", "-c", str(quick_cal_path), "--against", "tensorflow"], capsys)
     assert "project, torchrec, reference" in err
+
+
+def test_results_csv_keeps_the_evidence(quick_cal_path: Path, fake_target: None, tmp_path: Path) -> None:
+    import csv
+
+    res = CliRunner().invoke(app, ["validate", "-c", str(quick_cal_path), "--against", "torchrec", "--case", "base",
+                                   "--results-dir", str(tmp_path / "results")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    (path,) = (tmp_path / "results").glob("*.csv")
+    (row,) = list(csv.DictReader(path.open()))
+    # Because a result is evidence only with its host, versions and the whole measured distribution beside it.
+    assert row["target"] == "torchrec" and row["case"] == "base" and "dlrmsim=" in row["versions"]
+    assert [float(x) for x in row["measured_samples_s"].split(";")] == pytest.approx(SAMPLES)
+    assert float(row["error"]) == pytest.approx((float(row["predicted_s"]) - 0.011) / 0.011, abs=1e-4)
