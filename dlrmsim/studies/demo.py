@@ -69,7 +69,7 @@ def run_demo(out: Path = Path("out"), topologies: tuple[str, ...] = TOPOLOGIES, 
         for pt in points:
             bar.update(task, description=f"{pt.workload} on {pt.topology}, {pt.ranks} ranks{' blocking' if pt.blocking else ''}")
             cfg = TrainingConfig(topology=pt.topology, workload=pt.workload, ranks=pt.ranks, blocking=pt.blocking)
-            res = run_iteration(load_inputs(cfg), cfg)
+            res = run_iteration(load_inputs(cfg), cfg, record_flows=False)
             rows.append({"topology": pt.topology, "workload": pt.workload, "scaling": "strong", "backend": cfg.backend,
                          "placement": cfg.placement.strategy, "blocking": pt.blocking, "ranks": pt.ranks, "status": "ok",
                          **res.to_row()})  # fmt: skip

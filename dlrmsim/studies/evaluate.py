@@ -53,7 +53,8 @@ def evaluate_point(point: SweepPoint) -> dict[str, float | str]:
             blocking=point.blocking,
             topology_overrides=dict(point.topology_overrides),
             workload_overrides=dict(point.workload_overrides),
-        )
+        ),
+        record_flows=False,  # a sweep keeps the breakdown, never a trace
     )
     b = result.breakdown
     row: dict[str, float | str] = {

@@ -111,7 +111,7 @@ def scaling_study(
     rows = []
     for r in counts:
         cfg = base.model_copy(update={"ranks": r})
-        res = run_iteration(inputs[r], cfg)
+        res = run_iteration(inputs[r], cfg, record_flows=False)
         if on_point:
             on_point(res)
         mapping = inputs[r].mapping

@@ -97,7 +97,7 @@ def register(app: typer.Typer) -> None:
         cfg = make_config(**{k: v for k, v in locals().items() if k not in ("json_out", "trace")})
         from dlrmsim.training.simulate import simulate_training
 
-        res = simulate_training(cfg)
+        res = simulate_training(cfg, record_flows=trace is not None)  # flows only matter to a trace
         if trace is not None:
             from dlrmsim.engine.trace import write_chrome_trace
 

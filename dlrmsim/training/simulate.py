@@ -354,10 +354,15 @@ def _rank_process(sim: Any, rank: int, graph: IterationGraph, coord: CollectiveC
     acc["end"] = env.now
 
 
-def run_iteration(inputs: Inputs, cfg: TrainingConfig) -> TrainingResult:
-    """Simulate one iteration on the engine and summarise it."""
+def run_iteration(inputs: Inputs, cfg: TrainingConfig, record_flows: bool = True) -> TrainingResult:
+    """Simulate one iteration on the engine and summarise it.
+
+    ``record_flows=False`` keeps no per-flow records of collectives (a trace wants them; the breakdown does not):
+    at 1024 ranks an alltoall alone is a million flows.
+    """
     graph = build_iteration(inputs.workload, inputs.placement, inputs.settings)
-    sim = Simulation(inputs.topology, seed=cfg.seed, comm=comm_settings(inputs.backend, inputs.topology.compute(0).cores))
+    comm = comm_settings(inputs.backend, inputs.topology.compute(0).cores)
+    sim = Simulation(inputs.topology, seed=cfg.seed, comm=comm, record_flows=record_flows)
     p = inputs.placement.ranks
     coord = CollectiveCoordinator(sim, graph, inputs.backend, p)
     accs = [{"compute": 0.0, "prepost": 0.0, "wait_allreduce": 0.0, "wait_alltoall": 0.0, "end": 0.0} for _ in range(p)]
@@ -440,6 +445,6 @@ def time_to_train(w: Workload, optimizer: str, global_batch: int, iteration_s: f
     return run.epochs, iterations * iteration_s
 
 
-def simulate_training(cfg: TrainingConfig) -> TrainingResult:
+def simulate_training(cfg: TrainingConfig, record_flows: bool = True) -> TrainingResult:
     """Load, check, simulate: the one call behind `dlrmsim simulate`, scaling studies and sweeps."""
-    return run_iteration(load_inputs(cfg), cfg)
+    return run_iteration(load_inputs(cfg), cfg, record_flows)
