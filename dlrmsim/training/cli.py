@@ -77,6 +77,9 @@ def register(app: typer.Typer) -> None:
         comm_cores: int | None = typer.Option(None, help="pinned communication cores (overrides the backend)"),
         allreduce_algorithm: str | None = typer.Option(None, help="ring | rs_ag | halving_doubling | hierarchical ..."),
         alltoall_algorithm: str | None = typer.Option(None, help="direct | pairwise"),
+        loader: str | None = typer.Option(
+            None, help="data loader: reference (every rank reads the global batch) | v1 (local batch + index alltoall) | none"
+        ),
         calibration: str | None = typer.Option(None, help="calibration YAML (with --topology host)"),
         topo_set: list[str] = typer.Option([], "--topology-set", help="what-if: PATH=VALUE on the topology YAML"),
         wl_set: list[str] = typer.Option([], "--workload-set", help="what-if: PATH=VALUE on the workload YAML"),

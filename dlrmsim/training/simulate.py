@@ -41,7 +41,7 @@ from dlrmsim.training.taskgraph import (
 )
 from dlrmsim.workloads import load_workload, model
 from dlrmsim.workloads.placement import Placement, PlacementSpec, min_ranks_for_capacity, place
-from dlrmsim.workloads.schema import Workload
+from dlrmsim.workloads.schema import Loader, Workload
 
 Scaling = Literal["strong", "weak", "single"]
 
@@ -64,6 +64,10 @@ class TrainingConfig(StrictModel):
     comm_cores: int | None = Field(None, ge=0, description="override the backend's pinned communication cores")
     allreduce_algorithm: str | None = None
     alltoall_algorithm: str | None = None
+    loader: Literal["none", "reference", "v1"] | None = Field(
+        None, description="data loader: reference (full global batch per rank), v1 (local batch + index alltoall), "
+        "none (random data); default: the workload's"
+    )
     calibration: str | None = None
     topology_overrides: dict[str, Any] = {}
     workload_overrides: dict[str, Any] = {}
@@ -162,6 +166,7 @@ def load_inputs(cfg: TrainingConfig, workload: Workload | None = None, topology:
         w = workload.model_copy(update={"precision": cfg.precision}) if cfg.precision else workload
     else:
         w = load_workload(cfg.workload, wl_over or None)
+    w = with_loader(w, cfg.loader)
     topo = topology if topology is not None else load_topology(cfg.topology, cfg.topology_overrides or None)
     if cfg.calibration:
         topo = apply_calibration(topo, load_calibration(Path(cfg.calibration)), w.index_distribution.kind)
@@ -200,6 +205,17 @@ def load_inputs(cfg: TrainingConfig, workload: Workload | None = None, topology:
         alltoall_prepost_passes=backend.prepost.alltoall_passes,
     )
     return Inputs(topo, w, backend, placement, settings)
+
+
+def with_loader(w: Workload, loader: str | None) -> Workload:
+    """``w`` with its data loader replaced: "none" drops it; "reference"/"v1" sets its kind (the workload's
+    loader parameters, or the defaults when it had none); None keeps the workload's."""
+    if loader is None:
+        return w
+    if loader == "none":
+        return w.model_copy(update={"loader": None})
+    base = w.loader or Loader()
+    return w.model_copy(update={"loader": base.model_copy(update={"kind": loader})})
 
 
 def update_costs(topo: Topology) -> UpdateCosts:
