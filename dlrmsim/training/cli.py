@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from dlrmsim.config import parse_assignments
+from dlrmsim.config import parse_assignments, validate
 from dlrmsim.output import console, print_json, print_table
 
 if TYPE_CHECKING:  # imported inside the commands: `dlrmsim --help` should not load the engine
@@ -20,7 +20,6 @@ COMMON = {
 
 
 def make_config(**kw: Any) -> TrainingConfig:
-    from dlrmsim.config import validate
     from dlrmsim.training.simulate import TrainingConfig
 
     placement = {"strategy": kw.pop("placement"), "replicate_below_rows": kw.pop("replicate_below_rows")}
