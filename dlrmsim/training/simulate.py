@@ -271,7 +271,7 @@ class CollectiveCoordinator:
         self.posted: dict[str, int] = {}
         self.rank_done: dict[str, dict[int, simpy.Event]] = {}
         self.ready: dict[str, simpy.Event] = {cid: self.env.event() for cid in graph.collectives}
-        self.engines = backend.progress_engines
+        self.engines = getattr(backend, "progress_engines", None)  # None: no backend (single-rank test graphs)
         self.active = [0] * ranks  # collectives each rank's engines are progressing now
         self.queue: list[str] = []  # fully posted, waiting for free engines (posting order)
 
