@@ -75,7 +75,7 @@ def register(app: typer.Typer) -> None:
         optimizer: str = typer.Option("sgd", help="optimizer preset (sgd, lamb) or an optimizer YAML"),
         comm_cores: int | None = typer.Option(None, help="pinned communication cores (overrides the backend)"),
         allreduce_algorithm: str | None = typer.Option(None, help="ring | rs_ag | halving_doubling | hierarchical ..."),
-        alltoall_algorithm: str | None = typer.Option(None, help="direct | pairwise"),
+        alltoall_algorithm: str | None = typer.Option(None, help="direct | pairwise | pairwise_xor"),
         loader: str | None = typer.Option(
             None, help="data loader: reference (every rank reads the global batch) | v1 (local batch + index alltoall) | none"
         ),
