@@ -401,3 +401,16 @@ def scatter_binomial(ctx: CollectiveContext) -> list[Phase]:
         phases.append(_phase(np.array(src), np.array(dst), np.array(nb)))
         mask >>= 1
     return phases
+
+
+@algorithm("alltoall", "pairwise_xor")
+def alltoall_pairwise_xor(ctx: CollectiveContext) -> list[Phase]:
+    """MPICH's long-message pairwise exchange (MPIR_Alltoall_intra_pairwise): in step k (1..p-1) rank r
+    exchanges with r XOR k when p is a power of two, else sends to (r+k) mod p and receives from (r-k) mod p.
+    It ignores the topology: on a twisted hypercube some steps pair sockets two links apart."""
+    p = ctx.p
+    if p & (p - 1):
+        return alltoall_pairwise(ctx)
+    m = _alltoall_matrix(ctx)
+    r = np.arange(p)
+    return [_phase(r, r ^ k, m[r, r ^ k]) for k in range(1, p)]

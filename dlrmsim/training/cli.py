@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from dlrmsim.config import parse_assignments
+from dlrmsim.config import parse_assignments, validate
 from dlrmsim.output import console, print_json, print_table
 from dlrmsim.topologies.mapping import parse_socket_list
 
@@ -22,7 +22,6 @@ COMMON = {
 
 
 def make_config(**kw: Any) -> TrainingConfig:
-    from dlrmsim.config import validate
     from dlrmsim.training.simulate import TrainingConfig
 
     placement = {"strategy": kw.pop("placement"), "replicate_below_rows": kw.pop("replicate_below_rows")}
@@ -81,7 +80,10 @@ def register(app: typer.Typer) -> None:
         optimizer: str = typer.Option("sgd", help="optimizer preset (sgd, lamb) or an optimizer YAML"),
         comm_cores: int | None = typer.Option(None, help="pinned communication cores (overrides the backend)"),
         allreduce_algorithm: str | None = typer.Option(None, help="ring | rs_ag | halving_doubling | hierarchical ..."),
-        alltoall_algorithm: str | None = typer.Option(None, help="direct | pairwise"),
+        alltoall_algorithm: str | None = typer.Option(None, help="direct | pairwise | pairwise_xor"),
+        loader: str | None = typer.Option(
+            None, help="data loader: reference (every rank reads the global batch) | v1 (local batch + index alltoall) | none"
+        ),
         calibration: str | None = typer.Option(None, help="calibration YAML (with --topology host)"),
         rank_sockets: str | None = typer.Option(None, "--rank-sockets", help=RANK_SOCKETS_HELP),
         threads_per_rank: int | None = typer.Option(None, "--threads-per-rank", help="-t host: cores per rank process (default: cores / ranks)"),

@@ -42,7 +42,7 @@ from dlrmsim.training.taskgraph import (
 )
 from dlrmsim.workloads import load_workload, model
 from dlrmsim.workloads.placement import Placement, PlacementSpec, map_placement, min_ranks_for_capacity, place
-from dlrmsim.workloads.schema import Workload
+from dlrmsim.workloads.schema import Loader, Workload
 
 Scaling = Literal["strong", "weak", "single"]
 
@@ -65,6 +65,10 @@ class TrainingConfig(StrictModel):
     comm_cores: int | None = Field(None, ge=0, description="override the backend's pinned communication cores")
     allreduce_algorithm: str | None = None
     alltoall_algorithm: str | None = None
+    loader: Literal["none", "reference", "v1"] | None = Field(
+        None, description="data loader: reference (full global batch per rank), v1 (local batch + index alltoall), "
+        "none (random data); default: the workload's"
+    )
     calibration: str | None = None
     topology_overrides: dict[str, Any] = {}
     workload_overrides: dict[str, Any] = {}
@@ -171,6 +175,7 @@ def load_inputs(cfg: TrainingConfig, workload: Workload | None = None, topology:
         w = workload.model_copy(update={"precision": cfg.precision}) if cfg.precision else workload
     else:
         w = load_workload(cfg.workload, wl_over or None)
+    w = with_loader(w, cfg.loader)
     topo = topology if topology is not None else load_training_topology(cfg)
     if cfg.calibration:
         topo = apply_calibration(topo, load_calibration(Path(cfg.calibration)), w.index_distribution.kind)
@@ -233,6 +238,17 @@ def load_training_topology(cfg: TrainingConfig) -> Topology:
     return load_topology(cfg.topology, over or None, ranks=cfg.ranks)
 
 
+def with_loader(w: Workload, loader: str | None) -> Workload:
+    """``w`` with its data loader replaced: "none" drops it; "reference"/"v1" sets its kind (the workload's
+    loader parameters, or the defaults when it had none); None keeps the workload's."""
+    if loader is None:
+        return w
+    if loader == "none":
+        return w.model_copy(update={"loader": None})
+    base = w.loader or Loader()
+    return w.model_copy(update={"loader": base.model_copy(update={"kind": loader})})
+
+
 def update_costs(topo: Topology) -> UpdateCosts:
     """Cache-line conflict costs of the sparse update, from the processor's YAML (via the compute spec)."""
     spec = topo.compute(0)
@@ -287,7 +303,7 @@ class CollectiveCoordinator:
         self.posted: dict[str, int] = {}
         self.rank_done: dict[str, dict[int, simpy.Event]] = {}
         self.ready: dict[str, simpy.Event] = {cid: self.env.event() for cid in graph.collectives}
-        self.engines = backend.progress_engines
+        self.engines = getattr(backend, "progress_engines", None)  # None: no backend (single-rank test graphs)
         self.active = [0] * ranks  # collectives each rank's engines are progressing now
         self.queue: list[str] = []  # fully posted, waiting for free engines (posting order)
 

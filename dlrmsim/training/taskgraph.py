@@ -268,6 +268,10 @@ def build_iteration(w: Workload, placement: Placement, s: IterationSettings) -> 
                 cid.replace("fwd", "bwd"), fwd.op, "alltoall", matrix=fwd.matrix.T.copy(), root=None
             )
 
+    # The v1 loader sends every table's indices of the local samples to the table's owners.
+    if p > 1 and w.loader is not None and w.loader.kind == "v1" and placement.sharded_tables:
+        collectives[LOADER_EXCHANGE] = Collective(LOADER_EXCHANGE, "alltoallv", "alltoall", matrix=loader_index_matrix(w, placement, batches))
+
     # Allreduce buckets: gradients become ready in backward order (last top layer first).
     buckets = _buckets(w, placement, s)
     for i, (_, nbytes) in enumerate(buckets):
@@ -276,6 +280,31 @@ def build_iteration(w: Workload, placement: Placement, s: IterationSettings) -> 
     for r in range(p):
         programs[r] = RankProgram(w, placement, s, r, batches, (fwd_ids, bwd_ids), buckets, collectives).build()
     return IterationGraph(programs=programs, collectives=collectives)
+
+
+LOADER_EXCHANGE = "loader_a2a"
+
+
+def loader_index_matrix(w: Workload, placement: Placement, batches: list[int]) -> np.ndarray:
+    """Bytes (src x dst) of the v1 loader's index exchange: rank src's local samples' indices of every table
+    shard on dst (row-wise shards each need all of a table's indices; replicated tables stay local)."""
+    assert w.loader is not None
+    p = placement.ranks
+    per_shard = w.lookups_per_sample * w.loader.value_bytes
+    m = np.zeros((p, p))
+    send = np.array(batches, dtype=float)
+    for sh in placement.shards:
+        m[:, sh.rank] += send * per_shard
+    np.fill_diagonal(m, 0.0)
+    return m
+
+
+def loader_task(w: Workload, local_batch: int, global_batch: int) -> Task | None:
+    """Reading this iteration's samples: ``passes`` read+write sweeps over what the rank's loader reads."""
+    nbytes = model.loader_read_bytes(w, local_batch, global_batch)
+    if nbytes <= 0 or w.loader is None or w.loader.passes <= 0:
+        return None
+    return Task("loader.read", "copy", flops=0.0, bytes=2.0 * nbytes * w.loader.passes)
 
 
 def _exchange_collectives(
@@ -369,7 +398,8 @@ class RankProgram:
         self.prog: list[Step] = []
 
     def build(self) -> list[Step]:
-        """The rank's steps, phases 1-7, with table-walk sizes and run starts marked."""
+        """The rank's steps, phases 0-7, with table-walk sizes and run starts marked."""
+        self.load_data()
         self.embedding_lookups()
         self.bottom_forward()
         self.interaction_and_top_forward()
@@ -409,6 +439,15 @@ class RankProgram:
             self.post(f"allreduce{i}")
 
     # --- phases ---
+    def load_data(self) -> None:
+        """0. The data loader reads this iteration's samples (the whole global minibatch with the reference
+        loader, the local batch with v1, which then sends the tables' indices to their owners and waits: the
+        lookups need them)."""
+        self.add(loader_task(self.w, self.n, self.s.global_batch))
+        if LOADER_EXCHANGE in self.collectives:
+            self.post(LOADER_EXCHANGE)
+            self.wait(LOADER_EXCHANGE)
+
     def embedding_lookups(self) -> None:
         """1. Embedding lookups: own shards over the global batch (row shards see 1/p of the lookups),
         replicated tables over the local batch; then the forward exchange is posted."""

@@ -260,3 +260,18 @@ def global_batch(w: Workload, ranks: int, scaling: str) -> int:
             raise ValueError(f"workload {w.name} has no single-socket minibatch")
         return w.minibatch.single_socket
     raise ValueError(f"unknown scaling mode {scaling!r}")
+
+
+def sample_bytes(w: Workload) -> float:
+    """Bytes of one stored training sample (dense features, one index per table per lookup, label), or 0 without
+    a loader."""
+    if w.loader is None:
+        return 0.0
+    return float((w.bottom_mlp[0] + w.num_tables * w.lookups_per_sample + 1) * w.loader.value_bytes)
+
+
+def loader_read_bytes(w: Workload, local_batch: int, global_batch: int) -> float:
+    """Bytes one rank's loader reads per iteration: the global minibatch (reference) or its local batch (v1)."""
+    if w.loader is None:
+        return 0.0
+    return sample_bytes(w) * (global_batch if w.loader.kind == "reference" else local_batch)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import Field, NonNegativeFloat, PositiveInt, model_validator
 
 from dlrmsim.config import StrictModel
 
@@ -77,6 +77,27 @@ class ConvergenceRun(StrictModel):
     source: str = ""
 
 
+LoaderKind = Literal["reference", "v1"]
+
+
+class Loader(StrictModel):
+    """How every rank gets its samples each iteration (Kalamkar et al., SC20, arXiv:2005.04680, MLPerf setup).
+
+    ``reference``: the DLRM reference loader; every rank reads the whole global minibatch and keeps what it
+    needs. ``v1``: the MLPerf v1.0 loader; each rank reads its local batch only and an alltoall sends every
+    table's indices to the rank that owns the table. A sample is (dense features + one index per table + the
+    label) values of ``value_bytes`` each (Criteo Terabyte in the binary form: 13 + 26 + 1 = 40 x 4 bytes).
+    """
+
+    kind: LoaderKind = "reference"
+    value_bytes: PositiveInt = Field(4, description="bytes per stored value (int32 / fp32 in the binary Criteo format)")
+    passes: NonNegativeFloat = Field(
+        1.0,
+        description="read+write sweeps over the bytes read; assumption: one copy from the page cache into the batch "
+        "tensors (decoding and Python costs are not modelled)",
+    )
+
+
 class Workload(StrictModel):
     """A DLRM model and its training settings, as read from a workload YAML."""
 
@@ -94,6 +115,7 @@ class Workload(StrictModel):
     index_bytes: PositiveInt = Field(8, description="bytes per lookup index (int64 in PyTorch)")
     minibatch: Minibatch
     convergence: Convergence | None = None
+    loader: Loader | None = Field(None, description="data loader; none: synthetic random data, no loading cost")
 
     @model_validator(mode="after")
     def _dot_needs_matching_width(self) -> Workload:

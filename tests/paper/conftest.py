@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+import json
 
 from dlrmsim.training.simulate import TrainingConfig, TrainingResult, simulate_training
 
-
-@lru_cache(maxsize=256)
-def _simulate(items: tuple[tuple[str, object], ...]) -> TrainingResult:
-    return simulate_training(TrainingConfig(**dict(items)))
+_CACHE: dict[str, TrainingResult] = {}
 
 
 def sim(**kw: object) -> TrainingResult:
     """The simulated iteration of ``TrainingConfig(**kw)``, computed once per configuration in a test session."""
-    return _simulate(tuple(sorted(kw.items())))
+    key = json.dumps(kw, sort_keys=True)
+    if key not in _CACHE:
+        _CACHE[key] = simulate_training(TrainingConfig(**kw))
+    return _CACHE[key]
