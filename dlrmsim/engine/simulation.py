@@ -16,6 +16,7 @@ All times are seconds of simulated time, sizes bytes, rates B/s and flop/s.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
@@ -31,6 +32,9 @@ from dlrmsim.errors import DlrmsimError
 from dlrmsim.topologies.topology import Topology
 
 _I0 = np.zeros(0, dtype=np.int64)
+
+# Engine counters summed over every Simulation.run of this process (benchmarks read them around a command).
+RUN_TOTALS: Counter[str] = Counter()
 
 
 class Simulation:
@@ -54,6 +58,8 @@ class Simulation:
         self.fluid = FluidScheduler(self.env, self.network.capacity, topology.num_ranks)
         self.rank_resources = [RankResources(self.env, r, topology.compute(r), self.comm) for r in range(topology.num_ranks)]
         self._collective_seq = 0
+        self._counted: dict[str, int] = {}  # fluid.stats already added to RUN_TOTALS
+        self._counted_eid = 0
         self._last_comm: dict[int, simpy.Event] = {}
         self._task_cache: dict[tuple, tuple[float, float, float, int, int]] = {}
         self._reduce_cache: dict[tuple, float] = {}
@@ -70,6 +76,12 @@ class Simulation:
             self.env.run(until=until)
         finally:
             self._log.records  # noqa: B018 - materialise, so that lists held from before see every record
+            RUN_TOTALS.update({k: v - self._counted.get(k, 0) for k, v in self.fluid.stats.items()})
+            self._counted = dict(self.fluid.stats)
+            # SimPy numbers every event it schedules; the id counter tells how many this run scheduled.
+            eid = next(self.env._eid)
+            RUN_TOTALS["simpy_events"] += eid - self._counted_eid
+            self._counted_eid = eid + 1
 
     @property
     def records(self) -> list[Record]:

@@ -1,0 +1,114 @@
+"""Simulator speed: the rows of the speed goals, and wall time against ranks, as JSON for the next change to compare.
+
+Each row runs one CLI command in a fresh interpreter (so peak resident memory is that command's own) and reports
+wall time (the median of ``--repeat`` runs, imports excluded), the engine's counters summed over the command's
+simulations (``dlrmsim.engine.simulation.RUN_TOTALS``: fluid activities started and finished, rate solves,
+solver wake-ups, SimPy events scheduled) and the peak RSS. Counters are deterministic, so they compare across
+machines and loads; wall times only on one machine.
+
+    .venv/bin/python -m benchmarks.bench_speed [--out out/bench_speed.json] [--repeat 3] [--curve] [--rows NAME ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+BIG = ("--placement", "column_wise", "--replicate-below-rows", "2048", "-w", "mlperf")
+
+# name -> (CLI arguments, goal in seconds or None to keep)
+ROWS: dict[str, tuple[tuple[str, ...], float | None]] = {
+    "large-64-weak": (("simulate", "-t", "clx-64s-opa", "-w", "large", "-r", "64", "--scaling", "weak", "--json"), 0.5),
+    "mlperf-26": (("simulate", "-t", "clx-64s-opa", "-w", "mlperf", "-r", "26", "--json"), None),
+    "mlperf-1024-column-wise": (("simulate", "-t", "clx-64s-opa", "-r", "1024", "--topology-set", "fabric.endpoints=1024", *BIG,
+                                 "--json"), 10.0),  # fmt: skip
+    "instances": (("instances", "-t", "clx-2s-56c", "-w", "mlp-like", "--instances", "1,2,4,7,14,28", "--json"), 2.0),
+    "demo": (("demo", "--out", "{tmp}/demo"), 15.0),
+}
+CURVE_RANKS = (8, 16, 32, 64, 128, 256, 512, 1024)
+
+_CHILD = """
+import json, resource, sys, time, contextlib, io
+t0 = time.perf_counter()
+from dlrmsim.cli import main
+from dlrmsim.engine.simulation import RUN_TOTALS
+imported = time.perf_counter()
+with contextlib.redirect_stdout(io.StringIO()):
+    try:
+        main(sys.argv[1:])
+    except SystemExit as exc:
+        if exc.code not in (0, None):
+            raise
+wall = time.perf_counter() - imported
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(json.dumps({"wall_s": wall, "import_s": imported - t0, "peak_rss_B": rss, **RUN_TOTALS}))
+"""
+
+
+def run_once(args: tuple[str, ...], timeout_s: float) -> dict:
+    """One command in a fresh interpreter: its wall time (imports excluded), counters and peak RSS."""
+    with tempfile.TemporaryDirectory() as tmp:
+        argv = [a.format(tmp=tmp) for a in args]
+        try:
+            proc = subprocess.run([sys.executable, "-c", _CHILD, *argv], capture_output=True, text=True, timeout=timeout_s, check=False)
+        except subprocess.TimeoutExpired:
+            return {"wall_s": None, "timed_out_after_s": timeout_s}
+    if proc.returncode != 0:
+        return {"wall_s": None, "error": (proc.stderr.strip().splitlines() or ["?"])[-1]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def measure(name: str, args: tuple[str, ...], goal: float | None, repeat: int, timeout_s: float) -> dict:
+    runs = [run_once(args, timeout_s) for _ in range(max(1, repeat))]
+    ok = [r for r in runs if r.get("wall_s") is not None]
+    row = {"row": name, "command": "dlrmsim " + " ".join(args), "goal_s": goal, "runs": len(runs)}
+    if not ok:
+        return row | runs[0]
+    walls = [r["wall_s"] for r in ok]
+    row |= ok[0] | {"wall_s": statistics.median(walls), "wall_min_s": min(walls), "wall_max_s": max(walls)}
+    row["peak_rss_MB"] = row.pop("peak_rss_B") / 2**20
+    row["meets_goal"] = None if goal is None else row["wall_s"] < goal
+    return row
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path("out/bench_speed.json"))
+    ap.add_argument("--repeat", type=int, default=3, help="runs per row; the median wall time is kept")
+    ap.add_argument("--rows", nargs="*", default=list(ROWS), help=f"rows to run (default all: {', '.join(ROWS)})")
+    ap.add_argument("--curve", action="store_true", help="also wall time against ranks, MLPerf column-wise on the scaled fat-tree")
+    ap.add_argument("--timeout", type=float, default=600.0, help="seconds before a run counts as too slow")
+    args = ap.parse_args(argv)
+    report: dict = {"python": sys.version.split()[0], "rows": [], "curve": []}
+    for name in args.rows:
+        cmd, goal = ROWS[name]
+        report["rows"].append(measure(name, cmd, goal, args.repeat, args.timeout))
+        _print(report["rows"][-1])
+    if args.curve:
+        for n in CURVE_RANKS:
+            cmd = ("simulate", "-t", "clx-64s-opa", "-r", str(n), "--topology-set", f"fabric.endpoints={max(n, 64)}", *BIG, "--json")
+            report["curve"].append(measure(f"curve-{n}", cmd, None, 1 if n >= 512 else args.repeat, args.timeout) | {"ranks": n})
+            _print(report["curve"][-1])
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    print(f"wrote {args.out}")
+    return report
+
+
+def _print(r: dict) -> None:
+    if r.get("wall_s") is None:
+        print(f"{r['row']:<26} {r.get('error') or 'timed out after ' + str(r.get('timed_out_after_s')) + ' s'}", flush=True)
+        return
+    goal = "" if r["goal_s"] is None else f"goal < {r['goal_s']:g} s: {'ok' if r['meets_goal'] else 'MISSED'}"
+    print(f"{r['row']:<26} {r['wall_s']:8.2f} s  {r['peak_rss_MB']:7.0f} MB  activities {r.get('activities', 0):>9}  "
+          f"solves {r.get('solves', 0):>7}  wakeups {r.get('wakeups', 0):>7}  simpy events {r.get('simpy_events', 0):>9}  {goal}",
+          flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
