@@ -171,6 +171,8 @@ class FluidScheduler:
         self._wake_at = np.inf
         self._flush_scheduled = False
         self.stats = {"activities": 0, "finished": 0, "solves": 0, "wakeups": 0, "reused": 0}
+        self._held = False  # between hold() and resume(): simulated time passes without integration or wake-ups
+        self._force_step = False
         self._memo: dict[tuple[bytes, bytes, bytes], np.ndarray] = {}
         self._memo_bytes = 0
         self.resource_load: np.ndarray | None = None
@@ -259,6 +261,36 @@ class FluidScheduler:
     def n_active(self) -> int:
         return self._n
 
+    # ---- skipping repeated cycles exactly (used by collectives; see simulation._CollectiveRun._try_skip) ------
+    def quiet(self) -> bool:
+        """Nothing waits to start: no pending batch and no delayed one."""
+        return not self._pending and not self._delayed
+
+    def remaining(self) -> np.ndarray:
+        """A copy of the running activities' remaining work (units), in start order."""
+        return self._F[_REM, : self._n].copy()
+
+    def is_own_event(self, ev: simpy.Event) -> bool:
+        """Whether ``ev`` is one of the scheduler's own wake-up or flush events (harmless while quiet)."""
+        cbs = ev.callbacks or ()
+        return any(cb == self._on_wake or cb == self._on_flush for cb in cbs)
+
+    def hold(self, decrement: np.ndarray) -> None:
+        """Skip ahead: the running activities' remaining work drops by ``decrement`` now, and until
+        :meth:`resume` nothing is integrated, finished or woken. The caller guarantees that exactly this is
+        what the skipped time does (no activity finishes, none starts, rates repeat)."""
+        self._F[_REM, : self._n] -= decrement
+        self._held = True
+        self._wake = None
+        self._wake_at = np.inf
+
+    def resume(self) -> None:
+        """End a :meth:`hold` at the current time: re-solve and reschedule from here."""
+        self._held = False
+        self._t = self.env.now
+        self._force_step = True
+        self._request_flush()
+
     # ---- internals ----------------------------------------------------------------------------
     @staticmethod
     def _pack(b: Batch, now: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -292,7 +324,8 @@ class FluidScheduler:
 
     def _on_flush(self, _ev: simpy.Event) -> None:
         self._flush_scheduled = False
-        if self._pending:
+        if self._pending or self._force_step:
+            self._force_step = False
             self._step()
 
     def _schedule_wake(self, t: float) -> None:
@@ -312,6 +345,9 @@ class FluidScheduler:
 
     def _advance(self) -> None:
         now = self.env.now
+        if self._held:
+            self._t = now
+            return
         dt = now - self._t
         n = self._n
         if n:
@@ -449,6 +485,8 @@ class FluidScheduler:
         return np.where(slow, cap_slow, cap)
 
     def _solve(self) -> None:
+        if self._held:
+            return  # resume() re-solves
         n = self._n
         if n:
             m = self._m
