@@ -121,6 +121,14 @@ def test_scaling_large_from_four_ranks_shows_its_baseline(cli) -> None:
     assert_one_line_error(cli("scaling", "-t", "clx-64s-opa", "-w", "large", "-r", "4,8", "--baseline-ranks", "2"), "smallest valid count is 3")
 
 
+def test_scaling_html_report_states_the_baseline(cli, tmp_path: Path) -> None:
+    # Because issue 28: a speedup against an unshown baseline misleads; the report says which and why.
+    out = tmp_path / "s.html"
+    res = cli("scaling", "-t", "skx-8s-upi", "-w", "small", "-r", "2,4", "--baseline-ranks", "2", "--html", str(out))
+    assert res.code == 0, res.err
+    assert "Speedup and efficiency are against 2 ranks on sockets 0-1: user-set." in out.read_text()
+
+
 @pytest.mark.slow
 def test_scaling_large_to_64_ranks_runs_strong_and_weak(cli) -> None:
     for mode in ("strong", "weak"):

@@ -89,3 +89,10 @@ def test_unmappable_rank_count_is_one_line(cli) -> None:
     assert_one_line_error(cli("simulate", "-t", "clx-64s-opa", "-w", "large", "-r", "2"), "large.yaml", "at least 3 ranks")
     assert_one_line_error(cli("simulate", "-t", "clx-64s-opa", "-w", "large", "-r", "4", "--rank-sockets", "0-3"), "rank 0 needs")
     assert_one_line_error(cli("simulate", "-t", "clx-64s-opa", "-w", "small", "-r", "2", "--rank-sockets", "x"), "socket numbers")
+
+
+def test_rank_sockets_in_the_config_place_the_ranks() -> None:
+    # Because YAML (a study's `fixed: {rank_sockets: ...}`) sets the mapping through the config field.
+    inputs = load_inputs(TrainingConfig(topology="clx-64s-opa", workload="large", ranks=4, rank_sockets=[63, 62, 61, 60]))
+    assert inputs.mapping is not None and inputs.mapping.sockets == (63, 62, 61, 60) and inputs.mapping.reason == "user-set"
+    assert inputs.topology.ranks[0] == load_topology("clx-64s-opa").ranks[63]
