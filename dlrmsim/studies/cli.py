@@ -123,14 +123,17 @@ def study_cmd(
     workers: int = typer.Option(2, "--workers", min=1, help="simulation processes (1: in this process)"),
     experiments: str | None = typer.Option(None, "--experiments", help="comma-separated experiment names to run (default: all)"),
     list_only: bool = typer.Option(False, "--list", help="list the study's experiments and their point counts, run nothing"),
+    baseline_ranks: list[str] = typer.Option([], "--baseline-ranks", help="WORKLOAD=RANKS: the scaling baseline for a workload "
+                                             "(default: the study's, else the fewest ranks that fit); repeatable"),
 ) -> None:
     """Run a built-in study's experiment grid, e.g. the CPU-cluster paper's: tables, CSV/JSON and an HTML report."""
-    from dlrmsim.studies.paper import console_table, load_study, plan, run_study
+    from dlrmsim.studies.paper import console_table, load_study, parse_baselines, plan, run_study
 
     only = [e.strip() for e in experiments.split(",") if e.strip()] if experiments else None
+    bases = parse_baselines(baseline_ranks)
     if list_only:
         study, source = load_study(name)
-        exps, points, _ = plan(study, source, only)
+        exps, points, _ = plan(study, source, only, bases)
         rows = [(e.name, e.figure, e.topology, sum(p.experiment == e.name for p in points), e.title) for e in exps]
         if json_out:
             print_json([dict(zip(("name", "figure", "topology", "points", "title"), r, strict=True)) for r in rows])
@@ -141,7 +144,7 @@ def study_cmd(
         raise DlrmsimError(f"folder {csv.parent} does not exist", field="--csv", fix="create it or give another path")
     with Progress(console=err_console, transient=True, disable=json_out) as bar:
         task = bar.add_task(f"study {name}", total=None)
-        result = run_study(name, workers=workers, only=only, on_done=lambda: bar.advance(task))
+        result = run_study(name, workers=workers, only=only, on_done=lambda: bar.advance(task), baseline_ranks=bases)
     if csv is not None:
         result.rows.to_csv(csv, index=False)
     if html is not None:

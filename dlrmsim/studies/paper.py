@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -226,19 +226,37 @@ def run_configs(configs: Sequence[TrainingConfig], workers: int = 1, on_done: Ca
     return out
 
 
-def baselines_for(exp: Experiment, points: Sequence[Point]) -> dict[str, Baseline]:
-    """Per series of a scaling experiment: the experiment's baseline rank count, else the fewest that fit."""
+def baselines_for(exp: Experiment, points: Sequence[Point], override: Mapping[str, int] | None = None) -> dict[str, Baseline]:
+    """Per series of a scaling experiment: ``override`` (workload -> ranks, from the command line), else the
+    experiment's ``baseline_ranks``, else the fewest ranks that fit."""
     out: dict[str, Baseline] = {}
     for p in points:
         if p.series in out:
             continue
-        user = exp.baseline_ranks.get(p.config.workload)
-        base = choose_baseline(p.config, user)
-        out[p.series] = Baseline(base.ranks, "the paper's baseline (set in the study)") if user is not None else base
+        wl = p.config.workload
+        if override and wl in override:
+            out[p.series] = Baseline(override[wl], "user-set (--baseline-ranks)")
+        elif wl in exp.baseline_ranks:
+            out[p.series] = Baseline(exp.baseline_ranks[wl], "the paper's baseline (set in the study)")
+        else:
+            out[p.series] = choose_baseline(p.config)
     return out
 
 
-def plan(study: Study, source: str = "study", only: Sequence[str] | None = None) -> tuple[list[Experiment], list[Point], dict[tuple[str, str], Baseline]]:
+def parse_baselines(items: Sequence[str]) -> dict[str, int]:
+    """``["large=4", "mlperf=2"]`` -> {"large": 4, "mlperf": 2} (a one-line error for anything else)."""
+    out: dict[str, int] = {}
+    for item in items:
+        wl, sep, n = item.partition("=")
+        if not sep or not wl.strip() or not n.strip().isdigit() or int(n) < 1:
+            raise DlrmsimError(f"'{item}' is not WORKLOAD=RANKS", field="--baseline-ranks", fix="e.g. --baseline-ranks large=4")
+        out[wl.strip()] = int(n)
+    return out
+
+
+def plan(
+    study: Study, source: str = "study", only: Sequence[str] | None = None, baseline_ranks: Mapping[str, int] | None = None
+) -> tuple[list[Experiment], list[Point], dict[tuple[str, str], Baseline]]:
     """The experiments to run, their points (baselines added to scaling series) and the baselines per series."""
     names = [e.name for e in study.experiments]
     if only:
@@ -251,7 +269,7 @@ def plan(study: Study, source: str = "study", only: Sequence[str] | None = None)
     for exp in exps:
         pts = expand(exp, source)
         if exp.figure == "scaling":
-            for series, base in baselines_for(exp, pts).items():
+            for series, base in baselines_for(exp, pts, baseline_ranks).items():
                 baselines[(exp.name, series)] = base
                 have = {p.config.ranks for p in pts if p.series == series}
                 if base.ranks not in have:
@@ -262,12 +280,19 @@ def plan(study: Study, source: str = "study", only: Sequence[str] | None = None)
 
 
 def run_study(
-    name_or_path: str | Path, workers: int = 1, only: Sequence[str] | None = None, on_done: Callable[[], None] | None = None
+    name_or_path: str | Path,
+    workers: int = 1,
+    only: Sequence[str] | None = None,
+    on_done: Callable[[], None] | None = None,
+    baseline_ranks: Mapping[str, int] | None = None,
 ) -> StudyResult:
-    """Run a study's experiments; one row per point with its experiment, settings, outputs and scaling columns."""
+    """Run a study's experiments; one row per point with its experiment, settings, outputs and scaling columns.
+
+    ``baseline_ranks`` (workload -> ranks) overrides every scaling experiment's baseline for those workloads.
+    """
     t0 = time.perf_counter()
     study, source = load_study(name_or_path)
-    exps, points, baselines = plan(study, source, only)
+    exps, points, baselines = plan(study, source, only, baseline_ranks)
     rows_by_key = run_configs([p.config for p in points], workers, on_done)
     records = []
     for p in points:

@@ -74,6 +74,14 @@ def test_reduced_study_has_one_figure_per_experiment(reduced: Path, tmp_path: Pa
     assert len(rows[rows["experiment"] == "blocking"]) == 4
 
 
+def test_command_line_baseline_overrides_the_study(reduced: Path) -> None:
+    # Because --baseline-ranks small=4 makes 4 ranks the reference: speedup 1 there, below 1 at 2 ranks.
+    rows = run_study(reduced, workers=1, only=["strong"], baseline_ranks={"small": 4}).rows
+    small = rows[rows["workload"] == "small"].set_index("ranks")
+    assert small.loc[4, "speedup"] == pytest.approx(1.0) and small.loc[2, "speedup"] < 1.0
+    assert small.loc[4, "baseline"].startswith("user-set")
+
+
 def test_identical_points_are_simulated_once(reduced: Path) -> None:
     # Because experiments share configurations, each distinct one runs once: 8 single-socket + 4 strong (MLPerf's
     # 1-rank baseline added) + 4 blocking + 2 comm rows, where comm's alltoall point is blocking's ccl/overlapping one.
@@ -93,6 +101,7 @@ def test_study_cli_json_csv_and_errors(cli, reduced: Path, tmp_path: Path) -> No
     assert {r["comm"] for r in doc["rows"]} == {"alltoall", "scatter-list"}
     assert (tmp_path / "rows.csv").read_text().count("\n") == 3  # header + 2 rows
     assert_one_line_error(cli("study", "no-such-study"), "no study 'no-such-study'")
+    assert_one_line_error(cli("study", str(reduced), "--baseline-ranks", "large"), "WORKLOAD=RANKS")
     assert_one_line_error(cli("study", str(reduced), "--experiments", "nope"), "no experiment 'nope'")
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({**REDUCED, "experiments": [{**REDUCED["experiments"][1], "fixed": {"sclaing": "weak"}}]}))
