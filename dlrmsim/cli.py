@@ -26,6 +26,7 @@ SUBCOMMANDS: dict[str, str] = {
     "validate": "dlrmsim.calibration.cli",
     "sweep": "dlrmsim.studies.cli",
     "report": "dlrmsim.studies.cli",
+    "study": "dlrmsim.studies.cli",
 }
 MODULES: tuple[str, ...] = tuple(dict.fromkeys(SUBCOMMANDS.values()))
 

@@ -115,8 +115,65 @@ def scaling_cmd(
         console.print(f"report written to {html}")
 
 
+def study_cmd(
+    name: str = typer.Argument(..., help="built-in study (cpu-cluster-paper) or a study YAML"),
+    html: Path | None = typer.Option(None, "--html", help="write the report (one figure per experiment, offline) here"),
+    csv: Path | None = typer.Option(None, "--csv", help="write every point's row here"),
+    json_out: bool = typer.Option(False, "--json", help="print one JSON document: the study and every row"),
+    workers: int = typer.Option(2, "--workers", min=1, help="simulation processes (1: in this process)"),
+    experiments: str | None = typer.Option(None, "--experiments", help="comma-separated experiment names to run (default: all)"),
+    list_only: bool = typer.Option(False, "--list", help="list the study's experiments and their point counts, run nothing"),
+    baseline_ranks: list[str] = typer.Option([], "--baseline-ranks", help="WORKLOAD=RANKS: the scaling baseline for a workload "
+                                             "(default: the study's, else the fewest ranks that fit); repeatable"),
+) -> None:
+    """Run a built-in study's experiment grid, e.g. the CPU-cluster paper's: tables, CSV/JSON and an HTML report."""
+    from dlrmsim.studies.paper import console_table, load_study, parse_baselines, plan, run_study
+
+    only = [e.strip() for e in experiments.split(",") if e.strip()] if experiments else None
+    bases = parse_baselines(baseline_ranks)
+    if list_only:
+        study, source = load_study(name)
+        exps, points, _ = plan(study, source, only, bases)
+        rows = [(e.name, e.figure, e.topology, sum(p.experiment == e.name for p in points), e.title) for e in exps]
+        if json_out:
+            print_json([dict(zip(("name", "figure", "topology", "points", "title"), r, strict=True)) for r in rows])
+        else:
+            print_table(f"Study {study.name}", ["experiment", "figure", "topology", "points", "title"], rows)
+        return
+    if csv is not None and csv.parent and not csv.parent.exists():
+        raise DlrmsimError(f"folder {csv.parent} does not exist", field="--csv", fix="create it or give another path")
+    with Progress(console=err_console, transient=True, disable=json_out) as bar:
+        task = bar.add_task(f"study {name}", total=None)
+        result = run_study(name, workers=workers, only=only, on_done=lambda: bar.advance(task), baseline_ranks=bases)
+    if csv is not None:
+        result.rows.to_csv(csv, index=False)
+    if html is not None:
+        from dlrmsim.studies.paper_report import build_study_report  # plotly: loaded only for a report
+
+        build_study_report(result, html)
+    if json_out:
+        print_json({"study": result.study.name, "title": result.study.title, "wall_s": result.wall_s,
+                    "simulations": result.simulations, "rows": result.rows.to_dict(orient="records")})  # fmt: skip
+        return
+    by_name = {e.name: e for e in result.study.experiments}
+    for exp_name, part in result.rows.groupby("experiment", sort=False):
+        exp = by_name[str(exp_name)]
+        table = console_table(part, exp.figure, list(exp.vary))
+        print_table(exp.title, list(table.columns), [tuple(r) for r in table.itertuples(index=False)])
+        for (e, series), base in result.baselines.items():
+            if e == exp.name:
+                console.print(f"  {series}: baseline {base.ranks} ranks ({base.reason})")
+        for msg in dict.fromkeys(part.loc[~part["status"].eq("ok"), "error"].astype(str)):
+            console.print(f"  not simulated: {msg}")
+    console.print(f"{len(result.rows)} points, {result.simulations} simulations, {result.wall_s:.1f} s")
+    for path in (csv, html):
+        if path is not None:
+            console.print(f"written: {path}")
+
+
 def register(app: typer.Typer) -> None:
-    """Add `sweep`, `report` and `scaling` to the root CLI."""
+    """Add `sweep`, `report`, `scaling` and `study` to the root CLI."""
     app.command("sweep")(sweep_cmd)
     app.command("report")(report_cmd)
     app.command("scaling")(scaling_cmd)
+    app.command("study")(study_cmd)

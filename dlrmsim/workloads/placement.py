@@ -205,7 +205,9 @@ def map_placement(
     big = max(capacities) if capacities else 0.0
     raise DlrmsimError(
         f"{placement.ranks} ranks need up to {max(needs) / 1e9:.1f} GB per rank and no {placement.ranks} sockets of "
-        f"{topology} hold them (largest socket {big / 1e9:.1f} GB)",
+        f"{topology} hold them (largest socket {big / 1e9:.1f} GB)"
+        if placement.ranks > 1
+        else f"1 rank needs {needs[0] / 1e9:.1f} GB and no socket of {topology} holds it (largest {big / 1e9:.1f} GB)",
         source=source or f"{w.name}.yaml",
         field="tables",
         fix=fix,

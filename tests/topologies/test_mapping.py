@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dlrmsim.errors import DlrmsimError
 from dlrmsim.topologies import load_topology
@@ -89,3 +91,27 @@ def test_unmappable_rank_count_is_one_line(cli) -> None:
     assert_one_line_error(cli("simulate", "-t", "clx-64s-opa", "-w", "large", "-r", "2"), "large.yaml", "at least 3 ranks")
     assert_one_line_error(cli("simulate", "-t", "clx-64s-opa", "-w", "large", "-r", "4", "--rank-sockets", "0-3"), "rank 0 needs")
     assert_one_line_error(cli("simulate", "-t", "clx-64s-opa", "-w", "small", "-r", "2", "--rank-sockets", "x"), "socket numbers")
+
+
+def test_rank_sockets_in_the_config_place_the_ranks() -> None:
+    # Because YAML (a study's `fixed: {rank_sockets: ...}`) sets the mapping through the config field.
+    inputs = load_inputs(TrainingConfig(topology="clx-64s-opa", workload="large", ranks=4, rank_sockets=[63, 62, 61, 60]))
+    assert inputs.mapping is not None and inputs.mapping.sockets == (63, 62, 61, 60) and inputs.mapping.reason == "user-set"
+    assert inputs.topology.ranks[0] == load_topology("clx-64s-opa").ranks[63]
+
+
+@settings(max_examples=200)
+@given(
+    needs=st.lists(st.integers(1, 10), min_size=1, max_size=8),
+    caps=st.lists(st.integers(1, 10), min_size=1, max_size=12),
+)
+def test_a_mapping_is_found_exactly_when_one_exists(needs: list[int], caps: list[int]) -> None:
+    # Because the default must never refuse a rank count some assignment holds (nor return one that does not fit):
+    # an assignment exists iff the sorted needs fit the largest capacities element by element.
+    exists = len(needs) <= len(caps) and all(
+        n <= c for n, c in zip(sorted(needs, reverse=True), sorted(caps, reverse=True), strict=False)
+    )
+    m = map_ranks(needs, caps)
+    assert (m is not None) == exists
+    if m is not None:
+        assert len(set(m.sockets)) == len(needs) and all(needs[r] <= caps[s] for r, s in enumerate(m.sockets))
