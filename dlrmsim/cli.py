@@ -9,7 +9,7 @@ import click
 import typer
 from typer.core import TyperGroup
 
-from dlrmsim.errors import EXIT_USAGE, DlrmsimError
+from dlrmsim.errors import EXIT_USAGE, DlrmsimError, Interrupted
 from dlrmsim.output import err_console
 
 # Sub-command -> the subsystem module whose ``register(app)`` adds it. Modules are imported only for the command
@@ -111,6 +111,9 @@ def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: run the app, turning user errors into one line and exit code 2."""
     try:
         app(args=argv, standalone_mode=False)
+    except Interrupted as exc:
+        err_console.print(exc.one_line(), highlight=False, soft_wrap=True)
+        sys.exit(exc.exit_code)
     except DlrmsimError as exc:
         err_console.print(f"[bold red]error:[/] {exc.one_line()}", highlight=False, soft_wrap=True)
         sys.exit(EXIT_USAGE)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import math
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -21,19 +23,69 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-def read_yaml(path: Path) -> Any:
-    """Parse a YAML file, turning syntax errors into one line with the line number."""
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A SafeLoader that refuses a key given twice in one mapping (plain PyYAML keeps the last one silently)."""
+
+
+def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    seen: dict[Any, yaml.Mark] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+        try:
+            first = seen.get(key)
+        except TypeError:  # an unhashable key: let PyYAML report it
+            break
+        if first is not None:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key '{key}' (first given at line {first.line + 1})", key_node.start_mark)
+        seen[key] = key_node.start_mark
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
+
+
+def parse_yaml_text(text: str, source: str | Path) -> Any:
+    """Parse YAML text strictly: syntax errors and duplicate keys become one line with the line number, and
+    a non-finite number (``.inf``, ``.nan``) is refused: no hardware rate or size is infinite."""
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise DlrmsimError(f"cannot read file ({exc.strerror})", source=path, fix="check the path") from None
-    try:
-        return yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
         problem = getattr(exc, "problem", None) or "not valid YAML"
-        raise DlrmsimError(f"malformed YAML at {where}: {problem}", source=path, fix="fix the YAML syntax") from None
+        fix = "give each key once" if problem.startswith("duplicate key") else "fix the YAML syntax"
+        raise DlrmsimError(f"malformed YAML at {where}: {problem}", source=source, fix=fix) from None
+    reject_non_finite(data, source)
+    return data
+
+
+def reject_non_finite(data: Any, source: str | Path | None, path: str = "") -> None:
+    """Raise a one-line error at the first infinite or NaN number inside ``data`` (a YAML document)."""
+    if isinstance(data, float) and not math.isfinite(data):
+        raise DlrmsimError(f"{data} is not a finite number", source=source, field=path or None,
+                           fix="give a finite value (a what-if of unlimited bandwidth is a large finite one, e.g. 1e6)")
+    if isinstance(data, dict):
+        for k, v in data.items():
+            reject_non_finite(v, source, f"{path}.{k}" if path else str(k))
+    elif isinstance(data, list):
+        for i, v in enumerate(data):
+            reject_non_finite(v, source, f"{path}.{i}" if path else str(i))
+
+
+def read_yaml(path: Path) -> Any:
+    """Parse a YAML file, turning unreadable files, syntax errors and duplicate keys into one line."""
+    if path.is_dir():
+        raise DlrmsimError("is a directory, not a YAML file", source=path, fix="give the path of a .yaml file inside it")
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise DlrmsimError(f"cannot read file ({exc.strerror})", source=path, fix="check the path") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DlrmsimError(f"not a text file (byte {exc.start} is not UTF-8)", source=path, fix="give a YAML file") from None
+    return parse_yaml_text(text, path)
 
 
 def validate(model_cls: type[M], data: Any, source: str | Path) -> M:
@@ -55,6 +107,8 @@ def preset_names(preset_dir: Path) -> list[str]:
 def resolve(name_or_path: str | Path, preset_dir: Path, kind: str) -> Path:
     """A preset name or a YAML path to the file to load; unknown names get a helpful error."""
     candidate = Path(name_or_path)
+    if candidate.is_dir():
+        raise DlrmsimError(f"is a directory, not a {kind} file", source=candidate, fix="give the path of a .yaml file inside it")
     if candidate.suffix in (".yaml", ".yml") or candidate.exists():
         if not candidate.is_file():
             raise DlrmsimError(f"no such {kind} file", source=candidate, fix="check the path")
@@ -77,8 +131,6 @@ def load(name_or_path: str | Path, model_cls: type[M], preset_dir: Path, kind: s
 
 def apply_overrides(data: Any, overrides: dict[str, Any], source: str) -> Any:
     """Return a copy of ``data`` with each ``a.b.c: value`` override set; the path must exist."""
-    import copy
-
     data = copy.deepcopy(data)
     for dotted, value in overrides.items():
         node = data
@@ -104,5 +156,9 @@ def parse_assignments(items: list[str], flag: str, example: str = "links.opa.ban
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise DlrmsimError(f"'{item}' is not KEY=VALUE", field=flag, fix=f"write e.g. {flag} {example}")
-        out[key.strip()] = yaml.safe_load(value)
+        try:
+            out[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise DlrmsimError(f"'{value}' is not a YAML value", field=f"{flag} {key.strip()}", fix="quote it or write a number") from None
+        reject_non_finite(out[key.strip()], None, f"{flag} {key.strip()}")
     return out

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import difflib
+import os
+import re
 from collections.abc import Iterable
 from pathlib import Path
+from typing import get_args
 
 from pydantic import ValidationError
 
@@ -41,6 +44,29 @@ class DlrmsimError(Exception):
         return " ".join(text.split())
 
 
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command stopped by Ctrl-C
+
+
+class Interrupted(DlrmsimError):
+    """The user stopped a long run (Ctrl-C): printed as one line, exit code 130, no traceback."""
+
+    exit_code = EXIT_INTERRUPTED
+
+
+def check_output_file(path: str | Path, flag: str) -> Path:
+    """Refuse an output file that cannot be written (missing folder, a directory, no permission) before any work
+    runs, so a long simulation is not thrown away at the end."""
+    path = Path(path)
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise DlrmsimError("is a directory", source=path, field=flag, fix="give a file name inside it")
+    if not parent.is_dir():
+        raise DlrmsimError("its folder does not exist", source=path, field=flag, fix=f"create it first (mkdir -p {parent})")
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise DlrmsimError("not writable", source=path, field=flag, fix="choose a folder you can write to")
+    return path
+
+
 def closest(word: str, choices: Iterable[str]) -> str | None:
     """The choice nearest to a mistyped word, or None when nothing is close."""
     match = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
@@ -62,7 +88,7 @@ def from_validation_error(err: ValidationError, source: str | Path) -> DlrmsimEr
     # A misspelt field shows up twice (unknown + missing); the unknown one carries the useful suggestion.
     errors = sorted(err.errors(), key=lambda e: e["type"] != "extra_forbidden")
     first = errors[0]
-    loc = ".".join(str(p) for p in first["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+    loc = ".".join(str(p) for p in _user_loc(first["loc"]))
     kind = first["type"]
     msg = first["msg"]
     fix: str | None = None
@@ -77,16 +103,38 @@ def from_validation_error(err: ValidationError, source: str | Path) -> DlrmsimEr
         fix = "add it"
     elif kind in ("greater_than", "greater_than_equal"):
         fix = "give a positive value"
+    elif kind == "int_parsing_size":
+        msg = f"{_short(first.get('input'))} is too large for a count"
+        fix = "give a whole number such as 1048576 (a count of rows or items is far below 1e18)"
+    elif kind == "int_from_float":
+        msg = f"{_short(first.get('input'))} is not a whole number"
+        fix = "give a whole number"
     elif kind.endswith("_parsing") or kind.endswith("_type"):
         fix = "check the value's type"
     elif kind == "literal_error" or kind == "enum":
         fix = "use one of the allowed values"
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]
-    more = len(err.errors()) - 1
+    # A value that fails every member of a union (``int | list[int]``) reports once per member: one problem.
+    more = len({tuple(_user_loc(e["loc"])) for e in err.errors()}) - 1
     if more:
         msg += f" (+{more} more problem{'s' if more > 1 else ''})"
     return DlrmsimError(msg, source=source, field=loc or None, fix=fix)
+
+
+# Union members appear in pydantic's locations under their type's name ("constrained-int", "list[str]",
+# "function-after[...]"): internal names that mean nothing to someone editing a YAML file.
+_TYPE_TAG = re.compile(r"^(constrained-\w+|function-.*|(int|float|str|bool|list|dict|tuple|none|literal)(\[.*\])?|.*\[.*\])$", re.IGNORECASE)
+
+
+def _user_loc(loc: tuple) -> list[str | int]:
+    """``loc`` without the union-member tags pydantic inserts."""
+    return [p for p in loc if not (isinstance(p, str) and _TYPE_TAG.match(p))]
+
+
+def _short(value: object) -> str:
+    text = repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _allowed_fields(err: ValidationError, loc: tuple) -> list[str]:
@@ -108,8 +156,6 @@ def _allowed_fields(err: ValidationError, loc: tuple) -> list[str]:
 
 
 def _inner_model(annotation: object) -> type | None:
-    from typing import get_args
-
     if isinstance(annotation, type) and hasattr(annotation, "model_fields"):
         return annotation
     for arg in get_args(annotation):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -9,7 +10,10 @@ import typer
 
 from dlrmsim.config import parse_assignments
 from dlrmsim.errors import DlrmsimError
-from dlrmsim.output import console, print_json, print_table
+from dlrmsim.output import console, err_console, print_json, print_table
+
+# The simulation modules (numpy, simpy, networkx) are imported inside the command: `dlrmsim --help` imports
+# every cli module and must stay light (tests/test_cli.py::test_help_imports_no_engine_or_numpy).
 
 
 def _topology_factory(topology: str, sleds: int | None, overrides: dict[str, Any]):  # noqa: ANN202
@@ -28,6 +32,7 @@ def print_serve(res: Any, budget_ms: float) -> None:
     title = f"{res.workload} on {res.topology} ({res.mode}): {res.lookup_cores} lookup + {res.dense_cores} dense cores per unit"
     rows = [
         ("offered QPS", res.offered_qps),
+        ("arrived QPS (in the window)", res.arrived_qps),
         ("achieved QPS", res.achieved_qps),
         ("latency p50 (ms)", res.p50_ms),
         ("latency p95 (ms)", res.p95_ms),
@@ -56,7 +61,10 @@ def register(app: typer.Typer) -> None:
         sleds: int | None = typer.Option(None, "--sleds", help="sleds in the rack (sled topologies)"),
         nodes: int | None = typer.Option(None, "--nodes", help="serve on the first N nodes only"),
         cpu_baseline: bool = typer.Option(False, "--cpu-baseline", help="serve on the topology's host CPUs instead of its cards"),
-        find_max_qps: bool = typer.Option(False, "--find-max-qps", help="bisect for the highest QPS whose p99 is within budget"),
+        find_max_qps: bool = typer.Option(False, "--find-max-qps", help="search for the highest sustainable QPS within the p99 budget"),
+        seeds: int = typer.Option(3, "--seeds", help="--find-max-qps: seeds every answer must hold for"),
+        throughput_tol: float = typer.Option(0.01, "--throughput-tolerance",
+                                             help="--find-max-qps: completed may fall short of arrived by this fraction"),
         latency_budget_ms: float | None = typer.Option(None, "--latency-budget-ms", help="p99 budget (default: the workload's)"),
         wl_set: list[str] = typer.Option([], "--workload-set", help="what-if: PATH=VALUE on the serving workload YAML"),
         topo_set: list[str] = typer.Option([], "--topology-set", help="what-if: PATH=VALUE on the topology YAML"),
@@ -77,15 +85,27 @@ def register(app: typer.Typer) -> None:
                 raise DlrmsimError("--find-max-qps sets the QPS itself; it cannot replay --arrivals", field="--arrivals")
             opts = serving.ServeOptions(qps=1.0, duration_s=duration, warmup_s=warmup, seed=seed, nodes=nodes, cpu_baseline=cpu_baseline)
             opts.check()
-            found = serving.find_max_qps(make, w, opts, budget, start_qps=qps)
+            found = serving.find_max_qps(make, w, opts, budget, start_qps=qps, seeds=seeds, throughput_tol=throughput_tol)
+            for warning in found.warnings:
+                err_console.print(f"warning: {warning}", highlight=False, soft_wrap=True)
             if json_out:
                 best = found.result.to_json() if found.result is not None else None
-                print_json({"max_qps": found.qps, "latency_budget_ms": budget,
-                            "probes": [{"qps": q, "p99_ms": p, "ok": ok} for q, p, ok in found.probes], "at_max": best})
+                print_json({"max_qps": found.qps, "latency_budget_ms": budget, "ci95_qps": list(found.ci_qps),
+                            "capacity_bound_qps": found.bound_qps, "criteria": found.criteria, "warnings": found.warnings,
+                            "seeds": [{"seed": s, "sustained_qps": lo, "failed_qps": hi if math.isfinite(hi) else None}
+                                      for s, lo, hi in found.per_seed],
+                            "probes": [{"qps": p.qps, "seed": p.seed, "p99_ms": p.p99_ms, "late_p99_ms": p.late_p99_ms,
+                                        "completed_over_arrived": p.throughput_ratio, "ok": p.ok, "reason": p.reason}
+                                       for p in found.probes], "at_max": best})
                 return
-            print_table(f"max QPS search, p99 budget {budget:g} ms", ["QPS", "p99 ms", "within budget"],
-                        [(q, p, "yes" if ok else "no") for q, p, ok in found.probes])
-            console.print(f"highest QPS with p99 <= {budget:g} ms: {found.qps:,.0f}")
+            print_table(f"max QPS search, p99 budget {budget:g} ms", ["QPS", "seed", "p99 ms", "2nd-half p99 ms", "completed/arrived", "verdict"],
+                        [(p.qps, p.seed, p.p99_ms, p.late_p99_ms, p.throughput_ratio, p.reason or "sustained") for p in found.probes])
+            console.print(found.criteria, highlight=False)
+            console.print("per seed: " + "; ".join(f"seed {s} sustained {lo:,.0f}" + (f", not {hi:,.0f}" if math.isfinite(hi) else "")
+                                                   for s, lo, hi in found.per_seed), highlight=False)
+            console.print(f"highest sustainable QPS with p99 <= {budget:g} ms: {found.qps:,.0f} "
+                          f"(95% CI of the limit {found.ci_qps[0]:,.0f} .. {found.ci_qps[1]:,.0f}; "
+                          f"capacity bound {found.bound_qps:,.0f})", highlight=False)
             if found.result is not None:
                 print_serve(found.result, budget)
             return

@@ -52,6 +52,10 @@ from dlrmsim.topologies.topology import Topology
 from dlrmsim.workloads.serving.schema import ServingWorkload
 
 SCORE_BYTES = 4.0  # one fp32 score per item back to the host
+# Requests one run may simulate. Each request is a few SimPy processes and engine tasks (~1 ms of wall time and
+# ~1 kB of memory each), so this bounds a run to minutes and a few GB; a larger --qps x --duration is refused
+# up front instead of failing to allocate (or running for days).
+MAX_REQUESTS = 2_000_000
 
 
 # --- options and results ----------------------------------------------------------------------------------
@@ -78,8 +82,18 @@ class ServeOptions:
         if self.arrival_times is None:
             if self.qps is None or not self.qps > 0 or not math.isfinite(self.qps):
                 raise DlrmsimError(f"QPS must be a positive number, got {self.qps}", field="--qps", fix="e.g. --qps 200")
-        if not self.duration_s > 0:
-            raise DlrmsimError(f"duration must be positive, got {self.duration_s}", field="--duration")
+        if not self.duration_s > 0 or not math.isfinite(self.duration_s):
+            raise DlrmsimError(f"duration must be a positive number of seconds, got {self.duration_s}", field="--duration")
+        if self.arrival_times is None:
+            assert self.qps is not None
+            expected = self.qps * self.duration_s
+            if expected > MAX_REQUESTS:
+                raise DlrmsimError(
+                    f"--qps {self.qps:g} for {self.duration_s:g} s is {expected:.3g} requests, more than the {MAX_REQUESTS:,} "
+                    "one run simulates", field="--qps", fix=f"lower --qps or --duration so that QPS x duration <= {MAX_REQUESTS:,}")
+        elif len(self.arrival_times) > MAX_REQUESTS:
+            raise DlrmsimError(f"{len(self.arrival_times):,} arrivals, more than the {MAX_REQUESTS:,} one run simulates",
+                               field="--arrivals", fix="replay a shorter slice of the trace")
         if not 0 <= self.warmup_s < self.duration_s:
             raise DlrmsimError(f"warm-up {self.warmup_s} s must be in [0, duration {self.duration_s} s)", field="--warmup")
         if self.nodes is not None and self.nodes < 1:
@@ -134,6 +148,25 @@ class ServeResult:
     records: list[Record] = field(repr=False, default_factory=list)
     sim_stats: dict[str, int] = field(default_factory=dict)
     stopped_early: bool = False  # stop_when_late_s fired: p99 is beyond it, latencies_s holds only finished requests
+    arrived: int = 0  # requests that arrived in the window (the offered load actually drawn)
+    arrivals_s: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))  # arrival time of each latencies_s entry
+
+    @property
+    def arrived_qps(self) -> float:
+        """Requests that arrived in the window per second: the offered rate this run's draw actually produced."""
+        return self.arrived / (self.window_s[1] - self.window_s[0])
+
+    @property
+    def throughput_ratio(self) -> float:
+        """Requests completed in the window / requests that arrived in it: below 1 when a queue builds up."""
+        return self.achieved_qps / self.arrived_qps if self.arrived else float("nan")
+
+    def late_p99_ms(self) -> float:
+        """p99 latency (ms) of the requests that arrived in the second half of the window. A queue still
+        building up makes it exceed the whole window's p99; in steady state both estimate the same number."""
+        mid = 0.5 * (self.window_s[0] + self.window_s[1])
+        late = self.latencies_s[self.arrivals_s >= mid] if len(self.arrivals_s) == len(self.latencies_s) else self.latencies_s
+        return float(np.percentile(late, 99) * 1e3) if len(late) else float("nan")
 
     def percentile_ms(self, q: float) -> float:
         if not len(self.latencies_s):
@@ -166,6 +199,7 @@ class ServeResult:
             "topology": self.topology,
             "mode": self.mode,
             "offered_qps": self.offered_qps,
+            "arrived_qps": self.arrived_qps,
             "qps": self.achieved_qps,
             "p50_ms": self.p50_ms,
             "p95_ms": self.p95_ms,
@@ -541,6 +575,8 @@ class _Server:
         arr = self.arrivals
         measured = [i for i in range(len(arr)) if t0 <= arr[i] < t1 and i in self.done]
         lat = np.array([self.done[i] - arr[i] for i in measured])
+        # A replayed trace's window ends at its last arrival, which counts as inside it.
+        arrived = int(np.count_nonzero((arr >= t0) & ((arr < t1) | (arr == t1))))
         completed = sum(1 for t in self.done.values() if t0 <= t < t1)
         busy: dict[tuple[int, str], float] = {}
         for r in self.sim.records:
@@ -568,7 +604,7 @@ class _Server:
             achieved_qps=completed / window, latencies_s=lat, window_s=(t0, t1), cards=cards, links=links,
             placements=[u.placement for u in self.units], lookup_cores=self.k_lookup, dense_cores=self.k_dense,
             requests=len(arr), batches=self.batches, records=self.sim.records, sim_stats=self.sim.stats,
-            stopped_early=self.stopped_early,
+            stopped_early=self.stopped_early, arrived=arrived, arrivals_s=np.asarray(arr[measured], dtype=float),
         )
 
 
@@ -613,13 +649,40 @@ def simulate_serving(topology: Topology, workload: ServingWorkload, options: Ser
 
 
 @dataclass(frozen=True)
+class Probe:
+    """One simulation of the max-QPS search: rate, seed, what it measured, and whether it was sustained."""
+
+    qps: float
+    seed: int
+    p99_ms: float
+    late_p99_ms: float
+    throughput_ratio: float
+    ok: bool
+    reason: str  # why it was not sustained ("" when it was)
+
+
+@dataclass(frozen=True)
 class MaxQpsResult:
-    """Highest QPS found whose p99 stayed within the budget, and every probe (qps, p99_ms, ok)."""
+    """Outcome of :func:`find_max_qps`.
+
+    ``qps`` is the highest rate that every seed sustained; ``per_seed`` holds each seed's bracket (highest rate
+    sustained, lowest rate not sustained; inf when none failed); ``ci_qps`` is a 95 % confidence interval of
+    the sustainable rate (Student t over the seeds' bracket midpoints, never narrower than the bracket
+    resolution); ``result`` is the run at ``qps``."""
 
     qps: float
     result: ServeResult | None
     budget_ms: float
-    probes: list[tuple[float, float, bool]]
+    probes: list[Probe]
+    per_seed: list[tuple[int, float, float]]
+    ci_qps: tuple[float, float]
+    bound_qps: float
+    criteria: str
+    warnings: list[str]
+
+
+# Two-sided 95 % Student t quantiles by degrees of freedom (scipy.stats.t.ppf(0.975, df)).
+_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
 
 
 def capacity_bound_qps(topology: Topology, workload: ServingWorkload, options: ServeOptions) -> float:
@@ -637,45 +700,123 @@ def capacity_bound_qps(topology: Topology, workload: ServingWorkload, options: S
     return bw / (look + dense)
 
 
+def sustained(res: ServeResult, budget_ms: float, throughput_tol: float) -> str:
+    """Why ``res`` does not show a sustainable rate ("" when it does). Sustainable means, over the measured
+    window (warm-up left out): the run was not cut short by late requests, completions kept up with arrivals
+    (completed / arrived >= 1 - ``throughput_tol``), and the p99 latency both of the whole window and of its
+    second half (a queue still growing shows there first) is within ``budget_ms``."""
+    if res.stopped_early:
+        return "stopped: over 1 % of requests late"
+    if not len(res.latencies_s):
+        return "no request measured"
+    if res.throughput_ratio < 1 - throughput_tol:
+        return f"achieved {res.throughput_ratio:.1%} of arrivals"
+    if res.p99_ms > budget_ms:
+        return f"p99 {res.p99_ms:.4g} ms over budget"
+    late = res.late_p99_ms()
+    if late > budget_ms:
+        return f"second-half p99 {late:.4g} ms over budget"
+    return ""
+
+
 def find_max_qps(
     make_topology: Callable[[], Topology],
     workload: ServingWorkload,
     options: ServeOptions,
     budget_ms: float,
     start_qps: float | None = None,
-    rel_tol: float = 0.05,
-    max_probes: int = 14,
+    rel_tol: float = 0.02,
+    seeds: int = 3,
+    throughput_tol: float = 0.01,
+    max_probes: int = 60,
 ) -> MaxQpsResult:
-    """Bisect on QPS (fixed seed and duration; every probe a full simulation) for the highest QPS whose p99 latency
-    stays within ``budget_ms``. Doubles from ``start_qps`` (default: 1/8 of :func:`capacity_bound_qps`) until a
-    probe fails, then halves the bracket until it is within ``rel_tol``."""
-    if not budget_ms > 0:
-        raise DlrmsimError(f"latency budget must be positive, got {budget_ms}", field="--latency-budget-ms")
-    probes: list[tuple[float, float, bool]] = []
-    best: ServeResult | None = None
+    """The largest sustainable QPS (see :func:`sustained`) under ``budget_ms``, over ``seeds`` seeds
+    (``options.seed``, ``options.seed + 1``, ...), each probe a full simulation of ``options.duration_s``.
 
-    def probe(q: float) -> bool:
-        nonlocal best
-        res = simulate_serving(make_topology(), workload, replace(options, qps=q, arrival_times=None, stop_when_late_s=budget_ms * 1e-3))
-        ok = not res.stopped_early and bool(len(res.latencies_s)) and res.p99_ms <= budget_ms
-        probes.append((q, res.p99_ms, ok))
-        if ok and (best is None or q > best.offered_qps):
-            best = res
-        return ok
-
+    The first seed brackets the rate by doubling from ``start_qps`` (default 1/8 of :func:`capacity_bound_qps`,
+    never above that bound), then bisects until the bracket is within ``rel_tol``; every other seed starts from
+    that bracket, widens it until its low end is sustained and its high end is not, and bisects it too. The
+    answer is the lowest of the seeds' sustained rates, so every seed sustained it."""
+    if not budget_ms > 0 or not math.isfinite(budget_ms):
+        raise DlrmsimError(f"latency budget must be a positive number, got {budget_ms}", field="--latency-budget-ms")
+    if seeds < 1:
+        raise DlrmsimError(f"need at least one seed, got {seeds}", field="--seeds")
+    if not 0 <= throughput_tol < 1:
+        raise DlrmsimError(f"throughput tolerance must be in [0, 1), got {throughput_tol}", field="--throughput-tolerance")
+    if start_qps is not None and (not start_qps > 0 or not math.isfinite(start_qps)):
+        raise DlrmsimError(f"start QPS must be a positive number, got {start_qps}", field="--qps")
     bound = capacity_bound_qps(make_topology(), workload, options)
-    if start_qps is None:
-        start_qps = max(bound / 8, 1.0)
-    lo, hi = 0.0, min(start_qps, bound)
-    while len(probes) < max_probes and probe(hi):
-        lo = hi
-        if hi >= bound:  # the memory-bandwidth bound itself met the budget
-            return MaxQpsResult(lo, best, budget_ms, probes)
-        hi = min(hi * 2, bound)
-    while len(probes) < max_probes and hi - lo > rel_tol * max(lo, 1e-9):
-        mid = 0.5 * (lo + hi)
-        if probe(mid):
-            lo = mid
-        else:
-            hi = mid
-    return MaxQpsResult(lo, best, budget_ms, probes)
+    replace(options, qps=bound).check()  # refuse a search whose top probe would be too big to simulate
+    probes: list[Probe] = []
+    results: dict[int, ServeResult] = {}
+    warnings: list[str] = []
+    min_qps = 1.0 / options.duration_s  # below one request per run there is nothing to measure
+
+    def probe(q: float, seed: int) -> bool:
+        res = simulate_serving(make_topology(), workload,
+                               replace(options, qps=q, seed=seed, arrival_times=None, stop_when_late_s=budget_ms * 1e-3))
+        why = sustained(res, budget_ms, throughput_tol)
+        probes.append(Probe(q, seed, res.p99_ms, res.late_p99_ms(), res.throughput_ratio, not why, why))
+        if not why and (seed not in results or q > results[seed].offered_qps):
+            res.records = []  # keep the answer's numbers, not its event log
+            results[seed] = res
+        return not why
+
+    def search(seed: int, low_guess: float, high_guess: float) -> tuple[float, float]:
+        lo, hi = 0.0, math.inf
+        q = min(low_guess, bound)
+        while len(probes) < max_probes and q >= min_qps:  # down until a rate is sustained
+            if probe(q, seed):
+                lo = q
+                break
+            hi, q = q, q / 2
+        q = min(high_guess if high_guess > lo else 2 * lo, bound)
+        while len(probes) < max_probes and lo > 0 and math.isinf(hi):  # up until one is not
+            if q <= lo:
+                break
+            if probe(q, seed):
+                lo = q
+                q = min(2 * q, bound)
+            else:
+                hi = q
+        while len(probes) < max_probes and lo > 0 and math.isfinite(hi) and hi - lo > rel_tol * lo:
+            mid = 0.5 * (lo + hi)
+            if probe(mid, seed):
+                lo = mid
+            else:
+                hi = mid
+        return lo, hi
+
+    start = bound / 8 if start_qps is None else start_qps
+    if start > bound:
+        warnings.append(f"start QPS {start:,.0f} is above the capacity bound {bound:,.0f} QPS; starting at the bound")
+    per_seed: list[tuple[int, float, float]] = []
+    lo0, hi0 = search(options.seed, start, 2 * start)
+    per_seed.append((options.seed, lo0, hi0))
+    for seed in range(options.seed + 1, options.seed + seeds):
+        lo, hi = search(seed, lo0 if lo0 > 0 else start, hi0 if math.isfinite(hi0) else bound)
+        per_seed.append((seed, lo, hi))
+    answer = min(lo for _, lo, _ in per_seed)
+    worst = min(per_seed, key=lambda p: p[1])[0]
+    # 95 % interval of the sustainable rate: t over the seeds' bracket midpoints, at least the bracket itself.
+    mids = np.array([0.5 * (lo + (hi if math.isfinite(hi) else lo)) for _, lo, hi in per_seed])
+    half_res = max(0.5 * ((hi if math.isfinite(hi) else lo) - lo) for _, lo, hi in per_seed)
+    spread = _T975.get(len(mids) - 1, 1.96) * float(np.std(mids, ddof=1)) / math.sqrt(len(mids)) if len(mids) > 1 else 0.0
+    half = max(spread, half_res)
+    ci = (max(float(mids.mean()) - half, 0.0), min(float(mids.mean()) + half, bound))
+    at_bound = [seed for seed, lo, _ in per_seed if lo >= bound]
+    if at_bound and answer >= bound:
+        warnings.append(f"stopped at the memory-bandwidth capacity bound {bound:,.0f} QPS: every seed sustained the bound itself, "
+                        "so the answer is the bound, not a measured limit")
+    elif at_bound:
+        warnings.append(f"seed {', '.join(map(str, at_bound))} stopped at the capacity bound {bound:,.0f} QPS (sustained it in a "
+                        f"{options.duration_s:g} s run; no rate above the bound is sustainable in a long one)")
+    if answer <= 0:
+        warnings.append(f"no rate down to {min_qps:g} QPS was sustained within {budget_ms:g} ms")
+    if len(probes) >= max_probes and any(math.isinf(hi) or hi - lo > rel_tol * lo for _, lo, hi in per_seed):
+        warnings.append(f"stopped after {max_probes} probes before the bracket narrowed to {rel_tol:.0%}")
+    criteria = (f"sustained = p99 <= {budget_ms:g} ms over the window and over its second half, completed >= "
+                f"{1 - throughput_tol:.0%} of arrivals, not cut short; {options.duration_s:g} s runs, first "
+                f"{options.warmup_s:g} s left out; {seeds} seed{'s' if seeds > 1 else ''}, bisected to {rel_tol:.0%}; "
+                "answer = lowest rate every seed sustained")
+    return MaxQpsResult(answer, results.get(worst), budget_ms, probes, per_seed, ci, bound, criteria, warnings)

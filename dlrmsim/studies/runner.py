@@ -11,13 +11,15 @@ import itertools
 import logging
 import math
 import os
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dlrmsim.errors import DlrmsimError
+from dlrmsim.errors import DlrmsimError, Interrupted
 from dlrmsim.studies.results import ResultsStore, point_row, results_path
 from dlrmsim.studies.spec import SweepPoint
 
@@ -91,17 +93,22 @@ def run_sweep(
         done = store.done_ids(include_failed=not retry_failed)
         todo = [p for p in points if p.point_id not in done]
         bar = _Progress(total=len(points), done=len(points) - len(todo), enabled=progress)
-        with bar:
-            if not todo:
-                mode = "nothing to do"
-            elif serial:
-                mode = "serial"
-                for point in todo:
-                    row = run_point(evaluator, point)
-                    store.append(row)
-                    bar.advance(row["status"] == "ok")
-            else:
-                mode = _run_dask(todo, evaluator, store, bar, scheduler, workers)
+        try:
+            with bar:
+                if not todo:
+                    mode = "nothing to do"
+                elif serial:
+                    mode = "serial"
+                    for point in todo:
+                        row = run_point(evaluator, point)
+                        store.append(row)
+                        bar.advance(row["status"] == "ok")
+                else:
+                    mode = _run_dask(todo, evaluator, store, bar, scheduler, workers)
+        except KeyboardInterrupt:
+            # Every finished point is already appended (and flushed) by the store, so a re-run resumes.
+            saved = len(points) - len(todo) + bar.ok + bar.failed
+            raise Interrupted(f"interrupted: {saved} of {len(points)} points saved; re-run to resume") from None
     return SweepSummary(
         total=len(points),
         skipped=len(points) - len(todo),
@@ -143,8 +150,16 @@ def _run_dask(
         mode = f"dask scheduler {scheduler} ({n} workers)"
     else:
         n = workers or default_workers()
-        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
-                               silence_logs=logging.WARNING)  # fmt: skip
+        # Ctrl-C reaches the whole process group: the worker processes would each print a KeyboardInterrupt
+        # traceback. They inherit an ignored SIGINT (kept across exec), so only this process sees it and stops.
+        main = threading.current_thread() is threading.main_thread()  # only the main thread may set handlers
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+        try:
+            cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
+                                   silence_logs=logging.ERROR)  # fmt: skip  (cancelled tasks warn on Ctrl-C)
+        finally:
+            if main:
+                signal.signal(signal.SIGINT, previous)
         client = Client(cluster)
         mode = f"dask local cluster ({n} workers)"
     try:

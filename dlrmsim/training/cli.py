@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from dlrmsim.config import parse_assignments, validate
-from dlrmsim.output import console, print_json, print_table
+from dlrmsim.errors import DlrmsimError, check_output_file
+from dlrmsim.output import console, err_console, print_json, print_table
 from dlrmsim.topologies.mapping import parse_socket_list
 
 if TYPE_CHECKING:  # imported inside the commands: `dlrmsim --help` should not load the engine
@@ -32,6 +33,18 @@ def make_config(**kw: Any) -> TrainingConfig:
     kw["topology_overrides"] = parse_assignments(kw.pop("topo_set"), "--topology-set")
     kw["workload_overrides"] = parse_assignments(kw.pop("wl_set"), "--workload-set")
     return validate(TrainingConfig, kw, "command line")
+
+
+def check_host_topology(topology: str) -> None:
+    """A calibration measures this machine: it applies only to a topology built by the ``host`` generator."""
+    from dlrmsim.config import read_yaml, resolve
+    from dlrmsim.topologies.builder import PRESET_DIR
+
+    data = read_yaml(resolve(topology, PRESET_DIR, "topology"))
+    fabric = data.get("fabric") if isinstance(data, dict) else None
+    if not (isinstance(fabric, dict) and fabric.get("generator") == "host"):
+        raise DlrmsimError(f"the calibration describes this machine (the 'host' topology), not topology '{topology}'",
+                           field="--calibration", fix="add --topology host, or drop --calibration")
 
 
 def print_result(res: TrainingResult) -> None:
@@ -96,10 +109,21 @@ def register(app: typer.Typer) -> None:
 
         With -t host, -r N simulates N processes on this machine (as torchrun --nproc_per_node=N starts them).
         """
+        if trace is not None:
+            check_output_file(trace, "--trace")
         cfg = make_config(**{k: v for k, v in locals().items() if k not in ("json_out", "trace")})
+        if calibration is not None:
+            check_host_topology(topology)
         from dlrmsim.training.simulate import simulate_training
+        from dlrmsim.training.taskgraph import local_batches
 
         res = simulate_training(cfg, record_flows=trace is not None)  # flows only matter to a trace
+        if res.global_batch % cfg.ranks:
+            sizes = local_batches(res.global_batch, cfg.ranks)
+            extra = res.global_batch % cfg.ranks
+            err_console.print(f"note: global batch {res.global_batch} does not divide by {cfg.ranks} ranks: {extra} rank(s) get "
+                              f"{max(sizes)} samples, {cfg.ranks - extra} get {min(sizes)} (the slowest rank sets the iteration)",
+                              highlight=False, soft_wrap=True)
         if trace is not None:
             from dlrmsim.engine.trace import write_chrome_trace
 

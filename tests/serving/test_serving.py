@@ -61,7 +61,7 @@ def test_littles_law_on_records(mm1_run: ServeResult) -> None:
 def test_find_max_qps_matches_mm1_p99_closed_form() -> None:
     # p99 of M/M/1 = ln(100)/(mu - lambda) <= budget  =>  lambda_max = mu - ln(100)/budget = 1000 - 4.605/0.02 = 769.7/s.
     res = find_max_qps(lambda: load_topology(SLED), _mm1(1.0), ServeOptions(qps=1, duration_s=12, warmup_s=1, seed=1, nodes=1),
-                       budget_ms=20.0, start_qps=200)
+                       budget_ms=20.0, start_qps=200, seeds=1)
     assert res.qps == pytest.approx(1000 - math.log(100) / 0.02, rel=0.08)
 
 

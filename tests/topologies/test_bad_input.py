@@ -109,3 +109,24 @@ def test_unknown_preset_and_parameter(cli) -> None:
 def test_fat_tree_shape_errors(cli) -> None:
     result = cli("topology", "show", "clx-64s-opa", "--set", "fabric.pruning=3")
     assert_one_line_error(result, "clx-64s-opa.yaml", "fabric", "whole number of uplinks")
+
+
+# --- issue 28: non-finite numbers and duplicate keys --------------------------------------------------------------
+
+
+def test_infinite_bandwidth_is_refused(cli, tmp_path: Path) -> None:
+    # Because `.inf` is valid YAML for a float, it used to give a run with free links; no hardware rate is infinite.
+    data = _preset("skx-8s-upi")
+    link = next(iter(data["links"]))
+    data["links"][link]["bandwidth_GBps"] = float("inf")
+    path = _write(tmp_path, data, "inf.yaml")
+    assert_one_line_error(cli("topology", "show", path), "inf.yaml", f"links.{link}.bandwidth_GBps", "not a finite number")
+    assert_one_line_error(cli("simulate", "-w", "small", "-r", "2", "--topology-set", "links.opa.bandwidth_GBps=.inf"),
+                          "--topology-set links.opa.bandwidth_GBps", "not a finite number")
+    assert_one_line_error(cli("simulate", "-w", "small", "-r", "2", "--topology-set", "links.opa.bandwidth_GBps=.nan"), "not a finite number")
+
+
+def test_duplicate_topology_keys(cli, tmp_path: Path) -> None:
+    path = tmp_path / "dup.yaml"
+    path.write_text("name: a\nname: b\n")
+    assert_one_line_error(cli("topology", "show", str(path)), "dup.yaml", "duplicate key 'name'", "line 2")
