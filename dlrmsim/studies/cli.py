@@ -127,7 +127,7 @@ def study_cmd(
                                              "(default: the study's, else the fewest ranks that fit); repeatable"),
 ) -> None:
     """Run a built-in study's experiment grid, e.g. the CPU-cluster paper's: tables, CSV/JSON and an HTML report."""
-    from dlrmsim.studies.paper import console_table, load_study, parse_baselines, plan, run_study
+    from dlrmsim.studies.paper import console_table, json_rows, load_study, parse_baselines, plan, run_study
 
     only = [e.strip() for e in experiments.split(",") if e.strip()] if experiments else None
     bases = parse_baselines(baseline_ranks)
@@ -153,7 +153,7 @@ def study_cmd(
         build_study_report(result, html)
     if json_out:
         print_json({"study": result.study.name, "title": result.study.title, "wall_s": result.wall_s,
-                    "simulations": result.simulations, "rows": result.rows.to_dict(orient="records")})  # fmt: skip
+                    "simulations": result.simulations, "rows": json_rows(result.rows)})  # fmt: skip
         return
     by_name = {e.name: e for e in result.study.experiments}
     for exp_name, part in result.rows.groupby("experiment", sort=False):

@@ -343,3 +343,8 @@ def console_table(df: pd.DataFrame, figure: str, varied: Sequence[str]) -> pd.Da
     table = experiment_table(df)
     keep = ["workload", "ranks", "sockets", *[column(v) for v in varied], *CONSOLE_OUTPUTS[figure], "status"]
     return table[[c for c in dict.fromkeys(keep) if c in table]]
+
+
+def json_rows(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """Rows as JSON-ready dicts: missing values (refused points, no baseline) become null, never NaN."""
+    return df.astype(object).where(df.notna(), None).to_dict(orient="records")

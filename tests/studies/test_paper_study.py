@@ -100,6 +100,11 @@ def test_study_cli_json_csv_and_errors(cli, reduced: Path, tmp_path: Path) -> No
     doc = json.loads(res.out)
     assert {r["comm"] for r in doc["rows"]} == {"alltoall", "scatter-list"}
     assert (tmp_path / "rows.csv").read_text().count("\n") == 3  # header + 2 rows
+    # Because --json must pipe into strict parsers (jq): refused points carry null, never NaN.
+    single = cli("study", str(reduced), "--experiments", "single", "--workers", "1", "--json")
+    assert single.code == 0, single.err
+    strict = json.loads(single.out, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+    assert any(r["status"] == "refused" and r["iteration_s"] is None for r in strict["rows"])
     assert_one_line_error(cli("study", "no-such-study"), "no study 'no-such-study'")
     assert_one_line_error(cli("study", str(reduced), "--baseline-ranks", "large"), "WORKLOAD=RANKS")
     assert_one_line_error(cli("study", str(reduced), "--experiments", "nope"), "no experiment 'nope'")
