@@ -38,7 +38,7 @@ EMBEDDING_KINDS = frozenset({"embedding", "embedding_bwd", "update", "conflicts"
 MLP_KINDS = frozenset({"gemm", "elementwise"})
 COLLECTIVE_CATEGORIES = ("alltoall", "allreduce")
 MS = 1e3
-TABLE_COLUMNS = ("workload", "ranks", "sockets", "scaling", "backend", "comm", "blocking", "update_strategy", "index_distribution",
+TABLE_COLUMNS = ("workload", "ranks", "sockets", "scaling", "backend", "comm", "blocking", "update_strategy", "index_distribution", "loader",
                  "iteration_s", "speedup", "efficiency", "ranks_base", "baseline", "compute_s", "prepost_s", "exposed_allreduce_s",
                  "exposed_alltoall_s", "alltoall_time_s", "allreduce_time_s", "embedding_s", "mlp_s", "status", "error")  # fmt: skip
 
@@ -196,7 +196,7 @@ def simulate_point(cfg_json: str) -> dict[str, Any]:
         inputs = load_inputs(cfg)
     except DlrmsimError as exc:
         return {"status": "refused", "error": str(exc)}
-    res = run_iteration(inputs, cfg)
+    res = run_iteration(inputs, cfg, record_flows=False)  # a study never writes a trace
     sockets = inputs.mapping.sockets if inputs.mapping else tuple(range(cfg.ranks))
     return {"status": "ok", "error": "", **summarize(res, sockets)}
 
