@@ -20,14 +20,18 @@ def register(root: typer.Typer) -> None:
 
 
 @app.command("list")
-def list_cmd() -> None:
+def list_cmd(json_out: bool = typer.Option(False, "--json", help="print one JSON object")) -> None:
     """List the built-in topologies."""
     from dlrmsim.topologies import load_topology, summarize, topology_names
 
-    rows = []
-    for name in topology_names():
-        s = summarize(load_topology(name))
-        rows.append((name, s.ranks, s.rank_kind, s.unique_links, s.aggregate_link_bandwidth_GBps, s.bisection_bandwidth_GBps))
+    summaries = [(name, summarize(load_topology(name))) for name in topology_names()]
+    if json_out:
+        print_json({"topologies": [{"name": name, "description": load_topology(name).description, "ranks": s.ranks,
+                                     "rank_kind": s.rank_kind, "links": s.unique_links,
+                                     "aggregate_link_bandwidth_GBps": s.aggregate_link_bandwidth_GBps,
+                                     "bisection_bandwidth_GBps": s.bisection_bandwidth_GBps} for name, s in summaries]})  # fmt: skip
+        return
+    rows = [(name, s.ranks, s.rank_kind, s.unique_links, s.aggregate_link_bandwidth_GBps, s.bisection_bandwidth_GBps) for name, s in summaries]
     print_table("Topology presets (details: dlrmsim topology show NAME)", ["name", "ranks", "kind", "links", "aggr. GB/s", "bisect. GB/s"], rows)
 
 

@@ -64,15 +64,24 @@ def summarize(w: Workload) -> WorkloadSummary:
 
 
 @app.command("list")
-def list_cmd() -> None:
-    """List the built-in workload presets."""
+def list_cmd(json_out: bool = typer.Option(False, "--json", help="print one JSON object")) -> None:
+    """List every built-in workload: DLRM training presets, serving workloads and layer workloads."""
     from dlrmsim.workloads import load_workload, workload_names
+    from dlrmsim.workloads.layers import layer_workload_names, load_layer_workload
+    from dlrmsim.workloads.serving import load_serving_workload, serving_workload_names
 
-    rows = []
-    for name in workload_names():
-        s = summarize(load_workload(name))
-        rows.append((name, s.tables, s.embedding_dim, s.lookups_per_sample, s.tables_gib, s.allreduce_mib, s.alltoall_strong_mib))
-    print_table("Workload presets", ["name", "tables", "E", "P", "tables GiB", "allreduce MiB", "alltoall MiB"], rows)
+    training = [summarize(load_workload(name)) for name in workload_names()]
+    others = [("serving", n, load_serving_workload(n).description, "dlrmsim serve -w " + n) for n in serving_workload_names()]
+    others += [("layers", n, load_layer_workload(n).description, "dlrmsim instances -w " + n) for n in layer_workload_names()]
+    if json_out:
+        print_json({"training": [asdict(s) for s in training],
+                    "other": [{"kind": k, "name": n, "description": d, "used_by": u} for k, n, d, u in others]})  # fmt: skip
+        return
+    print_table("DLRM training workloads (dlrmsim simulate/scaling -w NAME; details: dlrmsim workload show NAME)",
+                ["name", "tables", "E", "P", "tables GiB", "allreduce MiB", "alltoall MiB"],
+                [(s.name, s.tables, s.embedding_dim, s.lookups_per_sample, s.tables_gib, s.allreduce_mib, s.alltoall_strong_mib)
+                 for s in training])  # fmt: skip
+    print_table("Serving and layer workloads", ["kind", "name", "description", "used by"], others)
 
 
 @app.command("show")
