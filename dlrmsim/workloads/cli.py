@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from dlrmsim.output import print_json, print_table
+from dlrmsim.output import console, print_json, print_table
 
 if TYPE_CHECKING:  # imported inside the functions: `dlrmsim --help` should not load numpy and the schema
+    from dlrmsim.workloads.placement import Placement
     from dlrmsim.workloads.schema import Workload
 
 app = typer.Typer(help="DLRM workload presets and their derived sizes.", no_args_is_help=True)
@@ -63,6 +64,32 @@ def summarize(w: Workload) -> WorkloadSummary:
     )
 
 
+def table_layout(p: Placement, table: int) -> dict[str, Any]:
+    """How ``table`` is placed: replicated on every rank, whole on one rank, or split (its shards' ranks and blocks)."""
+    if table in p.replicated_tables:
+        return {"table": table, "layout": "replicated"}
+    shards = [s for s in p.shards if s.table == table]
+    if len(shards) == 1:
+        return {"table": table, "layout": "whole", "rank": shards[0].rank}
+    return {"table": table, "layout": "split",
+            "shards": [{"rank": s.rank, "rows": [s.row_offset, s.row_offset + s.rows],
+                        "columns": [s.col_offset, s.col_offset + s.columns]} for s in shards]}  # fmt: skip
+
+
+def rank_tables(p: Placement, rank: int) -> str:
+    """The shards a rank holds, compactly: t3 (whole), t5:c0-31 (columns 0..31), t7:r0-999 (rows 0..999)."""
+    parts = []
+    for s in p.shards_on(rank):
+        pieces = [x for x in p.shards if x.table == s.table]
+        if len(pieces) == 1:
+            parts.append(f"t{s.table}")
+        elif all(x.rows == pieces[0].rows for x in pieces) and s.columns != sum(x.columns for x in pieces):
+            parts.append(f"t{s.table}:c{s.col_offset}-{s.col_offset + s.columns - 1}")
+        else:
+            parts.append(f"t{s.table}:r{s.row_offset}-{s.row_offset + s.rows - 1}")
+    return " ".join(parts) or "-"
+
+
 @app.command("list")
 def list_cmd(json_out: bool = typer.Option(False, "--json", help="print one JSON object")) -> None:
     """List every built-in workload: DLRM training presets, serving workloads and layer workloads."""
@@ -110,6 +137,8 @@ def show_cmd(
             "max_rank_memory_gib": p.max_memory(w) / GIB,
             "rank_memory_gib": [p.memory_on(w, r) / GIB for r in range(ranks)],
             "replicated_tables": list(p.replicated_tables),
+            # table -> how it is split: whole on one rank, or its column/row blocks and the ranks holding them
+            "tables": [table_layout(p, t) for t in range(w.num_tables)],
         }
     if json_out:
         print_json(out)
@@ -120,6 +149,12 @@ def show_cmd(
         pl = out["placement"]
         print_table(
             f"{placement} placement on {ranks} ranks",
-            ["rank", "memory GiB"],
-            [(r, m) for r, m in enumerate(pl["rank_memory_gib"])],
+            ["rank", "memory GiB", "tables (t3: whole, t5:c0-31: columns 0..31, t7:r0-999: rows 0..999)"],
+            [(r, m, rank_tables(p, r)) for r, m in enumerate(pl["rank_memory_gib"])],
         )
+        split = [t for t in pl["tables"] if t["layout"] == "split"]
+        whole = sum(1 for t in pl["tables"] if t["layout"] == "whole")
+        console.print(f"{whole} tables whole on one rank, {len(split)} split over ranks, "
+                      f"{len(pl['replicated_tables'])} replicated on every rank"
+                      + (f" (replicated: {', '.join(f't{t}' for t in pl['replicated_tables'])})" if pl["replicated_tables"] else ""),
+                      highlight=False, soft_wrap=True)  # fmt: skip
