@@ -27,6 +27,7 @@ SUBCOMMANDS: dict[str, str] = {
     "sweep": "dlrmsim.studies.cli",
     "report": "dlrmsim.studies.cli",
     "study": "dlrmsim.studies.cli",
+    "schema": "dlrmsim.schema_cli",
 }
 MODULES: tuple[str, ...] = tuple(dict.fromkeys(SUBCOMMANDS.values()))
 
