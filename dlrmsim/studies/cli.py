@@ -78,6 +78,7 @@ def scaling_cmd(
     comm_cores: int | None = typer.Option(None),
     calibration: str | None = typer.Option(None),
     rank_sockets: str | None = typer.Option(None, "--rank-sockets", help=RANK_SOCKETS_HELP),
+    sockets: int | None = typer.Option(None, "--sockets", help="scale the topology to N sockets (its generator's endpoint count), e.g. 1024"),
     baseline_ranks: int | None = typer.Option(None, "--baseline-ranks", help="rank count speedups are measured against "
                                                 "(default: the fewest ranks whose sockets hold the workload)"),
     topo_set: list[str] = typer.Option([], "--topology-set"),

@@ -15,10 +15,9 @@ import pandas as pd
 
 from dlrmsim.errors import DlrmsimError
 from dlrmsim.output import print_table
-from dlrmsim.topologies import load_topology
 from dlrmsim.topologies.mapping import capacities, format_sockets
 from dlrmsim.training.optimizers import load_optimizer
-from dlrmsim.training.simulate import Inputs, TrainingConfig, TrainingResult, load_inputs, run_iteration
+from dlrmsim.training.simulate import Inputs, TrainingConfig, TrainingResult, load_inputs, load_training_topology, run_iteration
 from dlrmsim.workloads import load_workload
 from dlrmsim.workloads.placement import fewest_ranks
 
@@ -34,7 +33,7 @@ class Baseline:
 def baseline_ranks(cfg: TrainingConfig) -> int:
     """The fewest ranks whose sockets (memory-aware mapping, or ``cfg.rank_sockets``) hold the workload."""
     w = load_workload(cfg.workload, cfg.workload_overrides or None)
-    topo = load_topology(cfg.topology, cfg.topology_overrides or None)
+    topo = load_training_topology(cfg)
     state = load_optimizer(cfg.optimizer).state_bytes_per_param
     fewest = fewest_ranks(w, cfg.placement, capacities(topo), state, cfg.rank_sockets)
     if fewest is None:

@@ -145,7 +145,19 @@ def load_topology(name_or_path: str | Path, overrides: dict[str, Any] | None = N
     topo = build_topology(spec, source)
     if params:
         topo.name = f"{spec.name}({', '.join(f'{k}={v}' for k, v in params.items())})"
+    if params or any(str(k).startswith("fabric.") for k in overrides or {}):
+        topo.description = scaled_description(topo, spec)
     return topo
+
+
+def scaled_description(topo: Topology, spec: schema.TopologyFile) -> str:
+    """A description that stays true after a generator parameter changed the size: counted from the built graph,
+    with the preset's own description marked as the unscaled form."""
+    kinds: dict[str, int] = {}
+    for _, data in topo.graph.nodes(data=True):
+        kinds[data.get("kind", "node")] = kinds.get(data.get("kind", "node"), 0) + 1
+    counted = ", ".join(f"{n} {k}{'es' if k == 'switch' and n != 1 else 's' if n != 1 else ''}" for k, n in kinds.items())
+    return f"{counted} ({spec.fabric.generator} fabric, {topo.num_ranks} ranks); unscaled preset: {spec.description}"
 
 
 def build_graph(name_or_path: str | Path | schema.TopologyFile, overrides: dict[str, Any] | None = None, **params: Any) -> nx.Graph:

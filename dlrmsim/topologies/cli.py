@@ -42,11 +42,15 @@ def show_cmd(
     html: Path | None = typer.Option(None, "--html", help="write an interactive plotly drawing to this file"),
     param: list[str] = typer.Option([], "--param", "-p", help="generator parameter KEY=VALUE, e.g. sockets=1024"),
     set_: list[str] = typer.Option([], "--set", help="dotted-path what-if edit KEY=VALUE, e.g. links.opa.bandwidth_GBps=25"),
+    sockets: int | None = typer.Option(None, "--sockets", help="scale the topology to N sockets (its generator's endpoint count), e.g. 1024"),
 ) -> None:
     """Summarise a topology: ranks, links, hop histogram from rank 0, aggregate and bisection bandwidth, peak flops, memory."""
     from dlrmsim.topologies import figure, load_topology, summarize
 
-    topo = load_topology(topology, parse_assignments(set_, "--set") or None, **parse_assignments(param, "--param", "sockets=1024"))
+    params = parse_assignments(param, "--param", "sockets=1024")
+    if sockets is not None:
+        params["sockets"] = sockets
+    topo = load_topology(topology, parse_assignments(set_, "--set") or None, **params)
     s = summarize(topo)
     if html is not None:
         try:

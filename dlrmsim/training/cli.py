@@ -99,6 +99,7 @@ def register(app: typer.Typer) -> None:
         ),
         calibration: str | None = typer.Option(None, help="calibration YAML (with --topology host)"),
         rank_sockets: str | None = typer.Option(None, "--rank-sockets", help=RANK_SOCKETS_HELP),
+        sockets: int | None = typer.Option(None, "--sockets", help="scale the topology to N sockets (its generator's endpoint count), e.g. 1024"),
         threads_per_rank: int | None = typer.Option(None, "--threads-per-rank", help="-t host: cores per rank process (default: cores / ranks)"),
         topo_set: list[str] = typer.Option([], "--topology-set", help="what-if: PATH=VALUE on the topology YAML"),
         wl_set: list[str] = typer.Option([], "--workload-set", help="what-if: PATH=VALUE on the workload YAML"),

@@ -74,6 +74,9 @@ class TrainingConfig(StrictModel):
     workload_overrides: dict[str, Any] = {}
     backend_overrides: dict[str, Any] = {}
     seed: int = 0
+    sockets: int | None = Field(
+        None, ge=1, description="scale the topology's fabric to this many sockets (cards, host ranks): the generator's count"
+    )
     threads_per_rank: int | None = Field(
         None, ge=1, description="host topology only: cores per rank process (default: the host's cores split evenly)"
     )
@@ -224,7 +227,8 @@ def load_training_topology(cfg: TrainingConfig) -> Topology:
     """The topology by name or path. A host topology becomes ``cfg.ranks`` processes on this machine, as
     ``torchrun --nproc_per_node=N`` starts them: its cores split evenly, or ``threads_per_rank`` each."""
     over = dict(cfg.topology_overrides)
-    topo = load_topology(cfg.topology, over or None)
+    params = {"sockets": cfg.sockets} if cfg.sockets is not None else {}
+    topo = load_topology(cfg.topology, over or None, **params)
     fabric = topo.spec.fabric  # type: ignore[attr-defined]
     if fabric.generator != "host":
         if cfg.threads_per_rank is not None:
