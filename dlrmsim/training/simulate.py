@@ -45,6 +45,8 @@ from dlrmsim.workloads.placement import Placement, PlacementSpec, map_placement,
 from dlrmsim.workloads.schema import Loader, Workload
 
 Scaling = Literal["strong", "weak", "single"]
+# TrainingConfig fields left out of a result's JSON when unset (None).
+OPTIONAL_KNOBS = ("rank_sockets", "sockets", "threads_per_rank")
 
 
 class TrainingConfig(StrictModel):
@@ -138,8 +140,8 @@ class TrainingResult:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            # rank_sockets only when set: documents written before the mapping existed keep their keys.
-            "config": self.config.model_dump(mode="json", exclude={"rank_sockets"} if self.config.rank_sockets is None else None),
+            # Placement-of-ranks knobs only when set: documents written before they existed keep their keys.
+            "config": self.config.model_dump(mode="json", exclude={k for k in OPTIONAL_KNOBS if getattr(self.config, k) is None}),
             "iteration_s": self.iteration_s,
             "global_batch": self.global_batch,
             "samples_per_s": self.samples_per_s,
