@@ -30,12 +30,6 @@ SUBCOMMANDS: dict[str, str] = {
 MODULES: tuple[str, ...] = tuple(dict.fromkeys(SUBCOMMANDS.values()))
 
 
-def _workload_register(root: typer.Typer) -> None:
-    from dlrmsim.workloads.cli import app as workload_app
-
-    root.add_typer(workload_app, name="workload")
-
-
 class LazyGroup(TyperGroup):
     """The root command group: imports a subsystem's cli module when one of its commands is first asked for."""
 
@@ -47,17 +41,8 @@ class LazyGroup(TyperGroup):
         if module in self._loaded:
             return
         self._loaded.add(module)
-        if module == "dlrmsim.workloads.cli":  # a sub-app, not a register() module
-            register = _workload_register
-        else:
-            try:
-                register = importlib.import_module(module).register
-            except ModuleNotFoundError as exc:
-                if exc.name == module:  # subsystem not installed
-                    return
-                raise
         sub = typer.Typer()
-        register(sub)
+        importlib.import_module(module).register(sub)
         for name, cmd in typer.main.get_group(sub).commands.items():
             self.commands.setdefault(name, cmd)
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from dlrmsim.calibration.ops.backends import check_backend
+from dlrmsim.calibration.backends import check_backend
 from dlrmsim.errors import DlrmsimError
 from dlrmsim.output import console, err_console, print_json, print_table
 

@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from dlrmsim.calibration import backends
 from dlrmsim.calibration.benchmarks.plan import UNSTABLE_PASS_RATIO, build_plan, combine_passes, unstable_benchmarks
 from dlrmsim.calibration.benchmarks.timing import BenchTask
 from dlrmsim.calibration.calibrate import PartialCache, partial_path, run_plan
 from dlrmsim.calibration.dlrm_runner import run_dlrm_iteration
-from dlrmsim.calibration.ops import backends, get_ops
+from dlrmsim.calibration.ops import get_ops
 from dlrmsim.calibration.schema import Measurement
 from dlrmsim.calibration.validate import load_cases
 from dlrmsim.errors import DlrmsimError

@@ -3,7 +3,7 @@ their kernels through ``get_ops(backend)``, so a fitted rate and a validated ite
 
 from __future__ import annotations
 
-from dlrmsim.calibration.ops.backends import BACKENDS, check_backend, default_backend, require_torch, torch_available
+from dlrmsim.calibration.backends import BACKENDS, check_backend, default_backend, require_torch, torch_available
 from dlrmsim.calibration.ops.base import Op, Ops, embedding_bytes, make_indices
 from dlrmsim.calibration.ops.numpy_ops import NumpyOps
 
