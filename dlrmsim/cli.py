@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from pathlib import Path
 
 import click
 import typer
@@ -78,8 +79,6 @@ def _root() -> None:
 @app.command()
 def demo(out: str = typer.Option("out", help="folder for report.html")) -> None:
     """The headline study: Small, Large and MLPerf strong scaling on clx-64s-opa and skx-8s-upi."""
-    from pathlib import Path
-
     from dlrmsim.studies.demo import run_demo
 
     run_demo(Path(out))

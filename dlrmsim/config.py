@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -77,8 +78,6 @@ def load(name_or_path: str | Path, model_cls: type[M], preset_dir: Path, kind: s
 
 def apply_overrides(data: Any, overrides: dict[str, Any], source: str) -> Any:
     """Return a copy of ``data`` with each ``a.b.c: value`` override set; the path must exist."""
-    import copy
-
     data = copy.deepcopy(data)
     for dotted, value in overrides.items():
         node = data

@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 from pathlib import Path
+from typing import get_args
 
 from pydantic import ValidationError
 
@@ -108,8 +109,6 @@ def _allowed_fields(err: ValidationError, loc: tuple) -> list[str]:
 
 
 def _inner_model(annotation: object) -> type | None:
-    from typing import get_args
-
     if isinstance(annotation, type) and hasattr(annotation, "model_fields"):
         return annotation
     for arg in get_args(annotation):
