@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from pathlib import Path
 
 import click
 import typer
@@ -32,12 +33,6 @@ SUBCOMMANDS: dict[str, str] = {
 MODULES: tuple[str, ...] = tuple(dict.fromkeys(SUBCOMMANDS.values()))
 
 
-def _workload_register(root: typer.Typer) -> None:
-    from dlrmsim.workloads.cli import app as workload_app
-
-    root.add_typer(workload_app, name="workload")
-
-
 class LazyGroup(TyperGroup):
     """The root command group: imports a subsystem's cli module when one of its commands is first asked for."""
 
@@ -49,17 +44,8 @@ class LazyGroup(TyperGroup):
         if module in self._loaded:
             return
         self._loaded.add(module)
-        if module == "dlrmsim.workloads.cli":  # a sub-app, not a register() module
-            register = _workload_register
-        else:
-            try:
-                register = importlib.import_module(module).register
-            except ModuleNotFoundError as exc:
-                if exc.name == module:  # subsystem not installed
-                    return
-                raise
         sub = typer.Typer()
-        register(sub)
+        importlib.import_module(module).register(sub)
         for name, cmd in typer.main.get_group(sub).commands.items():
             self.commands.setdefault(name, cmd)
 
@@ -95,8 +81,6 @@ def _root() -> None:
 @app.command()
 def demo(out: str = typer.Option("out", help="folder for report.html")) -> None:
     """The headline study: Small, Large and MLPerf strong scaling on clx-64s-opa and skx-8s-upi."""
-    from pathlib import Path
-
     from dlrmsim.studies.demo import run_demo
 
     run_demo(Path(out))

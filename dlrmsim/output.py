@@ -21,9 +21,8 @@ def print_json(obj: Any) -> None:
 
 
 def _default(obj: Any) -> Any:
-    import numpy as np
-
-    if isinstance(obj, np.generic):
+    # A NumPy scalar, recognised without importing NumPy (``dlrmsim --help`` loads this module and must stay light).
+    if type(obj).__module__ == "numpy" and getattr(obj, "ndim", None) == 0:
         return obj.item()
     if hasattr(obj, "model_dump"):
         return obj.model_dump()

@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import socket
 from pathlib import Path
 
-from dlrmsim.calibration.bench import (
-    UNSTABLE_PASS_RATIO,
-    BenchTask,
-    build_plan,
-    clear_table_cache,
-    combine_passes,
-    unstable_benchmarks,
-)
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from dlrmsim.calibration.benchmarks.embedding import clear_table_cache
+from dlrmsim.calibration.benchmarks.plan import UNSTABLE_PASS_RATIO, build_plan, combine_passes, unstable_benchmarks
+from dlrmsim.calibration.benchmarks.timing import BenchTask
 from dlrmsim.calibration.collectives_host import implementation_for
 from dlrmsim.calibration.compare import eq_check, fit_quality
 from dlrmsim.calibration.fit import (
@@ -28,14 +27,12 @@ from dlrmsim.calibration.fit import (
     peak_bound_host,
 )
 from dlrmsim.calibration.host import detect_host, host_key, steady_allocator
-from dlrmsim.calibration.kernels import default_backend, get_kernels
+from dlrmsim.calibration.ops import default_backend, get_ops
 from dlrmsim.calibration.schema import Calibration, HostInfo, Measurement, save_calibration
 from dlrmsim.output import err_console
 
 
 def _load_average() -> float:
-    import os
-
     try:
         return float(os.getloadavg()[0])
     except (AttributeError, OSError):
@@ -43,8 +40,6 @@ def _load_average() -> float:
 
 
 def default_out(host: HostInfo | None = None) -> Path:
-    import socket
-
     name = host.name if host else socket.gethostname()
     return Path("calibration") / f"host-{name}.yaml"
 
@@ -82,8 +77,6 @@ class PartialCache:
 
 def run_plan(tasks: list[BenchTask], cache: PartialCache, progress: bool) -> list[Measurement]:
     """Run every task not already in the cache, with one rich progress bar per benchmark stage."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     stages: dict[str, list[BenchTask]] = {}
     for t in tasks:
         stages.setdefault(t.stage, []).append(t)
@@ -113,7 +106,7 @@ def run_calibration(quick: bool, backend: str | None, out: Path | None, progress
     libraries, backend and mode) and reused; the cache is removed once the YAML is written.
     """
     backend = backend or default_backend()
-    kernels = get_kernels(backend)
+    kernels = get_ops(backend)
     host = detect_host(backend, quick, kernels.versions(), date="")
     out = Path(out) if out is not None else default_out(host)
     cache = PartialCache(partial_path(out), host_key(host))

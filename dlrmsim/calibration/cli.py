@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from dlrmsim.calibration.backends import check_backend
 from dlrmsim.errors import DlrmsimError
+from dlrmsim.output import console, err_console, print_json, print_table
 
 if TYPE_CHECKING:
     from dlrmsim.calibration.drift import DriftSample
@@ -26,13 +28,9 @@ def calibrate(
     write the calibration YAML. An interrupted run resumes from <out>.partial.jsonl."""
     from dlrmsim.calibration.calibrate import default_out, run_calibration
     from dlrmsim.calibration.compare import error_summary
-    from dlrmsim.calibration.kernels import BACKENDS
-    from dlrmsim.output import console, print_json, print_table
 
-    if backend is not None and backend not in BACKENDS:
-        from dlrmsim.errors import unknown_name_error
-
-        raise unknown_name_error("backend", backend, BACKENDS)
+    if backend is not None:
+        check_backend(backend)
     if out is not None and out.exists() and out.is_dir():
         raise DlrmsimError("--out is a directory", source=out, fix="give a file path such as calibration/host.yaml")
     out = out or default_out()
@@ -79,7 +77,7 @@ def calibrate(
 
 
 def validate(
-    calibration: Path = typer.Option(..., "--calibration", "-c", help="calibration YAML from `dlrmsim calibrate`"),
+    calibration: Path | None = typer.Option(None, "--calibration", "-c", help="calibration YAML from `dlrmsim calibrate`"),
     backend: str | None = typer.Option(None, help="numpy | torch (default: the backend the calibration measured)"),
     case: list[str] = typer.Option([], "--case", help="run only these cases (repeatable)"),
     iterations: int = typer.Option(5, min=1, help="timed iterations per case (median kept)"),
@@ -92,11 +90,22 @@ def validate(
     results_dir: Path | None = typer.Option(Path("validation/results"), "--results-dir",
                                             help="keep this run's evidence as a CSV here (--no-results: keep nothing)"),
     no_results: bool = typer.Option(False, "--no-results", help="do not write the results CSV"),
+    list_cases: bool = typer.Option(False, "--list-cases", help="list the validation cases and exit"),
 ) -> None:
     """Run small DLRM training iterations for real and compare them with the calibrated simulator."""
-    from dlrmsim.calibration.validate import run_validation, write_results_csv
-    from dlrmsim.output import console, print_json, print_table
+    from dlrmsim.calibration.validate import case_names, check_case_names, run_validation, write_results_csv
 
+    if list_cases:
+        if json_out:
+            print_json({"cases": case_names()})
+        else:
+            for name in case_names():
+                console.print(name, highlight=False)
+        return
+    check_case_names(case)  # before the calibration is read: a misspelt case fails at once
+    if calibration is None:
+        raise DlrmsimError("validate needs a calibration", field="--calibration",
+                           fix="pass --calibration calibration/host-<name>.yaml (from `dlrmsim calibrate`)")
     report = run_validation(calibration, backend=backend, only=case or None, iterations=iterations, warmup=warmup,
                             progress=not json_out, rounds=rounds, against=against, reference=reference)  # fmt: skip
     if results_dir is not None and not no_results:
@@ -130,8 +139,6 @@ def validate(
 
 def _print_target(report: ValidationReport, calibration: Path, json_out: bool) -> None:
     """Another implementation's measured steps beside dlrmsim's prediction (and TorchRec's planner estimate)."""
-    from dlrmsim.output import console, print_json, print_table
-
     if json_out:
         data = report.to_json()
         for c, r in zip(data["cases"], report.cases, strict=True):
@@ -157,8 +164,6 @@ def _print_target(report: ValidationReport, calibration: Path, json_out: bool) -
 def _print_drift(rounds: list[list[DriftSample]]) -> None:
     """The probe table, and a warning when the host drifted far enough to count in the errors."""
     from dlrmsim.calibration.drift import DRIFT_WARN, worst
-    from dlrmsim.output import err_console, print_table
-
     if not rounds:
         return
     names = [d.name for d in rounds[0]]

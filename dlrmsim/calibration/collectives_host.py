@@ -27,7 +27,10 @@ from multiprocessing import shared_memory
 from typing import Any
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
+from dlrmsim.calibration.backends import torch_available
+from dlrmsim.calibration.host import steady_allocator
 from dlrmsim.errors import DlrmsimError
 
 SLOT_BYTES = 64 * 2**20  # staging per rank: big enough that pieces amortize the two barriers
@@ -198,10 +201,6 @@ def _free_port() -> int:
 
 def _child(fn: Callable[..., Any], rank: int, size: int, comm_spec: Any, threads: int, args: tuple, queue: Any) -> None:
     try:
-        from threadpoolctl import threadpool_limits
-
-        from dlrmsim.calibration.host import steady_allocator
-
         steady_allocator()  # every rank process measures with the allocator of a long training process
         threadpool_limits(limits=threads)
         if isinstance(comm_spec, ShmSpec):
@@ -281,8 +280,6 @@ def run_ranks(
 
 
 def default_implementation() -> str:
-    from dlrmsim.calibration.kernels import torch_available
-
     return "gloo" if torch_available() else "shm"
 
 

@@ -1,7 +1,7 @@
 """A real DLRM training iteration on this host: NumPy or PyTorch CPU, 1 or more processes, timed per phase.
 
-Hybrid parallelism as in REFERENCE.md section 1: MLPs data parallel (each rank takes N/R samples, weight
-gradients allreduced), embedding tables model parallel (table t lives on rank t mod R and is looked up for
+Hybrid parallelism as in the DLRM paper (Naumov et al. 2019, arXiv:1906.00091, section 4.2): MLPs data parallel
+(each rank takes N/R samples, weight gradients allreduced), embedding tables model parallel (table t lives on rank t mod R and is looked up for
 the global minibatch; an alltoall turns "my tables, all samples" into "all tables, my samples" and back for
 the gradients). Blocking mode: every phase waits for the previous one, so the phase times add up to the
 iteration. Inputs are random (dense features, labels, indices drawn from the workload's distribution).
@@ -19,15 +19,17 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from dlrmsim.calibration.kernels import make_indices
+from dlrmsim.calibration.collectives_host import implementation_for, run_ranks
+from dlrmsim.calibration.host import steady_allocator
+from dlrmsim.calibration.ops import Ops, check_backend, get_ops, make_indices
 from dlrmsim.errors import DlrmsimError
-from dlrmsim.workloads.model import interaction_width
+from dlrmsim.host import read_host, usable_cores
+from dlrmsim.workloads.model import alltoall_bytes, interaction_width, tables_bytes
 from dlrmsim.workloads.schema import Workload, ZipfIndices
 
 PHASES = (
@@ -81,180 +83,10 @@ class IterationMeasurement:
         return sum(self.phases_s.values())
 
 
-# --- backend adapters ----------------------------------------------------------------------------------------
-
-
-class _NumpyOps:
-    name = "numpy"
-
-    def threads(self, n: int) -> AbstractContextManager[Any]:
-        from threadpoolctl import threadpool_limits
-
-        return threadpool_limits(limits=n, user_api="blas")
-
-    def tensor(self, a: np.ndarray) -> Any:
-        return a
-
-    def numpy(self, x: Any) -> np.ndarray:
-        return x
-
-    def cat(self, xs: list[Any], axis: int) -> Any:
-        return np.concatenate(xs, axis=axis)
-
-    def stack(self, xs: list[Any], axis: int) -> Any:
-        return np.stack(xs, axis=axis)
-
-    def exp(self, x: Any) -> Any:
-        return np.exp(x)
-
-    def log(self, x: Any) -> Any:
-        return np.log(x)
-
-    def zeros(self, shape: tuple[int, ...]) -> Any:
-        return np.zeros(shape, dtype=np.float32)
-
-    def swap(self, x: Any) -> Any:
-        return np.swapaxes(x, 1, 2)
-
-    def addmm(self, b: Any, x: Any, w: Any) -> Any:
-        y = x @ w.T
-        y += b
-        return y
-
-    def mask(self, y: Any) -> Any:
-        return y > 0
-
-    def relu(self, y: Any) -> Any:
-        return np.maximum(y, np.float32(0.0))
-
-    def relu_backward(self, dy: Any, y: Any) -> Any:
-        """Gradient through ReLU given its output ``y``: dy where y > 0, else 0 (one fused kernel)."""
-        return np.where(y > 0, dy, np.float32(0.0))
-
-    def sigmoid(self, y: Any) -> Any:
-        return 1.0 / (1.0 + np.exp(-y))
-
-    def new_table(self, rows: int, dim: int, rng: np.random.Generator) -> Any:
-        return rng.uniform(-0.01, 0.01, size=(rows, dim)).astype(np.float32)
-
-    def emb_forward(self, table: Any, idx: np.ndarray) -> Any:
-        b, p = idx.shape
-        return table[idx.reshape(-1)].reshape(b, p, -1).sum(axis=1)
-
-    def emb_backward(self, table: Any, idx: np.ndarray, dpooled: Any) -> Any:
-        return np.repeat(dpooled, idx.shape[1], axis=0)  # one gradient row per lookup
-
-    def emb_update(self, table: Any, idx: np.ndarray, grad: Any, lr: float) -> None:
-        np.subtract.at(table, idx.reshape(-1), np.float32(lr) * grad)
-
-    def sgd_step(self, param: Any, grad: Any, lr: float) -> None:
-        """Dense SGD on one parameter tensor, in place: param -= lr * grad."""
-        param -= np.float32(lr) * grad
-
-
-class _TorchOps(_NumpyOps):
-    name = "torch"
-
-    def __init__(self) -> None:
-        import torch
-
-        self.torch = torch
-        torch.set_grad_enabled(False)
-        self._outputs: dict[int, Any] = {}
-
-    def threads(self, n: int) -> AbstractContextManager[Any]:
-        from dlrmsim.calibration.kernels_torch import torch_threads
-
-        return torch_threads(n)
-
-    def tensor(self, a: np.ndarray) -> Any:
-        return self.torch.from_numpy(np.ascontiguousarray(a))
-
-    def numpy(self, x: Any) -> np.ndarray:
-        return x.contiguous().numpy()
-
-    def cat(self, xs: list[Any], axis: int) -> Any:
-        return self.torch.cat(xs, dim=axis)
-
-    def stack(self, xs: list[Any], axis: int) -> Any:
-        return self.torch.stack(xs, dim=axis)
-
-    def exp(self, x: Any) -> Any:
-        return self.torch.exp(x)
-
-    def log(self, x: Any) -> Any:
-        return self.torch.log(x)
-
-    def zeros(self, shape: tuple[int, ...]) -> Any:
-        return self.torch.zeros(shape)
-
-    def swap(self, x: Any) -> Any:
-        return x.transpose(1, 2)
-
-    def addmm(self, b: Any, x: Any, w: Any) -> Any:
-        return self.torch.addmm(b, x, w.t())
-
-    def mask(self, y: Any) -> Any:
-        return y > 0
-
-    def relu(self, y: Any) -> Any:
-        return self.torch.relu(y)
-
-    def relu_backward(self, dy: Any, y: Any) -> Any:
-        # What autograd runs for nn.ReLU: one fused kernel, no bool mask materialised.
-        return self.torch.ops.aten.threshold_backward(dy, y, 0.0)
-
-    def sigmoid(self, y: Any) -> Any:
-        return self.torch.sigmoid(y)
-
-    def new_table(self, rows: int, dim: int, rng: np.random.Generator) -> Any:
-        torch = self.torch
-        # from_pretrained: the module's own init would fill the table once more (normal_), as long again.
-        weight = torch.empty(rows, dim).uniform_(-0.01, 0.01)
-        return torch.nn.EmbeddingBag.from_pretrained(weight, freeze=False, mode="sum", sparse=True)
-
-    def emb_forward(self, table: Any, idx: np.ndarray) -> Any:
-        torch = self.torch
-        b, p = idx.shape
-        flat = torch.from_numpy(idx.reshape(-1))
-        offsets = torch.arange(0, b * p, p, dtype=torch.int64)
-        with torch.enable_grad():
-            out = table(flat, offsets)
-        self._outputs[id(table)] = out
-        return out.detach()
-
-    def emb_backward(self, table: Any, idx: np.ndarray, dpooled: Any) -> Any:
-        torch = self.torch
-        table.weight.grad = None
-        with torch.enable_grad():
-            self._outputs.pop(id(table)).backward(dpooled)
-        return table.weight.grad  # sparse COO, one row per lookup
-
-    def emb_update(self, table: Any, idx: np.ndarray, grad: Any, lr: float) -> None:
-        table.weight.add_(grad, alpha=-lr)
-
-    def sgd_step(self, param: Any, grad: Any, lr: float) -> None:
-        # One fused op per tensor, what torch.optim.SGD (no momentum) runs per parameter on CPU.
-        param.add_(grad, alpha=-lr)
-
-
-def _ops(backend: str) -> _NumpyOps:
-    if backend == "numpy":
-        return _NumpyOps()
-    if backend == "torch":
-        from dlrmsim.calibration.kernels import torch_available
-
-        if not torch_available():
-            raise DlrmsimError("backend 'torch' needs PyTorch, which is not installed", field="backend",
-                               fix="pip install 'dlrmsim[torch]' or use backend numpy")
-        return _TorchOps()
-    raise DlrmsimError(f"unknown backend '{backend}'", field="backend", fix="use numpy or torch")
-
-
 # --- the model -----------------------------------------------------------------------------------------------
 
 
-def dot_interaction_fwd(ops: _NumpyOps, bot_out: Any, emb: list[Any], li: Any, lj: Any) -> tuple[Any, Any]:
+def dot_interaction_fwd(ops: Ops, bot_out: Any, emb: list[Any], li: Any, lj: Any) -> tuple[Any, Any]:
     """Unfused dot interaction as DLRM runs it: stack the S+1 vectors, batched X X^T, gather the distinct
     pairs (``li``, ``lj``: the strict lower triangle), concatenate with the bottom output. Returns the
     stacked features (n, S+1, E), kept for the backward, and the interaction output (n, E + (S+1)S/2)."""
@@ -263,7 +95,7 @@ def dot_interaction_fwd(ops: _NumpyOps, bot_out: Any, emb: list[Any], li: Any, l
     return feats, ops.cat([bot_out, z[:, li, lj]], 1)
 
 
-def dot_interaction_bwd(ops: _NumpyOps, d_inter: Any, feats: Any, li: Any, lj: Any) -> tuple[Any, list[Any]]:
+def dot_interaction_bwd(ops: Ops, d_inter: Any, feats: Any, li: Any, lj: Any) -> tuple[Any, list[Any]]:
     """Backward of :func:`dot_interaction_fwd`: the bottom output's gradient and one gradient per table."""
     n, f, width = feats.shape
     dz = ops.zeros((n, f, f))
@@ -282,7 +114,7 @@ def _call(which: str, layer: int, op: Callable[[], Any]) -> Any:
     return op()
 
 
-def new_mlp(ops: _NumpyOps, widths: Sequence[int], rng: np.random.Generator) -> list[list[Any]]:
+def new_mlp(ops: Ops, widths: Sequence[int], rng: np.random.Generator) -> list[list[Any]]:
     """[weight (fan_out, fan_in), bias] per layer of an MLP of ``widths``, Xavier-uniform weights, zero biases."""
     layers = []
     for fi, fo in zip(widths, widths[1:], strict=False):
@@ -291,7 +123,7 @@ def new_mlp(ops: _NumpyOps, widths: Sequence[int], rng: np.random.Generator) -> 
     return layers
 
 
-def mlp_forward(ops: _NumpyOps, layers: list[list[Any]], x: Any, sigmoid_last: bool, gemm: GemmCall = _call) -> tuple[Any, list[Any]]:
+def mlp_forward(ops: Ops, layers: list[list[Any]], x: Any, sigmoid_last: bool, gemm: GemmCall = _call) -> tuple[Any, list[Any]]:
     """An MLP's forward (each layer: addmm, then ReLU or, last, a sigmoid): (output, every layer's input and the output)."""
     acts = [x]
     for i, (wt, b) in enumerate(layers):
@@ -302,7 +134,7 @@ def mlp_forward(ops: _NumpyOps, layers: list[list[Any]], x: Any, sigmoid_last: b
     return acts[-1], acts
 
 
-def mlp_backward(ops: _NumpyOps, layers: list[list[Any]], acts: list[Any], dz_last: Any, need_dx: bool,
+def mlp_backward(ops: Ops, layers: list[list[Any]], acts: list[Any], dz_last: Any, need_dx: bool,
                  gemm: GemmCall = _call) -> tuple[Any, list[Any]]:
     """An MLP's backward from ``dz_last``, the gradient before its last activation, in autograd's order (each layer
     from the last: weight gradient, bias gradient, input gradient, ReLU gradient): (input gradient or None, [dW, db, ...])."""
@@ -323,7 +155,7 @@ def mlp_backward(ops: _NumpyOps, layers: list[list[Any]], acts: list[Any], dz_la
 class _Rank:
     """One rank's share of the model and its inputs; ``iteration()`` runs one timed training step."""
 
-    def __init__(self, w: Workload, global_batch: int, ops: _NumpyOps, comm: Any, seed: int, steps: int) -> None:
+    def __init__(self, w: Workload, global_batch: int, ops: Ops, comm: Any, seed: int, steps: int) -> None:
         self.w, self.ops, self.comm = w, ops, comm
         self.size = comm.size if comm is not None else 1
         self.rank = comm.rank if comm is not None else 0
@@ -451,7 +283,7 @@ class _Rank:
 
 def _run_rank(comm: Any, w: Workload, global_batch: int, backend: str, threads: int, iterations: int, warmup: int,
               seed: int) -> dict[str, Any]:
-    ops = _ops(backend)
+    ops = get_ops(backend)
     with ops.threads(threads):
         model = _Rank(w, global_batch, ops, comm, seed, warmup + iterations)
         model.allreduce_bytes = 0
@@ -488,9 +320,6 @@ def iteration_phases(results: list[dict[str, Any]], i: int) -> dict[str, float]:
 
 
 def _validate(w: Workload, global_batch: int, ranks: int, iterations: int) -> None:
-    from dlrmsim.host import read_host
-    from dlrmsim.workloads.model import tables_bytes
-
     if ranks < 1 or global_batch < ranks or global_batch % ranks:
         raise DlrmsimError(f"global batch {global_batch} must be a positive multiple of ranks {ranks}", field="batch",
                            fix="choose a batch divisible by the rank count")
@@ -522,14 +351,8 @@ def run_dlrm_iteration(
     (default: this process's cores / ranks). ``backend`` "torch" uses PyTorch CPU kernels and gloo
     collectives, "numpy" NumPy/BLAS and shared-memory collectives.
     """
-    from dlrmsim.calibration.collectives_host import implementation_for, run_ranks
-    from dlrmsim.calibration.host import steady_allocator
-    from dlrmsim.host import usable_cores
-    from dlrmsim.workloads.model import alltoall_bytes
-
     _validate(workload, batch, ranks, iterations)
-    ops_check = _ops(backend)  # one-line error for a missing torch before any process starts
-    del ops_check
+    check_backend(backend)  # one-line error for a missing torch before any process starts
     threads = threads or max(1, usable_cores() // ranks)
     steady_allocator()  # as in calibration (rank processes set it up themselves): no per-iteration page faults
     if ranks == 1:

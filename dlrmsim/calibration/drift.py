@@ -15,16 +15,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from dlrmsim.calibration.bench import (
-    QUICK_POLICY,
-    BenchTask,
-    EmbeddingConfig,
-    clear_table_cache,
-    embedding_task,
-    gemm_task,
-    stream_task,
-)
-from dlrmsim.calibration.kernels import Kernels
+from dlrmsim.calibration.benchmarks.embedding import EmbeddingConfig, clear_table_cache, embedding_task
+from dlrmsim.calibration.benchmarks.gemm import gemm_task
+from dlrmsim.calibration.benchmarks.memory import stream_task
+from dlrmsim.calibration.benchmarks.timing import QUICK_POLICY, BenchTask
+from dlrmsim.calibration.ops import Ops
 from dlrmsim.calibration.schema import Calibration, Measurement
 
 PROBE_GEMM_MAX_DIM = 512  # the largest calibrated square GEMM up to this size: compute-bound, ~10 ms a sweep
@@ -47,7 +42,7 @@ class DriftSample:
         return self.now_s / self.calibrated_s
 
 
-def probe_tasks(cal: Calibration, kernels: Kernels) -> list[BenchTask]:
+def probe_tasks(cal: Calibration, kernels: Ops) -> list[BenchTask]:
     """The calibration benchmarks to measure again, rebuilt from their recorded parameters, at all cores (and
     the embedding configuration at one core before)."""
     cores = cal.host.cores
@@ -78,7 +73,7 @@ def compare(cal: Calibration, measured: list[Measurement]) -> list[DriftSample]:
     return [DriftSample(m.name, by_name[m.name].time_s, m.time_s) for m in measured if m.name in by_name]
 
 
-def measure_drift(cal: Calibration, kernels: Kernels) -> list[DriftSample]:
+def measure_drift(cal: Calibration, kernels: Ops) -> list[DriftSample]:
     """Run the probe now (a few seconds) and compare it with the calibration."""
     try:
         return compare(cal, [m for t in probe_tasks(cal, kernels) for m in t.run()])

@@ -1,20 +1,63 @@
-"""The calibration's record of its host (from :mod:`dlrmsim.host`, with a peak no kernel beats); compare hosts."""
+"""The calibration's record of its host (from :mod:`dlrmsim.host`, with a peak no kernel beats); compare hosts.
+
+``HostInfo`` lives here rather than in :mod:`dlrmsim.calibration.schema` (which re-exports it), so that the
+schema can warn about a calibration from another host without an import cycle."""
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import hashlib
 import math
 import socket
 import time
+from typing import Annotated, Literal
 
-from dlrmsim.calibration.schema import HostInfo
+import numpy as np
+from pydantic import Field
+from threadpoolctl import threadpool_limits
+
+from dlrmsim.config import StrictModel
 from dlrmsim.host import l2_cache_bytes, last_level_cache_bytes, page_bytes, peak_clock, read_host
 from dlrmsim.output import err_console
+
+Positive = Annotated[float, Field(gt=0)]
 
 # Bytes one core can move through its L1 per cycle: two 64-byte loads and one 64-byte store (the load/store
 # ports of Skylake-SP, Ice Lake and Zen 4 cores). No memory stream can beat this, so cores x clock x 192 B
 # is a generous but physical upper bound on any measured bandwidth (DRAM is far below it).
 L1_BYTES_PER_CYCLE = 192.0
+
+
+class HostInfo(StrictModel):
+    """The machine a calibration was measured on, read from /proc and the libraries at run time."""
+
+    name: str = Field(description="hostname")
+    cpu_model: str
+    vendor: str
+    cores: Annotated[int, Field(gt=0)] = Field(description="cores the benchmarks may use (CPU affinity)")
+    threads: Annotated[int, Field(gt=0)] = Field(description="hardware threads online")
+    sockets: Annotated[int, Field(gt=0)] = 1
+    memory_GB: Positive
+    clock_GHz: Positive = Field(description="the clock peaks use: the highest reported clock, raised where the FMA probe or a "
+                                "measured kernel shows the core runs faster (a VM reports its nominal clock)")
+    reported_clock_GHz: Positive | None = Field(None, description="highest clock /proc or cpufreq reports")
+    clock_source: str = Field("reported", description="what set clock_GHz: a reported source, 'fma probe', or 'measured: <kernel>'")
+    flops_per_cycle_fp32: Positive = Field(description="per core, from the ISA flags (see dlrmsim.host.isa_peak)")
+    isa: str = Field(description="widest vector ISA seen in the flags")
+    peak_fp32_GFLOPs: Positive = Field(description="cores x clock x flops/cycle: the physical fp32 peak")
+    memory_bound_GBps: Positive = Field(description="generous physical bound on any memory stream (see host.py)")
+    page_bytes: Annotated[int, Field(gt=0)] = Field(4096, description="virtual memory page size (bytes)")
+    l2_bytes: Annotated[int, Field(gt=0)] = Field(1 << 20, description="a core's level-2 cache (bytes): where page-table walks hit or miss")
+    llc_bytes: Annotated[int, Field(gt=0)] = Field(32 << 20, description="the last-level cache all cores share (bytes)")
+    libraries: dict[str, str]
+    backend: Literal["numpy", "torch"]
+    date: str = Field(description="ISO 8601 time the calibration finished")
+    load_average: Annotated[float, Field(ge=0)] = Field(
+        0.0, description="highest 1-minute load average seen at the start and end of the run (above cores: shared, noisy)"
+    )
+    quick: bool
+
 
 
 def probe_fp32_GFLOPs_per_core(seconds: float = 0.15) -> float:
@@ -24,9 +67,6 @@ def probe_fp32_GFLOPs_per_core(seconds: float = 0.15) -> float:
 
     Used only to raise a reported clock that the core visibly beats (:func:`dlrmsim.host.peak_clock`).
     """
-    import numpy as np
-    from threadpoolctl import threadpool_limits
-
     n = 512
     rng = np.random.default_rng(0)
     a, b = rng.random((n, n), dtype=np.float32), rng.random((n, n), dtype=np.float32)
@@ -106,9 +146,6 @@ def steady_allocator() -> bool:
     sort buffers) fresh and unmaps it on free, so every iteration pays page faults and zeroing, single-threaded
     kernel work whose cost depends on the process's allocation history. Measured here, it doubled the sparse
     update at 1 thread. Returns False where glibc's mallopt is not available (nothing changed)."""
-    import ctypes
-    import ctypes.util
-
     name = ctypes.util.find_library("c")
     if not name:
         return False

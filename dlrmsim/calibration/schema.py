@@ -11,9 +11,11 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Annotated, Literal, TypeVar
 
+import yaml
 from pydantic import Field, model_validator
 
-from dlrmsim.config import StrictModel
+from dlrmsim.calibration.host import HostInfo, warn_if_other_host
+from dlrmsim.config import StrictModel, read_yaml, validate
 
 FORMAT_VERSION = 1
 
@@ -26,36 +28,6 @@ T = TypeVar("T")
 def nearest_cores(rows: Sequence[T], cores: int, of: Callable[[T], int] = attrgetter("cores")) -> T:
     """The row measured at the core count nearest ``cores`` (ties: the larger count)."""
     return min(rows, key=lambda r: (abs(of(r) - cores), -of(r)))
-
-
-class HostInfo(StrictModel):
-    """The machine a calibration was measured on, read from /proc and the libraries at run time."""
-
-    name: str = Field(description="hostname")
-    cpu_model: str
-    vendor: str
-    cores: Annotated[int, Field(gt=0)] = Field(description="cores the benchmarks may use (CPU affinity)")
-    threads: Annotated[int, Field(gt=0)] = Field(description="hardware threads online")
-    sockets: Annotated[int, Field(gt=0)] = 1
-    memory_GB: Positive
-    clock_GHz: Positive = Field(description="the clock peaks use: the highest reported clock, raised where the FMA probe or a "
-                                "measured kernel shows the core runs faster (a VM reports its nominal clock)")
-    reported_clock_GHz: Positive | None = Field(None, description="highest clock /proc or cpufreq reports")
-    clock_source: str = Field("reported", description="what set clock_GHz: a reported source, 'fma probe', or 'measured: <kernel>'")
-    flops_per_cycle_fp32: Positive = Field(description="per core, from the ISA flags (see dlrmsim.host.isa_peak)")
-    isa: str = Field(description="widest vector ISA seen in the flags")
-    peak_fp32_GFLOPs: Positive = Field(description="cores x clock x flops/cycle: the physical fp32 peak")
-    memory_bound_GBps: Positive = Field(description="generous physical bound on any memory stream (see host.py)")
-    page_bytes: Annotated[int, Field(gt=0)] = Field(4096, description="virtual memory page size (bytes)")
-    l2_bytes: Annotated[int, Field(gt=0)] = Field(1 << 20, description="a core's level-2 cache (bytes): where page-table walks hit or miss")
-    llc_bytes: Annotated[int, Field(gt=0)] = Field(32 << 20, description="the last-level cache all cores share (bytes)")
-    libraries: dict[str, str]
-    backend: Literal["numpy", "torch"]
-    date: str = Field(description="ISO 8601 time the calibration finished")
-    load_average: Annotated[float, Field(ge=0)] = Field(
-        0.0, description="highest 1-minute load average seen at the start and end of the run (above cores: shared, noisy)"
-    )
-    quick: bool
 
 
 class GemmTable(StrictModel):
@@ -285,9 +257,6 @@ def select_interaction_fit(fits: Sequence[InteractionFit], direction: str, cores
 
 def load_calibration(path: str | Path) -> Calibration:
     """Read and validate a calibration YAML; one-line DlrmsimError on a bad file, a warning if from another host."""
-    from dlrmsim.calibration.host import warn_if_other_host
-    from dlrmsim.config import read_yaml, validate
-
     path = Path(path)
     cal = validate(Calibration, read_yaml(path), path)
     warn_if_other_host(cal.host, source=str(path))
@@ -296,8 +265,6 @@ def load_calibration(path: str | Path) -> Calibration:
 
 def save_calibration(cal: Calibration, path: str | Path) -> None:
     """Write a calibration YAML (atomic rename, so a crash never leaves half a file)."""
-    import yaml
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     header = (

@@ -17,13 +17,24 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import Field, PositiveInt
+from rich.progress import Progress
 
 from dlrmsim import __version__, config
+from dlrmsim.calibration import drift
+from dlrmsim.calibration.apply import apply_calibration
+from dlrmsim.calibration.dlrm_runner import run_dlrm_iteration
 from dlrmsim.calibration.drift import DriftSample
+from dlrmsim.calibration.ops import get_ops
 from dlrmsim.calibration.schema import Calibration, load_calibration
+from dlrmsim.calibration.targets.reference import measure_reference
+from dlrmsim.calibration.targets.torchrec import measure_step, planner_estimate
 from dlrmsim.config import StrictModel
-from dlrmsim.errors import DlrmsimError
-from dlrmsim.host import read_host
+from dlrmsim.engine.records import records_frame
+from dlrmsim.errors import DlrmsimError, closest
+from dlrmsim.host import read_host, usable_cores
+from dlrmsim.output import err_console
+from dlrmsim.topologies import load_topology
+from dlrmsim.training.simulate import TrainingConfig, load_inputs, run_iteration
 from dlrmsim.workloads.schema import Workload
 
 CASES_FILE = Path(__file__).resolve().parent / "validation_cases.yaml"
@@ -112,11 +123,31 @@ class ValidationReport:
         }
 
 
-def load_cases(path: Path = CASES_FILE, only: list[str] | None = None) -> list[ValidationCase]:
-    """Validation cases from YAML: ``base`` workload fields, each case's overrides on top."""
-    from dlrmsim.host import usable_cores
+def _cases_file(path: Path) -> CasesFile:
+    return config.validate(CasesFile, config.read_yaml(path), path.name)
 
-    spec = config.validate(CasesFile, config.read_yaml(path), path.name)
+
+def case_names(path: Path = CASES_FILE) -> list[str]:
+    """Names of the validation cases, in file order."""
+    return [c.name for c in _cases_file(path).cases]
+
+
+def check_case_names(only: list[str] | None, path: Path = CASES_FILE) -> None:
+    """One-line error naming every case for the first name in ``only`` that is not a case."""
+    names = case_names(path)
+    for name in only or []:
+        if name not in names:
+            guess = closest(name, names)
+            hint = f"did you mean '{guess}'? " if guess else ""
+            raise DlrmsimError(f"unknown validation case '{name}'", field="--case",
+                               fix=f"{hint}cases: {', '.join(names)} (dlrmsim validate --list-cases)")
+
+
+def load_cases(path: Path = CASES_FILE, only: list[str] | None = None) -> list[ValidationCase]:
+    """Validation cases from YAML: ``base`` workload fields, each case's overrides on top; an unknown name in
+    ``only`` is a one-line error listing the cases."""
+    check_case_names(only, path)
+    spec = _cases_file(path)
     cores = usable_cores()
     out = []
     for i, c in enumerate(spec.cases):
@@ -154,11 +185,6 @@ def predict(case: ValidationCase, cal: Calibration, fuse_backward_update: bool =
     ``fuse_backward_update``: the implementation applies the sparse update inside the embedding backward
     (fbgemm's table-batched embedding in TorchRec) instead of writing gradient rows and stepping them after.
     """
-    from dlrmsim.calibration import apply_calibration
-    from dlrmsim.engine.records import records_frame
-    from dlrmsim.topologies import load_topology
-    from dlrmsim.training.simulate import TrainingConfig, load_inputs, run_iteration
-
     topo = load_topology("host", {"compute.host-cpu.cores": case.ranks * case.threads}, ranks=case.ranks)
     topo = apply_calibration(topo, cal, case.workload.index_distribution.kind)
     cfg = TrainingConfig(
@@ -188,8 +214,6 @@ def predict(case: ValidationCase, cal: Calibration, fuse_backward_update: bool =
 
 
 def measure(case: ValidationCase, backend: str, iterations: int, warmup: int) -> tuple[float, dict[str, float]]:
-    from dlrmsim.calibration import run_dlrm_iteration
-
     m = run_dlrm_iteration(case.workload, case.batch, ranks=case.ranks, threads=case.threads, backend=backend,
                            iterations=iterations, warmup=warmup)  # fmt: skip
     phases = dict(m.phases_s)
@@ -205,15 +229,11 @@ def measure_target(case: ValidationCase, against: str, reference: Path | None, s
     """Per-step samples (s) of ``case`` run by an implementation this project did not write, and TorchRec's
     planner estimate (s) when the target is TorchRec."""
     if against == "torchrec":
-        from dlrmsim.calibration.targets.torchrec import measure_step, planner_estimate
-
         if case.ranks != 1:
             raise DlrmsimError(f"case {case.name}: the TorchRec target runs one rank", field="--case",
                                fix="pick 1-rank cases (multi-rank TorchRec needs DistributedModelParallel, not built yet)")  # fmt: skip
         m = measure_step(case.workload, case.batch, case.threads, "fused", samples=samples)
         return list(m.samples_s), planner_estimate(case.workload, case.batch).step_s
-    from dlrmsim.calibration.targets.reference import measure_reference
-
     if reference is None:
         raise DlrmsimError("--against reference needs --reference PATH", field="--reference",
                            fix="clone https://github.com/facebookresearch/dlrm into a temporary directory and pass its path")  # fmt: skip
@@ -240,12 +260,6 @@ def run_validation(
     round a few of the calibration's benchmarks run again (drift.py), so the report says whether the host
     was still the calibrated one.
     """
-    from rich.progress import Progress
-
-    from dlrmsim.calibration.drift import measure_drift, worst
-    from dlrmsim.calibration.kernels import get_kernels
-    from dlrmsim.output import err_console
-
     cal = load_calibration(calibration_path)  # validate (and warn about another host) before any run
     if against not in TARGETS:
         raise DlrmsimError(f"unknown validation target '{against}'", field="--against", fix=f"use one of: {', '.join(TARGETS)}")
@@ -256,9 +270,9 @@ def run_validation(
     cases = load_cases(only=only)
     runs: dict[str, list[tuple[float, dict[str, float]]]] = {c.name: [] for c in cases}
     predictions: dict[str, tuple[float, dict[str, float]]] = {}
-    drift: list[list[DriftSample]] = []
+    drift_rounds: list[list[DriftSample]] = []
     # The probe re-runs the calibration's kernels, so only when this validation runs the same backend.
-    probe = get_kernels(backend) if backend == cal.host.backend else None
+    probe = get_ops(backend) if backend == cal.host.backend else None
     with Progress(console=err_console, transient=True, disable=not progress) as bar:
         task = bar.add_task("validating", total=len(cases) * (rounds + 1))
         for case in cases:
@@ -268,7 +282,7 @@ def run_validation(
         for r in range(rounds):
             if probe is not None:
                 bar.update(task, description=f"host drift probe (round {r + 1}/{rounds})")
-                drift.append(measure_drift(cal, probe))
+                drift_rounds.append(drift.measure_drift(cal, probe))
             for case in cases:
                 bar.update(task, description=f"{case.name}: running (round {r + 1}/{rounds})")
                 runs[case.name].append(measure(case, backend, iterations, warmup))
@@ -278,20 +292,16 @@ def run_validation(
         kept = min(range(rounds), key=lambda r: runs[case.name][r][0])
         measured, mphases = runs[case.name][kept]
         predicted, pphases = predictions[case.name]
-        probe_worst = worst(drift[kept]) if drift else None
+        probe_worst = drift.worst(drift_rounds[kept]) if drift_rounds else None
         results.append(CaseResult(case.name, measured, predicted, (predicted - measured) / measured, case.ranks,
                                   case.threads, case.batch, mphases, pphases, [t for t, _ in runs[case.name]], kept,
                                   probe_worst.ratio if probe_worst is not None else None))  # fmt: skip
-    return ValidationReport(results, str(calibration_path), backend, drift)
+    return ValidationReport(results, str(calibration_path), backend, drift_rounds)
 
 
 def _validate_target(cal: Calibration, path: Path, against: str, reference: Path | None, only: list[str] | None, samples: int,
                      progress: bool) -> ValidationReport:  # fmt: skip
     """Each case run by another implementation (samples of whole steps, median kept) against the prediction."""
-    from rich.progress import Progress
-
-    from dlrmsim.output import err_console
-
     cases = load_cases(only=only)
     if against == "torchrec":
         cases = [c for c in cases if c.ranks == 1 and c.workload.bottom_mlp[-1] == c.workload.embedding_dim]

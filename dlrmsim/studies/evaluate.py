@@ -6,40 +6,19 @@ studies package sees only ``SweepPoint`` in and a flat ``dict[str, float | str]`
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-from dlrmsim.errors import DlrmsimError
 from dlrmsim.studies.spec import SweepPoint
-
-SIMULATOR_MODULE = "dlrmsim.training.simulate"
+from dlrmsim.training.simulate import TrainingConfig, simulate_training
 
 # Columns every evaluator should return (seconds per training iteration and its breakdown).
 STANDARD_OUTPUTS: tuple[str, ...] = ("iteration_s", "compute_s", "exposed_allreduce_s", "exposed_alltoall_s", "prepost_s")
 
 
-def require_simulator(source: str | Path | None = None) -> None:
-    """Refuse a sweep up front when the training simulator is not installed."""
-    try:
-        found = importlib.util.find_spec(SIMULATOR_MODULE) is not None
-    except ModuleNotFoundError:
-        found = False
-    if not found:
-        raise DlrmsimError(
-            f"the training simulator ({SIMULATOR_MODULE}) is not available in this installation",
-            source=source,
-            field="evaluator",
-            fix="update dlrmsim, or name another evaluator as module:function",
-        )
-
-
 def evaluate_point(point: SweepPoint) -> dict[str, float | str]:
     """Simulate one training configuration; returns seconds per iteration, its breakdown and the simulator's row."""
-    from dlrmsim.training.simulate import TrainingConfig, simulate_training
-
     result = simulate_training(
         TrainingConfig(
             topology=point.topology,

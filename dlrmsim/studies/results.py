@@ -9,6 +9,7 @@ wider header (temp file + ``os.replace``). Loading keeps one row per ``point_id`
 from __future__ import annotations
 
 import csv
+import fcntl
 import io
 import json
 import math
@@ -20,6 +21,7 @@ from typing import Any
 import pandas as pd
 
 from dlrmsim.errors import DlrmsimError
+from dlrmsim.studies.derive import derive_scaling
 from dlrmsim.studies.evaluate import STANDARD_OUTPUTS
 from dlrmsim.studies.spec import POINT_FIELDS, SweepPoint
 
@@ -93,8 +95,6 @@ class ResultsStore:
         self.header: list[str] = []
 
     def __enter__(self) -> ResultsStore:
-        import fcntl
-
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock_fd = os.open(self.path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -181,8 +181,6 @@ def load_results(out: str | Path, derive: bool = True) -> pd.DataFrame:
     empty = [c for c in df.columns if c not in POINT_FIELDS and c not in META_COLUMNS and df[c].isna().all()]
     df = df.drop(columns=empty).reset_index(drop=True)
     if derive and "iteration_s" in df:
-        from dlrmsim.studies.derive import derive_scaling
-
         df = derive_scaling(df)
     return df
 

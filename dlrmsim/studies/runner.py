@@ -19,7 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
 from dlrmsim.errors import DlrmsimError, Interrupted
+from dlrmsim.output import err_console
+from dlrmsim.studies.evaluate import evaluate_point, flat_outputs
 from dlrmsim.studies.results import ResultsStore, point_row, results_path
 from dlrmsim.studies.spec import SweepPoint
 
@@ -42,8 +46,6 @@ class SweepSummary:
 
 def run_point(evaluator: Evaluator, point: SweepPoint) -> dict[str, Any]:
     """Evaluate one point (on a worker): a results row, with the error recorded instead of raised."""
-    from dlrmsim.studies.evaluate import flat_outputs
-
     start = time.perf_counter()
     try:
         outputs = evaluator(point)
@@ -82,8 +84,6 @@ def run_sweep(
     without Dask. Failed points from earlier runs are tried again unless ``retry_failed`` is False.
     """
     if evaluator is None:
-        from dlrmsim.studies.evaluate import evaluate_point
-
         evaluator = evaluate_point
     if workers is not None and workers < 1:
         raise DlrmsimError("worker count must be at least 1", field="--workers", fix="give a positive number")
@@ -207,10 +207,6 @@ class _Progress:
 
     def __enter__(self) -> _Progress:
         if self._enabled:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-            from dlrmsim.output import err_console
-
             self._progress = Progress(
                 TextColumn("[bold]{task.description}"),
                 BarColumn(),

@@ -40,6 +40,8 @@ from pydantic import NonNegativeInt, PositiveInt, field_validator
 from dlrmsim import config
 from dlrmsim.config import StrictModel
 from dlrmsim.errors import DlrmsimError
+from dlrmsim.topologies.builder import load_topology
+from dlrmsim.workloads import load_workload
 from dlrmsim.workloads.placement import STRATEGIES, PlacementSpec, Strategy, max_ranks
 from dlrmsim.workloads.schema import Precision, Workload
 
@@ -224,20 +226,21 @@ def load_spec(path: str | Path) -> SweepSpec:
 def plan_sweep(path: str | Path) -> SweepPlan:
     """Load a spec and check everything a point needs before any work starts.
 
-    Refused with a one-line ``DlrmsimError`` naming the spec field: an empty grid list, an unknown preset,
+    Refused with a one-line ``DlrmsimError`` naming the spec field (every problem found, not only the first): an empty grid list, an unknown preset,
     an override path that does not exist (or a value the schema refuses), a rank count that no placement in the
     grid allows, or an evaluator that cannot be imported. Grid points whose own placement cannot hold their rank
     count (while another placement in the grid can) are left out and counted in ``infeasible``.
     """
     path = Path(path)
     spec = load_spec(path)
-    _check_topologies(spec, path)
-    allowed = _allowed_rank_placements(spec, path)
-    resolve_evaluator(spec.evaluator, path)
-    if spec.evaluator == DEFAULT_EVALUATOR:
-        from dlrmsim.studies.evaluate import require_simulator
-
-        require_simulator(path)
+    errors = _check_topologies(spec, path)
+    allowed, workload_errors = _allowed_rank_placements(spec, path)
+    errors += workload_errors
+    try:
+        resolve_evaluator(spec.evaluator, path)
+    except DlrmsimError as err:
+        errors.append(err)
+    raise_all(errors, path)
     points = expand(spec)
     feasible = [
         p
@@ -247,19 +250,30 @@ def plan_sweep(path: str | Path) -> SweepPlan:
     return SweepPlan(spec=spec, source=path, points=tuple(feasible), infeasible=len(points) - len(feasible))
 
 
+def raise_all(errors: list[DlrmsimError], source: Path) -> None:
+    """Raise nothing, the one error, or one error listing every problem (in order, duplicates once): a user
+    fixes a spec in one edit rather than one re-run per mistake."""
+    unique = list({e.one_line(): e for e in errors}.values())
+    if not unique:
+        return
+    if len(unique) == 1:
+        raise unique[0]
+    parts = [DlrmsimError(e.message, field=e.field, fix=e.fix).one_line() if e.source == str(source) else e.one_line() for e in unique]
+    raise DlrmsimError(f"{len(unique)} problems: " + "; ".join(f"({i}) {p}" for i, p in enumerate(parts, 1)), source=source)
+
+
 def _refuse_empty(grid: dict[str, Any], source: Path) -> None:
+    errors: list[DlrmsimError] = []
     for name, value in grid.items():
         if isinstance(value, list) and not value:
-            raise DlrmsimError("empty list: a sweep needs at least one value", source=source, field=f"grid.{name}", fix="give a value or remove the entry")
+            errors.append(DlrmsimError("empty list: a sweep needs at least one value", source=source, field=f"grid.{name}",
+                                       fix="give a value or remove the entry"))
         if name.endswith("_overrides") and isinstance(value, dict):
             for dotted, values in value.items():
                 if isinstance(values, list) and not values:
-                    raise DlrmsimError(
-                        "empty list: a sweep needs at least one value",
-                        source=source,
-                        field=f"grid.{name}.{dotted}",
-                        fix="give a value or remove the override",
-                    )
+                    errors.append(DlrmsimError("empty list: a sweep needs at least one value", source=source,
+                                               field=f"grid.{name}.{dotted}", fix="give a value or remove the override"))
+    raise_all(errors, source)
 
 
 def _resolve_file(name_or_path: str, spec_path: Path) -> str:
@@ -297,33 +311,45 @@ def _rewrap(err: DlrmsimError, source: Path, field: str, what: str) -> DlrmsimEr
 
 
 def _load_workload(name: str, overrides: dict[str, Any], source: Path, field: str) -> Workload:
-    from dlrmsim.workloads import load_workload
-
     try:
         return load_workload(name, overrides or None)
     except DlrmsimError as err:
         raise _rewrap(err, source, field, f"workload '{Path(name).name}'") from None
 
 
-def _allowed_rank_placements(spec: SweepSpec, source: Path) -> set[tuple[str, str, int, str, int | None]]:
-    """(workload, overrides key, ranks, placement, replicate_below_rows) combinations a placement can hold.
+def _allowed_rank_placements(spec: SweepSpec, source: Path) -> tuple[set[tuple[str, str, int, str, int | None]], list[DlrmsimError]]:
+    """(workload, overrides key, ranks, placement, replicate_below_rows) combinations a placement can hold, and
+    every problem found on the way.
 
     Loads every workload variant (which checks every override path and value against the workload schema)
     and refuses a rank count that none of the grid's placements allows for some variant.
     """
     g = spec.grid
+    errors: list[DlrmsimError] = []
+    broken: set[str] = set()  # workloads with a bad override: their variants would repeat the same error
     for w in g.workload:
-        _load_workload(w, {}, source, "grid.workload")
-        for dotted, values in g.workload_overrides.items():
-            for value in values:
-                _load_workload(w, {dotted: value}, source, f"grid.workload_overrides.{dotted}")
+        checks = [("grid.workload", {})] + [(f"grid.workload_overrides.{d}", {d: v}) for d, values in g.workload_overrides.items() for v in values]
+        for field, overrides in checks:
+            try:
+                _load_workload(w, overrides, source, field)
+            except DlrmsimError as err:
+                errors.append(err)
+                broken.add(w)
+                if not overrides:
+                    break  # the workload itself does not load: its overrides cannot be checked
     paths = list(g.workload_overrides)
     placements = [PlacementSpec(strategy=s, replicate_below_rows=r) for s in g.placement for r in g.replicate_below_rows]
     allowed: set[tuple[str, str, int, str, int | None]] = set()
     for w in g.workload:
+        if w in broken:
+            continue
         for values in itertools.product(*(g.workload_overrides[p] for p in paths)):
             overrides = dict(zip(paths, values, strict=True))
-            variant = _load_workload(w, overrides, source, "grid.workload_overrides")
+            try:
+                variant = _load_workload(w, overrides, source, "grid.workload_overrides")
+            except DlrmsimError as err:  # each value loads alone, but not this combination of them
+                errors.append(err)
+                continue
             limits = [(ps, max_ranks(variant, ps)) for ps in placements]
             for ranks in g.ranks:
                 fits = [ps for ps, limit in limits if ranks <= limit]
@@ -332,74 +358,33 @@ def _allowed_rank_placements(spec: SweepSpec, source: Path) -> set[tuple[str, st
                     which = f"workload '{Path(w).name}'" + (f" with {overrides}" if overrides else "")
                     others = [s for s in STRATEGIES if s not in g.placement]
                     fix = f"use at most {best} ranks" + (f" or add placement {'/'.join(others)}" if others else "")
-                    raise DlrmsimError(
+                    errors.append(DlrmsimError(
                         f"{ranks} ranks exceed the {best} a {best_spec.strategy} placement allows for {which}; no placement in the grid allows it",
                         source=source,
                         field="grid.ranks",
                         fix=fix,
-                    )
+                    ))
+                    continue
                 for ps in fits:
                     allowed.add((w, _key(overrides), ranks, ps.strategy, ps.replicate_below_rows))
-    return allowed
+    return allowed, errors
 
 
-# --- topologies: the loader when it exists, else at least the YAML paths ----------------------------------
+# --- topologies ----------------------------------------------------------------------------------------------
 
 
-def topology_loader() -> Callable[..., Any] | None:
-    """``dlrmsim.topologies.load_topology`` when that module provides it, else None."""
-    try:
-        module = importlib.import_module("dlrmsim.topologies")
-    except ImportError:
-        return None
-    return getattr(module, "load_topology", None)
-
-
-def _topology_file(name: str) -> Path | None:
-    p = Path(name)
-    if p.suffix in (".yaml", ".yml") or "/" in name:
-        return p
-    try:
-        module = importlib.import_module("dlrmsim.topologies")
-        preset_dir = Path(getattr(module, "PRESET_DIR", Path(module.__file__ or ".").parent / "presets"))
-    except ImportError:
-        return None
-    candidate = preset_dir / f"{name}.yaml"
-    return candidate if candidate.is_file() else None
-
-
-def _check_topologies(spec: SweepSpec, source: Path) -> None:
+def _check_topologies(spec: SweepSpec, source: Path) -> list[DlrmsimError]:
+    """Every topology, alone and with each override value, built by the topology loader; the problems found."""
     g = spec.grid
-    loader = topology_loader()
+    errors: list[DlrmsimError] = []
     for t in g.topology:
         checks: list[tuple[str, dict[str, Any]]] = [("grid.topology", {})]
         checks += [(f"grid.topology_overrides.{d}", {d: v}) for d, values in g.topology_overrides.items() for v in values]
         for field, overrides in checks:
-            if loader is not None and _check_with_loader(loader, t, overrides, source, field):
-                continue
-            _check_topology_yaml(t, overrides, source, field)
-
-
-def _check_with_loader(loader: Callable[..., Any], name: str, overrides: dict[str, Any], source: Path, field: str) -> bool:
-    """True when the loader accepted the topology; a DlrmsimError is re-raised naming the spec field."""
-    try:
-        loader(name, overrides=overrides or None)
-    except DlrmsimError as err:
-        raise _rewrap(err, source, field, f"topology '{Path(name).name}'") from None
-    except Exception:  # noqa: BLE001 - a loader that needs more parameters: fall back to checking the YAML paths
-        return False
-    return True
-
-
-def _check_topology_yaml(name: str, overrides: dict[str, Any], source: Path, field: str) -> None:
-    path = _topology_file(name)
-    if path is None:
-        return  # neither a loader nor a file to look in: the evaluator will be the judge
-    if not path.is_file():
-        raise DlrmsimError(f"no such topology file {path}", source=source, field=field, fix="check the path")
-    data = config.read_yaml(path)
-    if overrides:
-        try:
-            config.apply_overrides(data, overrides, path.name)
-        except DlrmsimError as err:
-            raise _rewrap(err, source, field, f"topology '{path.name}'") from None
+            try:
+                load_topology(t, overrides=overrides or None)
+            except DlrmsimError as err:
+                errors.append(_rewrap(err, source, field, f"topology '{Path(t).name}'"))
+                if not overrides:
+                    break  # the topology itself does not load: its overrides cannot be checked
+    return errors

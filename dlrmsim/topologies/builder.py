@@ -8,13 +8,15 @@ at least one rank). Every problem is a one-line ``DlrmsimError`` naming the file
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
 import networkx as nx
 
 from dlrmsim import config
-from dlrmsim.errors import DlrmsimError
+from dlrmsim.errors import DlrmsimError, unknown_name_error
+from dlrmsim.host import read_host
 from dlrmsim.topologies import schema
 from dlrmsim.topologies.generators import GENERATE, Wiring
 from dlrmsim.topologies.routing import FatTreeTopology
@@ -85,8 +87,6 @@ def _resolve_likes(data: Any, source: str) -> Any:
         parent = entry["like"]
         field = f"links.{name}.like"
         if parent not in links:
-            from dlrmsim.errors import unknown_name_error
-
             raise unknown_name_error("link type", str(parent), [k for k in links if k != name], source=source, field=field)
         if parent in chain or parent == name:
             raise DlrmsimError(f"link types refer to each other in a loop ({' -> '.join((*chain, name, parent))})",
@@ -109,8 +109,6 @@ def _resolve_likes(data: Any, source: str) -> Any:
 
 def _apply_params(data: Any, params: dict[str, Any], source: str) -> Any:
     """Set generator parameters (``sockets=1024``) on the ``fabric`` mapping; the aliases reach its count field."""
-    import copy
-
     if not isinstance(data, dict) or not isinstance(data.get("fabric"), dict):
         raise DlrmsimError("the file has no fabric mapping to apply parameters to", source=source, field="fabric")
     data = copy.deepcopy(data)
@@ -264,8 +262,6 @@ def _uses_detect(ctype: schema.Processor) -> bool:
 
 
 def _detected():
-    from dlrmsim.host import read_host
-
     return read_host()
 
 

@@ -15,6 +15,11 @@ if TYPE_CHECKING:  # imported inside the functions: `dlrmsim --help` should not 
 
 app = typer.Typer(help="DLRM workload presets and their derived sizes.", no_args_is_help=True)
 
+
+def register(root: typer.Typer) -> None:
+    """Attach the `workload` sub-app to the root CLI."""
+    root.add_typer(app, name="workload")
+
 MIB = 2.0**20
 GIB = 2.0**30
 

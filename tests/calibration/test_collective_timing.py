@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dlrmsim.calibration.bench import TimingPolicy, _inner_calls, combine_ranks, time_collective
+from dlrmsim.calibration.benchmarks.collectives import _inner_calls, combine_ranks, time_collective
+from dlrmsim.calibration.benchmarks.timing import TimingPolicy
 from dlrmsim.calibration.dlrm_runner import COLLECTIVE_PHASES, PHASES, iteration_phases
 
 
@@ -43,7 +44,7 @@ def test_time_collective_keeps_the_training_rhythm(monkeypatch: pytest.MonkeyPat
     """Each timed call follows its compute gap, and repeats start at a barrier. The gap's work is replaced by a
     marker, because how long real GEMM work lasts depends on the host's speed at that moment (a gap sized in
     one second ran at half length the next on a shared VM): the order of events is what the method promises."""
-    import dlrmsim.calibration.bench as bench
+    import dlrmsim.calibration.benchmarks.collectives as bench
 
     comm = _FakeComm()
     sized: list[float] = []

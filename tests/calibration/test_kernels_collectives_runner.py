@@ -7,10 +7,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from dlrmsim.calibration.bench import TimingPolicy, time_op
+from dlrmsim.calibration.benchmarks import embedding as emb_bench
+from dlrmsim.calibration.benchmarks.embedding import EmbeddingConfig, embedding_configs, tables_per_cycle
+from dlrmsim.calibration.benchmarks.overhead import DISPATCH_ELEMENTS, dispatch_task
+from dlrmsim.calibration.benchmarks.timing import TimingPolicy, time_op
 from dlrmsim.calibration.collectives_host import run_ranks
-from dlrmsim.calibration.dlrm_runner import PHASES, run_dlrm_iteration
-from dlrmsim.calibration.kernels import embedding_bytes, get_kernels, make_indices
+from dlrmsim.calibration.dlrm_runner import PHASES, _Rank, run_dlrm_iteration
+from dlrmsim.calibration.ops import NumpyOps, embedding_bytes, get_ops, make_indices
 from dlrmsim.workloads import load_workload
 from dlrmsim.workloads.model import allreduce_bytes, alltoall_bytes, embedding_backward_bytes, embedding_forward_bytes
 from dlrmsim.workloads.schema import Tables, ZipfIndices
@@ -21,7 +24,7 @@ BACKENDS = ["numpy", pytest.param("torch", marks=pytest.mark.torch)]
 def _kernels(backend: str):  # noqa: ANN202
     if backend == "torch":
         pytest.importorskip("torch", reason="torch is an optional extra (pip install 'dlrmsim[torch]')")
-    return get_kernels(backend)
+    return get_ops(backend)
 
 
 def _tiny(tables: int = 4, rows: int = 512, zipf: bool = False):  # noqa: ANN202
@@ -35,19 +38,22 @@ def _tiny(tables: int = 4, rows: int = 512, zipf: bool = False):  # noqa: ANN202
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_embedding_ops_match_a_reference(backend: str) -> None:
-    k = _kernels(backend)
+    """The EmbeddingBag ops the benchmarks time and the runner trains with compute a sum-pooled lookup, its
+    gradient and a sparse SGD step that accumulates repeated rows, on both backends."""
+    ops = _kernels(backend)
     rows, dim, batch, pool = 64, 8, 16, 5
-    idx = make_indices(rows, batch * pool, "zipf", 1.2, np.random.default_rng(1))
-    ops = k.make_embedding(rows, dim, batch, pool, idx)
-    assert ops.unique_rows == len(np.unique(idx)) and ops.unique_rows < batch * pool  # repeats exercise accumulation
-    first = np.array(ops.forward(), copy=True)
-    assert first == pytest.approx(np.full((batch, dim), 0.01 * pool), rel=1e-5)  # every row starts at 0.01
-    ops.backward()  # d(pooled) = 1e-3 everywhere, so row r's gradient is 1e-3 x (its lookup count)
-    ops.update()  # one sparse SGD step with lr = 0.01
-    table = 0.01 - 0.01 * 1e-3 * np.bincount(idx, minlength=rows)
-    expected = table[idx.reshape(batch, pool)].sum(axis=1)
-    assert np.asarray(ops.forward())[:, 0] == pytest.approx(expected, rel=1e-5)
-    nb = embedding_bytes(batch, pool, dim, ops.unique_rows)
+    idx = make_indices(rows, batch * pool, "zipf", 1.2, np.random.default_rng(1)).reshape(batch, pool)
+    assert len(np.unique(idx)) < batch * pool  # repeats exercise the update's accumulation
+    table = ops.new_table(rows, dim, np.random.default_rng(0))
+    start = np.array(ops.table_array(table), copy=True)
+    pooled = ops.numpy(ops.emb_forward(table, idx))
+    assert pooled == pytest.approx(start[idx].sum(axis=1), rel=1e-5, abs=1e-7)
+    # d(pooled) = 1e-3 everywhere, so row r's gradient is 1e-3 x (its lookup count)
+    grad = ops.emb_backward(table, idx, ops.tensor(np.full((batch, dim), 1e-3, dtype=np.float32)))
+    ops.emb_update(table, idx, grad, 0.01)
+    expected = start - 0.01 * 1e-3 * np.bincount(idx.reshape(-1), minlength=rows)[:, None]
+    assert ops.table_array(table) == pytest.approx(expected, rel=1e-5, abs=1e-7)
+    nb = embedding_bytes(batch, pool, dim, len(np.unique(idx)))
     assert nb["forward"] == pytest.approx(pool * batch * dim * 4 + pool * batch * 8 + batch * dim * 4)
 
 
@@ -60,9 +66,7 @@ def test_embedding_byte_counts_match_the_simulator_model() -> None:
 
 
 def test_numpy_embedding_update_accumulates_repeated_rows() -> None:
-    from dlrmsim.calibration.dlrm_runner import _NumpyOps
-
-    ops = _NumpyOps()
+    ops = NumpyOps()
     table = np.zeros((10, 3), dtype=np.float32)
     idx = np.array([[1, 1, 2], [1, 3, 3]])
     dpooled = np.array([[1.0, 1.0, 1.0], [2.0, 2.0, 2.0]], dtype=np.float32)
@@ -160,10 +164,8 @@ def test_dlrm_iteration_two_ranks_moves_eq1_eq2_bytes(backend: str) -> None:
 def test_dlrm_runner_draws_a_fresh_minibatch_for_every_step() -> None:
     """No step revisits another's indices: cycling a few minibatches could keep the validation's rows in the
     last-level cache from one step to the next, a reuse training over large tables does not have."""
-    from dlrmsim.calibration.dlrm_runner import _ops, _Rank
-
     w = _tiny(tables=2)
-    rank = _Rank(w, 64, _ops("numpy"), None, seed=0, steps=5)
+    rank = _Rank(w, 64, get_ops("numpy"), None, seed=0, steps=5)
     assert len(rank.inputs) == 5
     idx = [np.concatenate([i.reshape(-1) for i in step[2]]) for step in rank.inputs]
     assert all(i.shape == (2 * 64 * w.lookups_per_sample,) for i in idx)
@@ -183,8 +185,6 @@ def test_dlrm_runner_rejects_bad_inputs() -> None:
 
 
 def test_embedding_cycle_walks_tables_beyond_the_cache() -> None:
-    from dlrmsim.calibration.bench import EmbeddingConfig, tables_per_cycle
-
     mib = 1 << 20
     assert tables_per_cycle(EmbeddingConfig(2**18, 32, 4, "uniform", 2048), 32 * mib) == 2  # 32 MiB tables: 2 x 32 >= 64
     assert tables_per_cycle(EmbeddingConfig(2**16, 32, 4, "uniform", 2048), 32 * mib) == 4  # 8 MiB tables: capped at 4
@@ -193,11 +193,9 @@ def test_embedding_cycle_walks_tables_beyond_the_cache() -> None:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_embedding_benchmark_times_a_run_s_first_call_apart(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from dlrmsim.calibration import bench
-
-    monkeypatch.setattr(bench, "last_level_cache_bytes", lambda: 1 << 20)  # 4 tables of 256 KiB per cycle
-    cfg = bench.EmbeddingConfig(2**11, 32, 4, "uniform", 64)
-    rows = bench.embedding_task(_kernels(backend), cfg, 1, TimingPolicy(warmup=1, repeats=3, min_sample_s=0.0)).run()
+    monkeypatch.setattr(emb_bench, "last_level_cache_bytes", lambda: 1 << 20)  # 4 tables of 256 KiB per cycle
+    cfg = EmbeddingConfig(2**11, 32, 4, "uniform", 64)
+    rows = emb_bench.embedding_task(_kernels(backend), cfg, 1, TimingPolicy(warmup=1, repeats=3, min_sample_s=0.0)).run()
     by_name = {m.name: m for m in rows}
     assert len(by_name) == 6 and all(m.time_s > 0 and m.params["tables"] == 4 for m in rows)
     for op in ("forward", "backward", "update"):
@@ -205,22 +203,18 @@ def test_embedding_benchmark_times_a_run_s_first_call_apart(backend: str, monkey
         assert (rest.params["position"], first.params["position"]) == ("rest", "first")
         assert {k: v for k, v in rest.params.items() if k != "position"} == {k: v for k, v in first.params.items() if k != "position"}
     with pytest.raises(ValueError, match="at least 2 tables"):
-        bench.time_embedding_cycle(backend, cfg, [np.zeros(256, dtype=np.int64)], TimingPolicy(0, 1, 0.0), lambda: None, 1)
+        emb_bench.time_embedding_cycle(_kernels(backend), cfg, [np.zeros(256, dtype=np.int64)], TimingPolicy(0, 1, 0.0), lambda: None, 1)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_an_embedding_config_s_own_table_count_overrides_the_cache_rule(backend: str) -> None:
-    from dlrmsim.calibration import bench
-
-    cfg = bench.EmbeddingConfig(2**11, 32, 4, "uniform", 64, tables=3)
-    rows = bench.embedding_task(_kernels(backend), cfg, 1, TimingPolicy(warmup=1, repeats=2, min_sample_s=0.0)).run()
+    cfg = EmbeddingConfig(2**11, 32, 4, "uniform", 64, tables=3)
+    rows = emb_bench.embedding_task(_kernels(backend), cfg, 1, TimingPolicy(warmup=1, repeats=2, min_sample_s=0.0)).run()
     assert all(m.params["tables"] == 3 and " t3 c1" in m.name for m in rows)
 
 
 @pytest.mark.parametrize("quick", [True, False])
 def test_the_plan_cycles_its_first_table_shape_over_two_table_counts(quick: bool) -> None:
-    from dlrmsim.calibration.bench import embedding_configs
-
     configs = embedding_configs(quick)
     first = (configs[0].rows, configs[0].dim)
     fixed = [c for c in configs if c.tables]
@@ -232,8 +226,6 @@ def test_the_plan_cycles_its_first_table_shape_over_two_table_counts(quick: bool
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_dispatch_benchmark_reports_first_and_further_ops(backend: str) -> None:
-    from dlrmsim.calibration.bench import DISPATCH_ELEMENTS, dispatch_task
-
     rows = dispatch_task(_kernels(backend), 1, TimingPolicy(warmup=1, repeats=3, min_sample_s=0.001)).run()
     assert sorted({str(m.params["position"]) for m in rows}) == ["first", "rest"]
     assert len(rows) == 2 * len(DISPATCH_ELEMENTS) and all(m.time_s > 0 for m in rows)

@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dlrmsim.calibration.bench import unstable_benchmarks
+from dlrmsim.calibration.benchmarks.eq_check import eq_specs
+from dlrmsim.calibration.benchmarks.plan import unstable_benchmarks
 from dlrmsim.calibration.calibrate import partial_path, run_calibration
-from dlrmsim.calibration.compare import eq_specs, error_summary
+from dlrmsim.calibration.compare import error_summary
 from dlrmsim.calibration.fit import NO_BYTE_TERM_GBPS
 from dlrmsim.calibration.host import peak_gflops
 from dlrmsim.calibration.schema import Calibration, load_calibration

@@ -6,9 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from dlrmsim.calibration.bench import BenchTask
+from dlrmsim.calibration import backends
+from dlrmsim.calibration.benchmarks.plan import UNSTABLE_PASS_RATIO, build_plan, combine_passes, unstable_benchmarks
+from dlrmsim.calibration.benchmarks.timing import BenchTask
 from dlrmsim.calibration.calibrate import PartialCache, partial_path, run_plan
+from dlrmsim.calibration.dlrm_runner import run_dlrm_iteration
+from dlrmsim.calibration.ops import get_ops
 from dlrmsim.calibration.schema import Measurement
+from dlrmsim.calibration.validate import load_cases
+from dlrmsim.errors import DlrmsimError
 
 
 def _row(name: str) -> Measurement:
@@ -54,12 +60,12 @@ def test_calibrate_bad_backend_is_one_line_exit_2(capsys: pytest.CaptureFixture[
 
 
 def test_torch_backend_without_torch_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    import dlrmsim.calibration.kernels as kernels
-    from dlrmsim.errors import DlrmsimError
-
-    monkeypatch.setattr(kernels, "torch_available", lambda: False)
+    # because the one torch check lives in ops.backends, a missing torch is one error for benchmarks and runner alike
+    monkeypatch.setattr(backends, "torch_available", lambda: False)
     with pytest.raises(DlrmsimError, match="needs PyTorch"):
-        kernels.get_kernels("torch")
+        get_ops("torch")
+    with pytest.raises(DlrmsimError, match="needs PyTorch"):
+        run_dlrm_iteration(load_cases()[0].workload, batch=64, backend="torch")
 
 
 def test_calibrate_command_is_registered() -> None:
@@ -73,8 +79,6 @@ def test_calibrate_command_is_registered() -> None:
 
 
 def test_combine_passes_keeps_the_fastest_pass_and_the_streams_median_one() -> None:
-    from dlrmsim.calibration.bench import combine_passes
-
     def m(name: str, t: float, bench: str = "gemm") -> Measurement:
         return Measurement(benchmark=bench, name=name, cores=1, time_s=t, repeats=3)
 
@@ -88,8 +92,6 @@ def test_combine_passes_keeps_the_fastest_pass_and_the_streams_median_one() -> N
 
 
 def test_benchmarks_whose_passes_disagree_are_reported_worst_first() -> None:
-    from dlrmsim.calibration.bench import UNSTABLE_PASS_RATIO, unstable_benchmarks
-
     def m(name: str, fast: float, slow: float | None) -> Measurement:
         return Measurement(benchmark="gemm", name=name, cores=1, time_s=fast, slowest_pass_s=slow, passes=2, repeats=3)
 
@@ -98,10 +100,8 @@ def test_benchmarks_whose_passes_disagree_are_reported_worst_first() -> None:
 
 
 def test_plan_repeats_single_process_kernels_in_later_passes_only() -> None:
-    from dlrmsim.calibration.bench import build_plan
-    from dlrmsim.calibration.kernels import get_kernels
 
-    k = get_kernels("numpy")
+    k = get_ops("numpy")
     one = build_plan(k, quick=True, cores=2, implementation="gloo", passes=1)
     two = build_plan(k, quick=True, cores=2, implementation="gloo", passes=2)
     again = [t for t in one if t.repeat]

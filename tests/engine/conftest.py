@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from dlrmsim.topologies import load_topology
 from dlrmsim.topologies.topology import Topology
 from tests.engine.handmade import GB, clx_like, pruned_tree, ring, simple_spec, star, two_node  # noqa: F401
 
 
 def cluster64() -> Topology:
-    """The 64-socket CLX cluster: the YAML preset when the builder is present, else the hand-made copy."""
-    try:
-        from dlrmsim.topologies import load_topology
-
-        return load_topology("clx-64s-opa")
-    except Exception:  # noqa: BLE001 - builder not landed yet
-        return clx_like(64)
+    """The 64-socket CLX cluster preset."""
+    return load_topology("clx-64s-opa")
 
 
 @pytest.fixture(scope="session")

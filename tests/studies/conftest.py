@@ -1,8 +1,8 @@
-"""Fixtures for the sweep tests: a toy topology YAML, spec files, and the topology loader switched off.
+"""Fixtures for the sweep tests: a toy topology YAML and spec files.
 
-The sweeps here run the cheap evaluators of ``tests.studies.sweep_evaluators`` against a toy topology YAML, so
-their topology overrides are checked by YAML path (as when ``dlrmsim.topologies.load_topology`` is absent),
-whatever topology schema the real loader enforces.
+The sweeps here run the cheap evaluators of ``tests.studies.sweep_evaluators`` against a toy topology YAML that
+the real topology loader accepts (two sockets joined by one link named ``net``), so its overrides are checked
+as a user's would be.
 """
 
 from __future__ import annotations
@@ -14,16 +14,26 @@ from typing import Any
 import pytest
 import yaml
 
-import dlrmsim.studies.spec as spec_module
-
 EVALUATORS = "tests.studies.sweep_evaluators"
-REAL_TOPOLOGY_LOADER = spec_module.topology_loader
-TOY_TOPOLOGY = {"name": "toy", "links": {"net": {"bandwidth_GBps": 10.0, "latency_us": 1.0}}, "processor": {"cores": 28}}
-
-
-@pytest.fixture(autouse=True)
-def _no_topology_loader(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(spec_module, "topology_loader", lambda: None)
+# Toy numbers (no machine's): the sweep tests never simulate it, the cheap evaluators only read the overrides.
+TOY_TOPOLOGY = {
+    "name": "toy",
+    "description": "two toy sockets joined by one link (sweep tests)",
+    "compute": {
+        "toy-cpu": {
+            "kind": "socket", "model": "toy", "cores": 28, "base_avx_clock_GHz": 2.0, "turbo_avx_clock_GHz": 2.0,
+            "flops_per_cycle_per_core": {"fp32": 32},
+            "memory": {"bandwidth_GBps": 100.0, "capacity_GB": 96, "numa_nodes": 1},
+            "gemm_efficiency": [{"flops": 1.0e6, "efficiency": 0.5}],
+        },
+    },
+    "links": {"net": {"kind": "upi", "bandwidth_GBps": 10.0, "latency_us": 1.0, "overhead_us": 1.0, "one_sided": True}},
+    "fabric": {
+        "generator": "explicit",
+        "nodes": [{"name": "s0", "kind": "socket", "compute": "toy-cpu"}, {"name": "s1", "kind": "socket", "compute": "toy-cpu"}],
+        "edges": [{"u": "s0", "v": "s1", "link": "net"}],
+    },
+}  # fmt: skip
 
 
 @pytest.fixture

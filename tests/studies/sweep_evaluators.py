@@ -4,8 +4,8 @@ The cost model here is a toy (made-up link and compute rates, not any machine's)
 deterministic, depend on every knob the tests sweep, and run in well under 10 ms. Volumes are the real
 Eq. 1 / Eq. 2 from dlrmsim.workloads.model.
 
-Run as ``python -m tests.studies.sweep_evaluators ARGS`` it is the `dlrmsim` CLI with the topology loader
-switched off, so specs pointing at the tests' toy topology YAML validate by YAML paths alone.
+Run as ``python -m tests.studies.sweep_evaluators ARGS`` it is the `dlrmsim` CLI with this module importable
+(its evaluators named in a spec as ``tests.studies.sweep_evaluators:cheap``).
 """
 
 from __future__ import annotations
@@ -79,10 +79,8 @@ def failing(point: SweepPoint) -> dict[str, float]:
 
 
 def main() -> None:
-    import dlrmsim.studies.spec as spec
     from dlrmsim.cli import main as cli_main
 
-    spec.topology_loader = lambda: None  # type: ignore[assignment]
     cli_main(sys.argv[1:])
 
 

@@ -77,7 +77,9 @@ def test_report_is_one_self_contained_page(results: Path, cli) -> None:
     assert tags.external == []
     assert 'cdn.plot.ly/plotly' not in page.split("</script>", 1)[1]  # nothing after the embedded bundle points at a CDN
     assert "Plotly.newPlot" in page and len(page) > 3_000_000  # plotly.js itself is inside
-    assert tags.figures == 5 and '<meta name="dlrmsim-figures" content="5">' in page
+    # 5 sweep charts and the drawing of the toy topology (valid under the real topology schema, so it is drawn)
+    assert tags.figures == 6 and '<meta name="dlrmsim-figures" content="6">' in page
+    assert "not drawn" not in page
     assert "ValueError: toy failure at 4 ranks" in page  # failed points listed
     assert "Raw numbers" in page and "topology.links.net.bandwidth_GBps" in page
 

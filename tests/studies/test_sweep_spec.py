@@ -7,11 +7,9 @@ from pathlib import Path
 
 import pytest
 
-import dlrmsim.studies.spec as spec_module
 from dlrmsim.errors import DlrmsimError
 from dlrmsim.studies.spec import SweepPoint, expand, load_spec, plan_sweep
 from tests.conftest import assert_one_line_error
-from tests.studies.conftest import REAL_TOPOLOGY_LOADER
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "dlrmsim" / "studies" / "examples"
 
@@ -73,19 +71,12 @@ def test_example_spec_is_valid() -> None:
     assert len(expand(spec)) == 288
 
 
-@pytest.fixture
-def real_topologies(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(spec_module, "topology_loader", REAL_TOPOLOGY_LOADER)
-    if REAL_TOPOLOGY_LOADER() is None:
-        pytest.skip("dlrmsim.topologies.load_topology not available")
-
-
-def test_example_spec_passes_the_topology_loader(real_topologies) -> None:
+def test_example_spec_passes_the_topology_loader() -> None:
     plan = plan_sweep(EXAMPLES / "opa_bandwidth.yaml")
     assert (len(plan.points), plan.infeasible) == (216, 72)  # table_wise stops at Small's 8 tables
 
 
-def test_topology_loader_refuses_unknown_link(real_topologies, tmp_path: Path) -> None:
+def test_topology_loader_refuses_unknown_link(tmp_path: Path) -> None:
     spec = tmp_path / "s.yaml"
     spec.write_text("grid: {topology: clx-64s-opa, workload: small, ranks: 2, topology_overrides: {links.opaa.bandwidth_GBps: 25}}")
     with pytest.raises(DlrmsimError, match=r"s\.yaml: grid\.topology_overrides\.links\.opaa\.bandwidth_GBps: .*unknown dotted path"):
@@ -149,3 +140,22 @@ def test_unknown_workload_preset(cli, write_spec, tmp_path: Path) -> None:
 
 def test_evaluator_that_cannot_be_imported(cli, write_spec, tmp_path: Path) -> None:
     _refused(cli, write_spec(evaluator="no_such_function"), tmp_path, "evaluator", "has no function 'no_such_function'")
+
+
+def test_a_spec_reports_every_problem_at_once(write_spec) -> None:
+    # because a user should fix a spec in one edit, not one re-run per mistake: an unknown topology override, a rank
+    # count no placement allows and an evaluator that does not exist are all named in the one error line.
+    spec = write_spec(evaluator="no_such_function", ranks=[2, 64], placement=["table_wise"],
+                      topology_overrides={"links.opa.bandwidth_GBps": [12.5]})
+    with pytest.raises(DlrmsimError) as exc:
+        plan_sweep(spec)
+    line = str(exc.value)
+    assert "3 problems" in line and "\n" not in line
+    for needle in ("grid.topology_overrides.links.opa.bandwidth_GBps", "grid.ranks", "has no function 'no_such_function'"):
+        assert needle in line, needle
+
+
+def test_every_empty_grid_list_is_reported(write_spec) -> None:
+    # because each empty list is its own mistake, both are named
+    with pytest.raises(DlrmsimError, match=r"2 problems: \(1\) grid\.ranks: empty list.*\(2\) grid\.backend: empty list"):
+        plan_sweep(write_spec(ranks=[], backend=[]))

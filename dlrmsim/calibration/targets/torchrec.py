@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from dlrmsim.calibration.ops import make_indices
 from dlrmsim.calibration.targets.measurement import StepMeasurement, time_samples
 from dlrmsim.errors import DlrmsimError
 from dlrmsim.workloads.schema import Workload
@@ -94,8 +95,6 @@ def build_model(w: Workload, path: EmbeddingPath, seed: int = 0) -> tuple[Any, A
 def make_batches(w: Workload, batch: int, count: int, seed: int = 0) -> list[tuple[Any, Any, Any]]:
     """``count`` (dense, sparse KeyedJaggedTensor, labels) batches with ``w``'s lookups and index distribution."""
     torch, torchrec = require_torchrec()
-    from dlrmsim.calibration.kernels import make_indices
-
     rng = np.random.default_rng(seed)
     dist = w.index_distribution
     exponent = getattr(dist, "exponent", 0.0)

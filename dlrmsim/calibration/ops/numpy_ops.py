@@ -1,20 +1,21 @@
-"""NumPy kernels: BLAS GEMMs (threads via threadpoolctl), gathers and streams split over a thread pool.
+"""NumPy operations: BLAS GEMMs (threads via threadpoolctl), streams split over a thread pool, gathers.
 
-NumPy's element-wise loops and fancy indexing run on one thread but release the GIL, so multi-core
-streams and embedding ops split their rows over a ``ThreadPoolExecutor``.
+NumPy's element-wise loops and fancy indexing run on one thread but release the GIL, so multi-core streams
+split their rows over a ``ThreadPoolExecutor``.
 """
 
 from __future__ import annotations
 
 import platform
-from collections.abc import Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
+from typing import Any
 
 import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits
 
-from dlrmsim.calibration.kernels import EmbeddingOps, Kernels, Op
+from dlrmsim.calibration.ops.base import Op, Ops
 
 # Element-wise chunk: 256 Ki fp32 = 1 MiB, small enough that the triad's temporary stays in L2, so the
 # two NumPy passes (q*c, then +b) cost the DRAM traffic of one fused triad.
@@ -25,11 +26,10 @@ def _split(n: int, parts: int) -> list[slice]:
     return [slice(i * n // parts, (i + 1) * n // parts) for i in range(parts)]
 
 
-class NumpyKernels(Kernels):
+class NumpyOps(Ops):
     name = "numpy"
 
     def __init__(self) -> None:
-        self._threads = 1
         self._pools: dict[int, ThreadPoolExecutor] = {}
 
     def _pool(self, n: int) -> ThreadPoolExecutor:
@@ -37,15 +37,14 @@ class NumpyKernels(Kernels):
             self._pools[n] = ThreadPoolExecutor(max_workers=n, thread_name_prefix="dlrmsim-cal")
         return self._pools[n]
 
-    @contextmanager
-    def threads(self, n: int) -> Iterator[None]:
-        previous = self._threads
-        self._threads = n
-        try:
-            with threadpool_limits(limits=n, user_api="blas"):
-                yield
-        finally:
-            self._threads = previous
+    def _parallel(self, fn: Callable[[slice], None], parts: list[slice]) -> None:
+        if len(parts) == 1:
+            fn(parts[0])
+        else:
+            list(self._pool(len(parts)).map(fn, parts))
+
+    def threads(self, n: int) -> AbstractContextManager[Any]:
+        return threadpool_limits(limits=n, user_api="blas")
 
     def versions(self) -> dict[str, str]:
         out = {"python": platform.python_version(), "numpy": np.__version__}
@@ -55,11 +54,7 @@ class NumpyKernels(Kernels):
                 break
         return out
 
-    def _parallel(self, fn, parts: list) -> None:  # noqa: ANN001 - small internal helper
-        if len(parts) == 1:
-            fn(parts[0])
-        else:
-            list(self._pool(len(parts)).map(fn, parts))
+    # --- prepared operations ------------------------------------------------------------------------------------
 
     def make_gemm(self, m: int, n: int, k: int) -> Op:
         rng = np.random.default_rng(0)
@@ -112,40 +107,62 @@ class NumpyKernels(Kernels):
 
         return lambda: self._parallel(triad_part, parts)
 
-    def make_embedding(self, rows: int, dim: int, batch: int, pooling: int, indices: np.ndarray) -> EmbeddingOps:
-        table = np.full((rows, dim), 0.01, dtype=np.float32)  # touches every page once, unlike np.empty
-        idx = np.ascontiguousarray(indices, dtype=np.int64).reshape(batch, pooling)
-        pooled = np.empty((batch, dim), dtype=np.float32)
-        dpooled = np.full((batch, dim), 1e-3, dtype=np.float32)
-        grad_rows = np.empty((batch * pooling, dim), dtype=np.float32)
-        lr = np.float32(0.01)
-        flat = idx.reshape(-1)
-        unique_rows = int(np.unique(flat).size)
-        kernels = self
+    # --- tensor operations of a training step -------------------------------------------------------------------
 
-        def batches() -> list[slice]:
-            return _split(batch, kernels._threads) if batch >= kernels._threads else [slice(0, batch)]
+    def tensor(self, a: np.ndarray) -> Any:
+        return a
 
-        def forward() -> np.ndarray:
-            def part(s: slice) -> None:
-                gathered = table[idx[s].reshape(-1)]
-                np.sum(gathered.reshape(-1, pooling, dim), axis=1, out=pooled[s])
+    def numpy(self, x: Any) -> np.ndarray:
+        return x
 
-            kernels._parallel(part, batches())
-            return pooled
+    def cat(self, xs: list[Any], axis: int) -> Any:
+        return np.concatenate(xs, axis=axis)
 
-        def backward() -> None:
-            # The sum's gradient: each lookup's row gets the sample's pooled gradient.
-            g = grad_rows.reshape(batch, pooling, dim)
+    def stack(self, xs: list[Any], axis: int) -> Any:
+        return np.stack(xs, axis=axis)
 
-            def part(s: slice) -> None:
-                g[s] = dpooled[s, None, :]
+    def exp(self, x: Any) -> Any:
+        return np.exp(x)
 
-            kernels._parallel(part, batches())
+    def log(self, x: Any) -> Any:
+        return np.log(x)
 
-        def update() -> None:
-            # Sparse SGD: table[i] -= lr * g for every lookup; ufunc.at accumulates repeated indices
-            # correctly (one thread: NumPy has no race-free parallel scatter-add).
-            np.subtract.at(table, flat, lr * grad_rows)
+    def zeros(self, shape: tuple[int, ...]) -> Any:
+        return np.zeros(shape, dtype=np.float32)
 
-        return EmbeddingOps(forward=forward, backward=backward, update=update, unique_rows=unique_rows)
+    def swap(self, x: Any) -> Any:
+        return np.swapaxes(x, 1, 2)
+
+    def addmm(self, b: Any, x: Any, w: Any) -> Any:
+        y = x @ w.T
+        y += b
+        return y
+
+    def relu(self, y: Any) -> Any:
+        return np.maximum(y, np.float32(0.0))
+
+    def relu_backward(self, dy: Any, y: Any) -> Any:
+        return np.where(y > 0, dy, np.float32(0.0))
+
+    def sigmoid(self, y: Any) -> Any:
+        return 1.0 / (1.0 + np.exp(-y))
+
+    def new_table(self, rows: int, dim: int, rng: np.random.Generator) -> Any:
+        return rng.uniform(-0.01, 0.01, size=(rows, dim)).astype(np.float32)
+
+    def table_array(self, table: Any) -> np.ndarray:
+        return table
+
+    def emb_forward(self, table: Any, idx: np.ndarray) -> Any:
+        b, p = idx.shape
+        return table[idx.reshape(-1)].reshape(b, p, -1).sum(axis=1)
+
+    def emb_backward(self, table: Any, idx: np.ndarray, dpooled: Any) -> Any:
+        return np.repeat(dpooled, idx.shape[1], axis=0)  # one gradient row per lookup
+
+    def emb_update(self, table: Any, idx: np.ndarray, grad: Any, lr: float) -> None:
+        # ufunc.at accumulates repeated indices correctly (one thread: NumPy has no race-free parallel scatter-add).
+        np.subtract.at(table, idx.reshape(-1), np.float32(lr) * grad)
+
+    def sgd_step(self, param: Any, grad: Any, lr: float) -> None:
+        param -= np.float32(lr) * grad

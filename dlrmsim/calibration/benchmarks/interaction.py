@@ -1,0 +1,87 @@
+"""Dot-interaction benchmarks (fit.fit_interaction): the runner's unfused interaction forward and backward
+over batches and (tables, dim) shapes."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from dlrmsim.calibration.benchmarks.timing import BenchTask, TimingPolicy, median_spread
+from dlrmsim.calibration.dlrm_runner import dot_interaction_bwd, dot_interaction_fwd
+from dlrmsim.calibration.ops import Op, Ops
+from dlrmsim.calibration.schema import Measurement
+from dlrmsim.workloads import model
+from dlrmsim.workloads.schema import Workload
+
+
+@dataclass(frozen=True)
+class InteractionConfig:
+    batch: int
+    tables: int  # S: the interaction stacks S + 1 feature vectors per sample
+    dim: int
+
+
+def interaction_configs(quick: bool) -> list[InteractionConfig]:
+    """Batches and (tables, dim) from the validation cases' 4 x 32 up to MLPerf's 26 tables: enough spread in
+    samples, flops per sample and bytes to separate a per-sample cost from the small matrices' flop rate."""
+    shapes = [(4, 32), (4, 128), (16, 32), (26, 64)] if quick else [(4, 32), (4, 128), (8, 64), (16, 32), (26, 64), (26, 128)]
+    batches = (256, 2048) if quick else (256, 1024, 4096)
+    return [InteractionConfig(b, s, e) for s, e in shapes for b in batches]
+
+
+def interaction_workload(cfg: InteractionConfig) -> Workload:
+    """A workload whose interaction has ``cfg``'s shape, for the model's flop, byte and op counts."""
+    return Workload(name=f"interaction S{cfg.tables} E{cfg.dim}", tables={"count": cfg.tables, "rows": 1},  # type: ignore[arg-type]
+                    embedding_dim=cfg.dim, lookups_per_sample=1, bottom_mlp=[cfg.dim, cfg.dim], top_mlp=[1],
+                    minibatch={"strong_global": cfg.batch, "weak_local": cfg.batch})  # fmt: skip
+
+
+def time_interaction(ops: Ops, cfg: InteractionConfig, policy: TimingPolicy, flush: Op) -> dict[str, list[float]]:
+    """Per-repeat seconds of the runner's dot interaction forward and backward, each right after ``flush``
+    (in an iteration they follow the embedding ops and the top MLP, whose data evicts the caches)."""
+    rng = np.random.default_rng(cfg.batch + cfg.tables + cfg.dim)
+    n, e = cfg.batch, cfg.dim
+    bot = ops.tensor(rng.standard_normal((n, e), dtype=np.float32))
+    emb = [ops.tensor(rng.standard_normal((n, e), dtype=np.float32)) for _ in range(cfg.tables)]
+    li, lj = (ops.tensor(a.astype(np.int64)) for a in np.tril_indices(cfg.tables + 1, k=-1))
+    d_inter = ops.tensor(rng.standard_normal((n, e + cfg.tables * (cfg.tables + 1) // 2), dtype=np.float32))
+    clock = time.perf_counter
+    out: dict[str, list[float]] = {"forward": [], "backward": []}
+    for i in range(policy.warmup + policy.repeats):
+        flush()
+        t0 = clock()
+        feats, _ = dot_interaction_fwd(ops, bot, emb, li, lj)
+        t1 = clock()
+        flush()
+        t2 = clock()
+        dot_interaction_bwd(ops, d_inter, feats, li, lj)
+        t3 = clock()
+        if i >= policy.warmup:
+            out["forward"].append(t1 - t0)
+            out["backward"].append(t3 - t2)
+    return out
+
+
+def interaction_task(k: Ops, cfg: InteractionConfig, cores: int, policy: TimingPolicy) -> BenchTask:
+    base = f"b{cfg.batch} S{cfg.tables} E{cfg.dim} c{cores}"
+
+    def run() -> list[Measurement]:
+        w = interaction_workload(cfg)
+        with k.threads(cores):
+            samples = time_interaction(k, cfg, policy, k.flush)
+        out = []
+        for direction, ts in samples.items():
+            back = direction == "backward"
+            med, spread = median_spread(ts)
+            out.append(Measurement(
+                benchmark="interaction", name=f"interaction {direction} {base}", cores=cores,
+                params={"direction": direction, "batch": cfg.batch, "tables": cfg.tables, "dim": cfg.dim,
+                        "ops": model.interaction_ops(w, backward=back)},
+                flops=model.interaction_flops(w, cfg.batch, backward=back),
+                bytes=(2.0 if back else 1.0) * model.interaction_bytes(w, cfg.batch),
+                time_s=med, spread_pct=spread, repeats=len(ts)))
+        return out
+
+    return BenchTask("dot interaction", f"interaction {base}", run, repeat=True)

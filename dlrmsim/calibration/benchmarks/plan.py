@@ -1,0 +1,182 @@
+"""The calibration plan: every benchmark family's tasks in the order they run, the passes over them, and how
+the passes combine into one measurement per benchmark."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from dlrmsim.calibration.benchmarks.collectives import collective_sizes, collective_task
+from dlrmsim.calibration.benchmarks.embedding import embedding_configs, embedding_task
+from dlrmsim.calibration.benchmarks.eq_check import eq_check_task
+from dlrmsim.calibration.benchmarks.gemm import (
+    CYCLE_MLPS,
+    gemm_sizes,
+    gemm_task,
+    linear_task,
+    mlp_cycle_task,
+    narrow_linear_shapes,
+    preset_linear_shapes,
+)
+from dlrmsim.calibration.benchmarks.interaction import interaction_configs, interaction_task
+from dlrmsim.calibration.benchmarks.memory import STREAM_STAGE, stream_elements, stream_task
+from dlrmsim.calibration.benchmarks.overhead import dispatch_task
+from dlrmsim.calibration.benchmarks.timing import BenchTask, TimingPolicy, core_counts, policy_for
+from dlrmsim.calibration.ops import Ops
+from dlrmsim.calibration.schema import Measurement
+from dlrmsim.workloads import load_workload
+
+# The tiny plan (notebooks, smoke tests): every fit gets the fewest points it needs, in a few seconds.
+TINY_GEMM_MAX_DIM = 1024
+TINY_COLLECTIVE_SIZES = [4 << 10, 64 << 10, 1 << 20, 4 << 20]  # two sizes of >= 1 MiB fit beta in the bandwidth regime
+
+
+# The memory streams' passes are combined by their median, not their minimum. The bandwidth two vCPUs get
+# on this host is a state of the hypervisor's placement, lasting seconds, not a spell of interference: a
+# 77 s probe (triad and a 2-thread sparse update alternating, issue 6's notes) found 2-core triad at
+# 33 GB/s 72 % of the time, 34 GB/s 24 % and 52 GB/s 4 % (1 core: 28-30 GB/s throughout). Keeping the
+# fastest of three passes let quick calibrations record 33 in one run and 51 in the next; the median of
+# samples spread over the run records the bandwidth the machine gives most of the time, which is what a
+# training step meets. Each sample is still the best of its own trials (STREAM's convention, bench
+# stream_task), so one sample filters short interference and the median filters the rare state.
+MEDIAN_PASS_BENCHMARKS = frozenset({"stream"})
+
+# Passes over the single-process kernels. A shared host slows down in spells of seconds (a fixed GEMM on
+# this 2-core VM ran anywhere from 1x to 2.3x its best time within 30 s), longer than one benchmark takes,
+# so a benchmark measured once can land whole in a slow spell. Measuring it again a pass later and keeping
+# the faster pass estimates the undisturbed machine, as `dlrmsim validate` keeps each case's fastest round.
+PASSES = 2
+
+
+def build_plan(k: Ops, quick: bool, cores: int, implementation: str, ranks: int = 2, tiny: bool = False,
+               passes: int = PASSES) -> list[BenchTask]:
+    """Every micro-benchmark of a calibration, in the order they run.
+
+    Tasks marked ``repeat`` (GEMMs, streams, dispatch, embedding bags, interaction) run again in each of
+    ``passes`` passes, after all of the first pass (every second pass in reverse order), and the streams once
+    more at the start, after the collectives and at the end; :func:`combine_passes` keeps each measurement's
+    fastest pass (the streams' median one). Collectives run once (they start processes, and their spells of
+    noise are averaged by their many ranks and sizes). ``tiny`` keeps a subset of the quick plan that still
+    feeds every fit and every benchmark kind, in one pass: GEMMs up to 1024^3, one preset, one narrow and one
+    step-order MLP layer set, the streams, the dispatch cost, the first table shape's embedding bags, three
+    interaction shapes, four collective sizes and the Eq. 1 / Eq. 2 check. Its rates are rougher than a quick
+    calibration's.
+    """
+    tasks = _first_pass(k, quick, cores, implementation, ranks, tiny)
+    if tiny:  # one pass, but the streams sampled again at the end: their passes are combined as in a real run
+        return tasks + _again([t for t in tasks if t.stage == STREAM_STAGE], "last pass")
+    again = [t for t in tasks if t.repeat]
+    streams = [t for t in again if t.stage == STREAM_STAGE]
+    first = len(tasks)
+    for p in range(2, passes + 1):
+        # Every other pass runs backwards: a slow spell that covered a block of neighbouring benchmarks in
+        # one pass (a quick run once measured all 29 preset MLP shapes at 100 GF/s in both passes, against
+        # 150-170 GF/s in the runs before and after) then meets other neighbours, at another distance in time.
+        tasks += _again(again[::-1] if p % 2 == 0 else again, f"pass {p}")
+    # The streams are sampled across the whole run, not in one or two places: at the start, in each pass,
+    # right after the first pass's collectives and at the very end (see MEDIAN_PASS_BENCHMARKS for why).
+    if passes > 1:
+        tasks = _again(streams, "start") + tasks[:first] + _again(streams, "after collectives") + tasks[first:]
+        tasks += _again(streams, "last pass")
+    return tasks
+
+
+def _again(tasks: list[BenchTask], label: str) -> list[BenchTask]:
+    """``tasks`` measured once more, under ids the partial-results cache tells apart."""
+    return [replace(t, stage=f"{t.stage} ({label})", id=f"{t.id} {label}") for t in tasks]
+
+
+def combine_passes(measurements: list[Measurement]) -> list[Measurement]:
+    """One row per measurement name, first-seen order: the pass with the shortest time, or for the benchmarks in
+    :data:`MEDIAN_PASS_BENCHMARKS` the median pass (the lower middle one of an even count). ``passes`` counts
+    the passes; ``slowest_pass_s`` keeps the slowest pass's time when there were several."""
+    runs: dict[str, list[Measurement]] = {}
+    for m in measurements:
+        runs.setdefault(m.name, []).append(m)
+    out: list[Measurement] = []
+    for ms in runs.values():
+        ordered = sorted(ms, key=lambda m: m.time_s)
+        kept = ordered[(len(ordered) - 1) // 2] if ms[0].benchmark in MEDIAN_PASS_BENCHMARKS else ordered[0]
+        out.append(kept.model_copy(update={"passes": len(ms), "slowest_pass_s": ordered[-1].time_s if len(ms) > 1 else None}))
+    return out
+
+
+# Slowest over fastest pass above which a benchmark is reported as measured while the host changed speed.
+# A reporting threshold, not a model input: passes of an undisturbed benchmark agree within its repeats'
+# spread (a few %), while this VM's spells slow a kernel by 1.5-3x.
+UNSTABLE_PASS_RATIO = 1.5
+
+
+def unstable_benchmarks(measurements: Sequence[Measurement]) -> list[Measurement]:
+    """Measurements whose passes disagree by more than :data:`UNSTABLE_PASS_RATIO`, the worst first."""
+    return sorted((m for m in measurements if m.pass_ratio > UNSTABLE_PASS_RATIO), key=lambda m: -m.pass_ratio)
+
+
+def _first_pass(k: Ops, quick: bool, cores: int, implementation: str, ranks: int, tiny: bool) -> list[BenchTask]:
+    policy = policy_for(quick)
+    counts = core_counts(cores)
+    if tiny:
+        return _tiny_plan(k, cores, implementation, ranks, policy, counts)
+    tasks: list[BenchTask] = []
+    for c in counts:
+        tasks += [gemm_task(k, n, c, policy) for n in gemm_sizes(quick)]
+    linear_cores = [cores] if quick else counts
+
+    def batch_of(name: str) -> int:
+        return 256 if quick else load_workload(name).minibatch.weak_local
+
+    presets = preset_linear_shapes(batch_of)
+    for workloads, b, fi, fo, which in presets:
+        tasks += [linear_task(k, workloads, b, fi, fo, which, c, policy) for c in linear_cores]
+    measured = {(b, fi, fo, which, c) for _, b, fi, fo, which in presets for c in linear_cores}
+    for b, fi, fo, which in narrow_linear_shapes():
+        tasks += [linear_task(k, "", b, fi, fo, which, c, policy, "gemm narrow layers") for c in counts if (b, fi, fo, which, c) not in measured]
+    for b, widths in CYCLE_MLPS:
+        tasks += [mlp_cycle_task(k, b, widths, c, policy) for c in counts]
+    elements = stream_elements(quick)
+    for kind in ("copy", "triad"):
+        tasks += [stream_task(k, kind, c, elements, policy) for c in counts]
+    tasks += [dispatch_task(k, c, policy) for c in counts]
+    # Both ends of the core range: the sparse update's per-row work is split over threads.
+    emb_cores = sorted({1, cores})
+    for cfg in embedding_configs(quick):
+        tasks += [embedding_task(k, cfg, c, policy) for c in emb_cores]
+    for icfg in interaction_configs(quick):
+        tasks += [interaction_task(k, icfg, c, policy) for c in emb_cores]
+    if cores >= 1:
+        threads = max(1, cores // ranks)
+        for op in ("allreduce", "alltoall"):
+            tasks.append(collective_task(op, collective_sizes(quick), ranks, implementation, threads, policy))
+        tasks.append(eq_check_task(quick, ranks, implementation, threads, policy))
+    return tasks
+
+
+def _tiny_plan(k: Ops, cores: int, implementation: str, ranks: int, policy: TimingPolicy, counts: list[int]) -> list[BenchTask]:
+    tasks: list[BenchTask] = []
+    for c in counts:
+        tasks += [gemm_task(k, n, c, policy) for n in gemm_sizes(True) if n <= TINY_GEMM_MAX_DIM]
+    for kind in ("copy", "triad"):
+        tasks += [stream_task(k, kind, c, stream_elements(True), policy) for c in counts]
+    tasks += [dispatch_task(k, c, policy) for c in counts]
+    configs = embedding_configs(True)
+    first_shape = [cfg for cfg in configs if (cfg.rows, cfg.dim) == (configs[0].rows, configs[0].dim)]
+    for cfg in first_shape:
+        tasks += [embedding_task(k, cfg, c, policy) for c in sorted({1, cores})]
+    # Two batches of the smallest shape and one of the largest: the fewest the interaction fit can use.
+    iconfigs = interaction_configs(True)
+    for icfg in iconfigs[:2] + iconfigs[-1:]:
+        tasks += [interaction_task(k, icfg, c, policy) for c in sorted({1, cores})]
+    # One layer of each kind the GEMM fit reads beyond the cubes: a preset MLP layer, a narrow layer (the aspect
+    # factor) and one MLP in training-step order (the cold call and traffic overlap).
+    (wl, b, fi, fo, which), *_ = preset_linear_shapes(lambda _: 256)
+    tasks.append(linear_task(k, wl, b, fi, fo, which, cores, policy))
+    b, fi, fo, which = narrow_linear_shapes()[0]
+    tasks.append(linear_task(k, "", b, fi, fo, which, cores, policy, "gemm narrow layers"))
+    b, widths = CYCLE_MLPS[0]
+    tasks.append(mlp_cycle_task(k, b, widths, cores, policy))
+    light = TimingPolicy(warmup=1, repeats=3, min_sample_s=0.005)
+    threads = max(1, cores // ranks)
+    tasks += [collective_task(op, TINY_COLLECTIVE_SIZES, ranks, implementation, threads, light) for op in ("allreduce", "alltoall")]
+    tasks.append(eq_check_task(True, ranks, implementation, threads, light))
+    return tasks
+

@@ -1,0 +1,85 @@
+"""Timing primitives every benchmark family shares: the warm-up/repeat policy, the timer, and the task unit.
+
+A calibration is a *plan* (:mod:`.plan`) of small tasks (one GEMM shape at one core count, one stream at one
+core count, one embedding configuration, one collective sweep). Each task returns Measurement rows, so a
+partial-results cache can keep finished tasks across an interrupted run.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from dlrmsim.calibration.ops import Op
+from dlrmsim.calibration.schema import Measurement
+
+
+@dataclass(frozen=True)
+class TimingPolicy:
+    """Warm-up calls, timed repeats, and the shortest timed sample (short ops loop until it is reached)."""
+
+    warmup: int
+    repeats: int
+    min_sample_s: float
+
+
+QUICK_POLICY = TimingPolicy(warmup=2, repeats=7, min_sample_s=0.01)
+FULL_POLICY = TimingPolicy(warmup=2, repeats=9, min_sample_s=0.02)
+
+
+def policy_for(quick: bool) -> TimingPolicy:
+    return QUICK_POLICY if quick else FULL_POLICY
+
+
+def time_op(op: Op, policy: TimingPolicy, statistic: str = "median") -> tuple[float, float, int]:
+    """(seconds per call, (max-min)/median in %, repeats) of ``op`` after warm-up; the median, or the
+    minimum (STREAM's "best rate" convention) when ``statistic`` is "min"."""
+    t0 = time.perf_counter()
+    op()
+    first = time.perf_counter() - t0
+    for _ in range(max(0, policy.warmup - 1)):
+        op()
+    inner = max(1, math.ceil(policy.min_sample_s / max(first, 1e-9))) if first < policy.min_sample_s else 1
+    samples = []
+    for _ in range(policy.repeats):
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            op()
+        samples.append((time.perf_counter() - t0) / inner)
+    med, spread = median_spread(samples)
+    return (min(samples) if statistic == "min" else med), spread, policy.repeats
+
+
+def median_spread(samples: list[float]) -> tuple[float, float]:
+    """(median, (max - min) / median in %) of timing samples (seconds)."""
+    med = statistics.median(samples)
+    return med, 100.0 * (max(samples) - min(samples)) / med
+
+
+@dataclass(frozen=True)
+class BenchTask:
+    """One cacheable unit of work: ``run()`` returns its measurements. ``id`` is unique within a plan."""
+
+    stage: str
+    id: str
+    run: Callable[[], list[Measurement]]
+    repeat: bool = False  # measured again in every pass of the plan (see build_plan)
+
+
+def core_counts(cores: int) -> list[int]:
+    """1..all cores: every count up to 4, then powers of two and all (enough to see saturation)."""
+    counts = {c for c in range(1, min(cores, 4) + 1)}
+    c = 8
+    while c < cores:
+        counts.add(c)
+        c *= 2
+    counts.add(cores)
+    return sorted(counts)
+
+
+# Where a call sits in its run of same-op calls (the dispatch benchmark's first and further ops, an embedding
+# cycle's first and later tables): see benchmarks.embedding for why a run's first call is measured apart.
+POSITIONS = ("first", "rest")
