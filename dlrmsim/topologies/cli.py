@@ -40,13 +40,14 @@ def show_cmd(
     set_: list[str] = typer.Option([], "--set", help="dotted-path what-if edit KEY=VALUE, e.g. links.opa.bandwidth_GBps=25"),
 ) -> None:
     """Summarise a topology: ranks, links, hop histogram from rank 0, aggregate and bisection bandwidth, peak flops, memory."""
-    from dlrmsim.topologies import figure, load_topology, summarize
+    from dlrmsim.topologies import load_topology, summarize
+    from dlrmsim.topologies.draw import write_html
 
     topo = load_topology(topology, parse_assignments(set_, "--set") or None, **parse_assignments(param, "--param", "sockets=1024"))
     s = summarize(topo)
     if html is not None:
         try:
-            figure(topo).write_html(str(html), include_plotlyjs="cdn")
+            write_html(topo, html)  # plotly.js embedded: the page renders offline
         except OSError as exc:
             raise DlrmsimError(f"cannot write the drawing ({exc.strerror})", source=str(html), fix="check the directory exists") from None
     if json_out:
