@@ -311,7 +311,7 @@ def speedup_figure(df: pd.DataFrame) -> go.Figure | None:
         out = []
         for base in sorted({int(b) for b in part["ranks_base"].dropna()}):
             above = [v for v in xs if v >= base]
-            out.append((f"ideal (from {base} ranks)", above, [v / base for v in above]))
+            out.append((f"ideal (from {base} rank{'s' if base > 1 else ''})", above, [v / base for v in above]))
         return out
 
     col, row = _scaling_facets(ok)
