@@ -17,6 +17,9 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from jupyter_client import KernelManager
+from jupyter_client.kernelspec import KernelSpecManager
+from nbclient import NotebookClient
 
 NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
 REQUIRED = ("01_topologies.ipynb", "02_scaling_what_if.ipynb", "03_calibration.ipynb")
@@ -56,10 +59,6 @@ def kernel_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def execute(path: Path, kernel_dir: Path, workdir: Path, timeout_s: int) -> nbformat.NotebookNode:
     """Run every cell in a fresh kernel with ``workdir`` as its working directory; raise on the first error."""
-    from jupyter_client import KernelManager
-    from jupyter_client.kernelspec import KernelSpecManager
-    from nbclient import NotebookClient
-
     nb = nbformat.read(path, as_version=4)
     km = KernelManager(kernel_name="python3", kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(kernel_dir)]))
     client = NotebookClient(nb, km=km, kernel_name="python3", timeout=timeout_s, allow_errors=False,
@@ -86,6 +85,14 @@ def test_notebook_runs_small(name: str, kernel_dir: Path, tmp_path: Path, monkey
     # and `pytest --durations` shows what small mode costs.
     nb = execute(NOTEBOOK_DIR / name, kernel_dir, tmp_path, timeout_s=300)
     _check_ran(nb, name)
+    _check_clean(tmp_path, name)
+
+
+def _check_clean(tmp: Path, name: str) -> None:
+    # because TMPDIR pointed the notebook's tempfile calls here, a directory it forgot to delete shows up here
+    # (on a user's machine it would pile up in /tmp with every run)
+    left = sorted(p.name for p in tmp.glob("dlrmsim-*"))
+    assert left == [], f"{name} left temporary files behind: {left}; use tempfile.TemporaryDirectory"
 
 
 @pytest.mark.slow
@@ -95,3 +102,4 @@ def test_notebook_runs_full(name: str, kernel_dir: Path, tmp_path: Path, monkeyp
     monkeypatch.setenv("DLRMSIM_NOTEBOOK_SMALL", "0")
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     _check_ran(execute(NOTEBOOK_DIR / name, kernel_dir, tmp_path, timeout_s=1800), name)
+    _check_clean(tmp_path, name)

@@ -13,7 +13,8 @@ import pandas as pd
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from dlrmsim.output import console
-from dlrmsim.studies.scaling import baseline_ranks
+from dlrmsim.studies.scaling import baseline_ranks, choose_baseline
+from dlrmsim.topologies.mapping import format_sockets
 from dlrmsim.training.simulate import TrainingConfig, load_inputs, run_iteration
 from dlrmsim.workloads import load_workload
 from dlrmsim.workloads.placement import max_ranks
@@ -69,12 +70,17 @@ def run_demo(out: Path = Path("out"), topologies: tuple[str, ...] = TOPOLOGIES, 
         for pt in points:
             bar.update(task, description=f"{pt.workload} on {pt.topology}, {pt.ranks} ranks{' blocking' if pt.blocking else ''}")
             cfg = TrainingConfig(topology=pt.topology, workload=pt.workload, ranks=pt.ranks, blocking=pt.blocking)
-            res = run_iteration(load_inputs(cfg), cfg, record_flows=False)
+            inputs = load_inputs(cfg)
+            res = run_iteration(inputs, cfg, record_flows=False)
+            sockets = format_sockets(inputs.mapping.sockets) if inputs.mapping else ""  # print_scaling_table shows them
             rows.append({"topology": pt.topology, "workload": pt.workload, "scaling": "strong", "backend": cfg.backend,
                          "placement": cfg.placement.strategy, "blocking": pt.blocking, "ranks": pt.ranks, "status": "ok",
-                         **res.to_row()})  # fmt: skip
+                         "sockets": sockets, **res.to_row()})  # fmt: skip
             bar.advance(task)
     df = derive_scaling(pd.DataFrame(rows), group_columns=["topology", "workload", "scaling", "backend", "placement", "blocking"])
+    # why each baseline was chosen: print_scaling_table states it under the table
+    why = {(t, w): choose_baseline(TrainingConfig(topology=t, workload=w, ranks=1)).reason for t, w in zip(df.topology, df.workload, strict=True)}
+    df["baseline"] = [why[(t, w)] for t, w in zip(df.topology, df.workload, strict=True)]
     for (topo, wl), part in df[~df.blocking].groupby(["topology", "workload"], sort=False):
         print_scaling_table(part, f"{wl} strong scaling on {topo} (ccl, table-wise, overlapping)")
     out.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,9 @@
-"""One self-contained HTML page of a sweep: scaling curves, time breakdowns, communication, topology, raw numbers.
+"""One self-contained HTML page of a sweep: the metric against the swept values, scaling curves, time breakdowns,
+communication, topology, raw numbers.
+
+Designed for the question a sweep asks: each chart is a grid of small subplots (facets: rank count, scaling,
+a swept number), one line per remaining configuration, so a legend lists the lines of one subplot rather than
+every point of the sweep, and every configuration gets its time breakdown.
 
 plotly.js is embedded once in the page's head, so it opens with no network access. Times are plotted in
 milliseconds per training iteration; the data stay in seconds.
@@ -8,15 +13,20 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
+from plotly.colors import qualitative
+from plotly.offline import get_plotlyjs
+from plotly.subplots import make_subplots
 
 from dlrmsim.studies.derive import config_columns, config_keys, derive_scaling
+from dlrmsim.studies.spec import OVERRIDE_PREFIXES
+from dlrmsim.topologies import figure, load_topology
 
 MS = 1e3  # seconds -> milliseconds for display
 COMPONENTS: tuple[tuple[str, str, str], ...] = (
@@ -32,7 +42,14 @@ COMM_COLUMNS: tuple[tuple[str, str], ...] = (
     ("allreduce_s", "allreduce (total)"),
     ("alltoall_s", "alltoall (total)"),
 )
-MAX_BREAKDOWN_FIGURES = 12
+OTHER_NAME = "other (not in the breakdown)"
+RANKS_TITLE = "ranks"
+PALETTE: tuple[str, ...] = (*qualitative.D3, *qualitative.Dark2)  # 18 colours, then dashes repeat them
+DASHES: tuple[str, ...] = ("solid", "dot", "dashdot", "longdash")
+FACET_HEIGHT_PX = 320  # per row of subplots in a line chart
+BREAKDOWN_ROW_PX = 260  # per row of breakdown subplots
+BREAKDOWN_ROWS_PER_FIGURE = 8  # rows of breakdown subplots per figure; bigger sweeps get more figures, never fewer configurations
+BREAKDOWN_WRAP = 3  # breakdown subplots per row when there is no blocking/overlapping pair to put side by side
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 
 
@@ -40,20 +57,45 @@ PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 
 
 def _short(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
     text = str(value)
     if text.endswith((".yaml", ".yml")) and "/" in text:
         return Path(text).stem
     return text
 
 
+def _pretty(column: str) -> str:
+    """A swept column as people wrote it in the spec: ``topology.links.opa.bandwidth_GBps`` -> ``links.opa.bandwidth_GBps``."""
+    for prefix in OVERRIDE_PREFIXES:
+        if column.startswith(prefix):
+            return column[len(prefix) :]
+    return column
+
+
+def _brief(column: str) -> str:
+    """The last two parts of an override path (``opa.bandwidth_GBps``): short enough for legends and subplot titles."""
+    return ".".join(_pretty(column).split(".")[-2:])
+
+
+def _mode(blocking: Any) -> str:
+    if isinstance(blocking, bool):
+        return "blocking" if blocking else "overlapping"
+    return {"true": "blocking", "false": "overlapping"}.get(str(blocking).lower(), str(blocking))
+
+
+def _value(column: str, value: Any) -> str:
+    return _mode(value) if column == "blocking" else f"{_brief(column)}={_short(value)}"
+
+
 def _varying(df: pd.DataFrame, columns: Sequence[str]) -> list[str]:
     return [c for c in columns if c in df and df[c].map(str).nunique() > 1]
 
 
-def _label(row: pd.Series, columns: Sequence[str]) -> str:
+def _label(row: pd.Series, columns: Sequence[str], sep: str = ", ") -> str:
     if not columns:
         return "all points"
-    return ", ".join(f"{c}={_short(row[c])}" for c in columns)
+    return sep.join(_value(c, row[c]) for c in columns)
 
 
 def _ok(df: pd.DataFrame) -> pd.DataFrame:
@@ -64,21 +106,159 @@ def _ok(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def _configs(df: pd.DataFrame, exclude: Sequence[str] = ()) -> list[tuple[str, pd.DataFrame]]:
-    """(label, rows sorted by ranks) per configuration, labelled by the parameters that vary across the sweep."""
+def _configs(df: pd.DataFrame, exclude: Sequence[str] = (), sep: str = ", ") -> list[tuple[str, pd.DataFrame]]:
+    """(label, rows sorted by ranks) per configuration, labelled by the parameters that vary across the sweep.
+
+    Configurations come in the sweep's order of values (numbers numerically), so 6.25 GB/s precedes 25 GB/s.
+    """
     cols = [c for c in config_columns(df) if c not in exclude]
     varying = _varying(df, cols)
     keys = config_keys(df, cols)
     groups = []
     for _, idx in keys.groupby(keys, sort=False).groups.items():
         part = df.loc[idx].sort_values("ranks")
-        groups.append((_label(part.iloc[0], varying), part))
+        groups.append((_label(part.iloc[0], varying, sep), part))
+    groups.sort(key=lambda g: tuple(_sort_key(g[1].iloc[0][c]) for c in varying))
     return groups
 
 
-def _rank_axis(df: pd.DataFrame) -> dict[str, Any]:
-    ranks = sorted({int(r) for r in df["ranks"].dropna()})
-    return {"title": {"text": "ranks (processes, one per socket or card)"}, "type": "log", "tickvals": ranks, "ticktext": [str(r) for r in ranks]}
+def _sort_key(value: Any) -> tuple[int, float, str]:
+    number = pd.to_numeric(pd.Series([value]), errors="coerce").iloc[0]
+    if isinstance(value, bool) or pd.isna(number):
+        return (1, 0.0, str(value))
+    return (0, float(number), str(value))
+
+
+def _sorted_values(series: pd.Series) -> list[Any]:
+    return sorted(dict.fromkeys(series.dropna().tolist()), key=_sort_key)
+
+
+def _facet_values(df: pd.DataFrame, column: str | None) -> list[Any]:
+    """A facet's values: swept values in order; the communication kinds (``_metric``) in the order given."""
+    if column is None:
+        return [None]
+    if column == "_metric":
+        return list(dict.fromkeys(df[column]))
+    return _sorted_values(df[column])
+
+
+def swept_columns(df: pd.DataFrame) -> list[str]:
+    """Numeric swept parameters other than ranks (e.g. a link bandwidth): the x axes of the sweep's main question."""
+    out = []
+    for c in _varying(df, config_columns(df)):
+        values = df[c].dropna()
+        if values.map(lambda v: isinstance(v, bool)).any():
+            continue
+        if pd.to_numeric(values, errors="coerce").notna().all():
+            out.append(c)
+    return out
+
+
+# --- faceted line charts --------------------------------------------------------------------------------------
+
+
+def _axis(values: Sequence[float], title: str) -> dict[str, Any]:
+    """A numeric axis ticked at exactly the swept values; log-scaled when they span a factor of 4 or more."""
+    values = sorted({float(v) for v in values})
+    ticks = {"tickvals": values, "ticktext": [f"{v:g}" for v in values], "title": {"text": title}}
+    if values and values[0] > 0 and values[-1] / values[0] >= 4:
+        return {"type": "log", **ticks}
+    return ticks
+
+
+def _facet_title(column: str | None, value: Any) -> str:
+    if column is None:
+        return ""
+    if column == "ranks":
+        return f"{int(value)} ranks"
+    if column == "_metric":
+        return str(value)
+    return _value(column, value)
+
+
+def _line_style(i: int) -> dict[str, Any]:
+    colors = PALETTE
+    return {"color": colors[i % len(colors)], "dash": DASHES[(i // len(colors)) % len(DASHES)]}
+
+
+def faceted_lines(
+    df: pd.DataFrame,
+    x: str,
+    y: str,
+    *,
+    title: str,
+    x_title: str,
+    y_title: str,
+    facet_col: str | None = None,
+    facet_row: str | None = None,
+    y_unit: str = "",
+    ideal: Callable[[list[float], pd.DataFrame], list[tuple[str, list[float], list[float]]]] | None = None,
+    shared_y: bool = False,
+    exclude: Sequence[str] = (),
+) -> go.Figure:
+    """``y`` against ``x``: one subplot per value of ``facet_row`` x ``facet_col``, one line per configuration.
+
+    A configuration is a combination of the other swept parameters; it keeps one colour (and one legend entry)
+    across all subplots, so the legend lists the lines of one subplot, not of the whole sweep. ``ideal`` gives
+    dashed reference lines per subplot: (name, xs, ys).
+    """
+    rows = _facet_values(df, facet_row)
+    cols = _facet_values(df, facet_col)
+    line_cols = [c for c in _varying(df, config_columns(df)) if c not in (x, facet_col, facet_row, *exclude)]
+    titles = ["<br>".join(t for t in (_facet_title(facet_row, r), _facet_title(facet_col, c)) if t) for r in rows for c in cols]
+    fig = make_subplots(rows=len(rows), cols=len(cols), subplot_titles=titles if any(titles) else None,
+                        shared_yaxes=shared_y, shared_xaxes=True, horizontal_spacing=0.04 if shared_y else 0.06,
+                        vertical_spacing=min(0.12, 0.3 / max(1, len(rows))))  # fmt: skip
+    df = df.sort_values(x, key=lambda v: pd.to_numeric(v, errors="coerce"), kind="stable")
+    configs = _configs(df, exclude=[c for c in config_columns(df) if c not in line_cols])
+    labels = [label for label, _ in configs]
+    traces: list[go.Scatter] = []
+    where: list[tuple[int, int]] = []
+    shown: set[str] = set()
+
+    def facets(part: pd.DataFrame):  # noqa: ANN202 - (row index, col index, rows of that subplot)
+        for i, rv in enumerate(rows):
+            in_row = part if facet_row is None else part[part[facet_row].map(str).eq(str(rv))]
+            for j, cv in enumerate(cols):
+                cell = in_row if facet_col is None else in_row[in_row[facet_col].map(str).eq(str(cv))]
+                if not cell.empty:
+                    yield i, j, rv, cv, cell
+
+    if ideal is not None:
+        for i, j, _rv, _cv, cell in facets(df):
+            for name, xs, ys in ideal(sorted({float(v) for v in cell[x]}), cell):
+                traces.append(go.Scatter(x=xs, y=ys, mode="lines", name=name, legendgroup=name, showlegend=name not in shown,
+                                         line={"dash": "dash", "color": "gray"},
+                                         hovertemplate=f"{html.escape(name)}<br>{x_title} %{{x}}<br>%{{y:.3g}} {y_unit}<extra></extra>"))  # fmt: skip
+                where.append((i, j))
+                shown.add(name)
+    for k, (label, line) in enumerate(configs):
+        for i, j, rv, cv, cell in facets(line):
+            where_text = " ".join(t for t in (_facet_title(facet_row, rv), _facet_title(facet_col, cv)) if t)
+            traces.append(
+                go.Scatter(
+                    x=cell[x].astype(float), y=cell[y], mode="lines+markers", name=label, legendgroup=label,
+                    showlegend=label not in shown, line=_line_style(k),
+                    customdata=list(zip(cell["iteration_s"] * MS, cell["ranks"].astype(int), strict=True)),
+                    hovertemplate=(f"{html.escape(label)}<br>{html.escape(where_text)}<br>{html.escape(x_title)} %{{x}}<br>"
+                                   f"%{{y:.4g}} {y_unit}<br>iteration %{{customdata[0]:.3f}} ms at %{{customdata[1]}} ranks<extra></extra>"),
+                )
+            )  # fmt: skip
+            where.append((i, j))
+            shown.add(label)
+    if traces:
+        fig.add_traces(traces, rows=[i + 1 for i, _ in where], cols=[j + 1 for _, j in where])
+    fig.update_xaxes(**_axis(df[x].astype(float), ""))
+    for j in range(len(cols)):
+        fig.update_xaxes(title={"text": x_title}, row=len(rows), col=j + 1)
+    fig.update_yaxes(title={"text": y_title}, col=1)
+    fig.update_yaxes(rangemode="tozero")
+    _layout(fig, title, y_title, height=max(450, 120 + FACET_HEIGHT_PX * len(rows)),
+            legend={"title": {"text": "configuration" if line_cols else ""}, "groupclick": "togglegroup"})  # fmt: skip
+    fig.update_layout(yaxis={"title": {"text": y_title}})
+    fig.update_annotations(font_size=12)  # subplot titles
+    fig.update_layout(meta={"facets": len(rows) * len(cols), "lines": labels, "facet_row": facet_row, "facet_col": facet_col})
+    return fig
 
 
 def _layout(fig: go.Figure, title: str, yaxis: str, **kwargs: Any) -> go.Figure:
@@ -87,14 +267,37 @@ def _layout(fig: go.Figure, title: str, yaxis: str, **kwargs: Any) -> go.Figure:
         yaxis={"title": {"text": yaxis}},
         legend={"title": {"text": "configuration"}},
         template="plotly_white",
-        margin={"t": 70},
+        margin={"t": 90},
         hovermode="closest",
-        **kwargs,
     )
+    fig.update_layout(**kwargs)
     return fig
 
 
+def _scaling_facets(df: pd.DataFrame) -> tuple[str | None, str | None]:
+    """(facet_col, facet_row) of a chart against ranks: the first swept number across, strong/weak down."""
+    swept = swept_columns(df)
+    row = "scaling" if "scaling" in _varying(df, ["scaling"]) else None
+    return (swept[0] if swept else None), row
+
+
 # --- figures --------------------------------------------------------------------------------------------------
+
+
+def swept_figures(df: pd.DataFrame) -> list[go.Figure]:
+    """The sweep's question: iteration time against each swept number (e.g. bandwidth), one subplot per rank count."""
+    ok = _ok(df)
+    if ok.empty or "ranks" not in ok:
+        return []
+    ok = ok.assign(_iteration_ms=pd.to_numeric(ok["iteration_s"], errors="coerce") * MS)
+    figs = []
+    for column in swept_columns(ok):
+        row = "scaling" if "scaling" in _varying(ok, ["scaling"]) and column != "scaling" else None
+        figs.append(faceted_lines(
+            ok, column, "_iteration_ms", facet_col="ranks" if ok["ranks"].nunique() > 1 else None, facet_row=row,
+            title=f"Iteration time against {_pretty(column)}", x_title=_pretty(column), y_title="time per iteration (ms)", y_unit="ms",
+        ))  # fmt: skip
+    return figs
 
 
 def speedup_figure(df: pd.DataFrame) -> go.Figure | None:
@@ -102,29 +305,19 @@ def speedup_figure(df: pd.DataFrame) -> go.Figure | None:
     ok = _ok(df)
     if ok.empty or "speedup" not in ok or ok["speedup"].isna().all():
         return None
-    fig = go.Figure()
-    for base in sorted({int(b) for b in ok["ranks_base"].dropna()}):
-        xs = sorted({int(r) for r in ok["ranks"].dropna() if r >= base})
-        fig.add_trace(
-            go.Scatter(
-                x=xs, y=[x / base for x in xs], mode="lines", name=f"ideal (from {base} ranks)",
-                line={"dash": "dash", "color": "gray"},
-                hovertemplate=f"ideal from {base} ranks<br>ranks %{{x}}<br>speedup %{{y:.2f}}x<extra></extra>",
-            )
-        )  # fmt: skip
-    for label, part in _configs(ok):
-        fig.add_trace(
-            go.Scatter(
-                x=part["ranks"].astype(int), y=part["speedup"], mode="lines+markers", name=label,
-                customdata=list(zip(part["iteration_s"] * MS, part["efficiency"] * 100, strict=True)),
-                hovertemplate=(
-                    f"{html.escape(label)}<br>ranks %{{x}}<br>speedup %{{y:.2f}}x<br>"
-                    "iteration %{customdata[0]:.3f} ms<br>efficiency %{customdata[1]:.1f} %<extra></extra>"
-                ),
-            )
-        )  # fmt: skip
-    return _layout(fig, "Speedup against ranks (strong: t_base / t; weak: throughput ratio)",
-                   "speedup (x, relative to the smallest rank count)", xaxis=_rank_axis(ok))  # fmt: skip
+    ok = ok[ok["speedup"].notna()]
+
+    def ideal(xs: list[float], part: pd.DataFrame) -> list[tuple[str, list[float], list[float]]]:
+        out = []
+        for base in sorted({int(b) for b in part["ranks_base"].dropna()}):
+            above = [v for v in xs if v >= base]
+            out.append((f"ideal (from {base} rank{'s' if base > 1 else ''})", above, [v / base for v in above]))
+        return out
+
+    col, row = _scaling_facets(ok)
+    return faceted_lines(ok, "ranks", "speedup", facet_col=col, facet_row=row, ideal=ideal, shared_y=True, y_unit="x",
+                         title="Speedup against ranks (strong: t_base / t; weak: throughput ratio)",
+                         x_title=RANKS_TITLE, y_title="speedup (x, vs the fewest ranks)")  # fmt: skip
 
 
 def efficiency_figure(df: pd.DataFrame) -> go.Figure | None:
@@ -132,64 +325,78 @@ def efficiency_figure(df: pd.DataFrame) -> go.Figure | None:
     ok = _ok(df)
     if ok.empty or "efficiency" not in ok or ok["efficiency"].isna().all():
         return None
-    xs = sorted({int(r) for r in ok["ranks"].dropna()})
-    fig = go.Figure(
-        go.Scatter(x=xs, y=[100.0] * len(xs), mode="lines", name="ideal", line={"dash": "dash", "color": "gray"},
-                   hovertemplate="ideal<br>ranks %{x}<br>efficiency %{y:.0f} %<extra></extra>")  # fmt: skip
-    )
-    for label, part in _configs(ok):
-        fig.add_trace(
-            go.Scatter(
-                x=part["ranks"].astype(int), y=part["efficiency"] * 100, mode="lines+markers", name=label,
-                customdata=list(zip(part["iteration_s"] * MS, part["speedup"], strict=True)),
-                hovertemplate=(
-                    f"{html.escape(label)}<br>ranks %{{x}}<br>efficiency %{{y:.1f}} %<br>"
-                    "speedup %{customdata[1]:.2f}x<br>iteration %{customdata[0]:.3f} ms<extra></extra>"
-                ),
-            )
-        )  # fmt: skip
-    return _layout(fig, "Parallel efficiency against ranks (speedup / rank ratio)", "efficiency (%)",
-                   xaxis=_rank_axis(ok), yaxis_rangemode="tozero")  # fmt: skip
+    ok = ok[ok["efficiency"].notna()].assign(_efficiency_pct=lambda d: d["efficiency"] * 100)
+    col, row = _scaling_facets(ok)
+    return faceted_lines(ok, "ranks", "_efficiency_pct", facet_col=col, facet_row=row, shared_y=True, y_unit="%",
+                         ideal=lambda xs, _part: [("ideal", xs, [100.0] * len(xs))],
+                         title="Parallel efficiency against ranks (speedup / rank ratio)", x_title=RANKS_TITLE,
+                         y_title="efficiency (%)")  # fmt: skip
 
 
-def _mode(blocking: Any) -> str:
-    if isinstance(blocking, bool):
-        return "blocking" if blocking else "overlapping"
-    return {"true": "blocking", "false": "overlapping"}.get(str(blocking).lower(), str(blocking))
+def breakdown_figures(df: pd.DataFrame, per_figure: int = BREAKDOWN_ROWS_PER_FIGURE) -> list[go.Figure]:
+    """Stacked bars of compute / exposed allreduce / exposed alltoall / pre-post (/ idle) (ms) against ranks.
 
-
-def breakdown_figures(df: pd.DataFrame, limit: int = MAX_BREAKDOWN_FIGURES) -> list[go.Figure]:
-    """Stacked bars of compute / exposed allreduce / exposed alltoall / pre-post (/ idle) (ms) per rank count.
-
-    One figure per configuration (apart from ranks and blocking); blocking and overlapping stand side by side.
+    One subplot per configuration (apart from ranks and blocking), every configuration of the sweep: one row
+    per configuration with overlapping and blocking side by side on a shared time axis, ``per_figure`` rows
+    per figure (more figures for bigger sweeps).
     """
     ok = _ok(df)
     present = [c for c in COMPONENTS if c[0] in ok]
-    if ok.empty or not present:
+    if ok.empty or not present or "ranks" not in ok:
         return []
+    modes = sorted(set(ok["blocking"].map(_mode)), key=lambda m: (m != "overlapping", m)) if "blocking" in ok else [""]
+    ok = ok.assign(_mode=ok["blocking"].map(_mode) if "blocking" in ok else "")
+    configs = _configs(ok, exclude=("blocking",))
+    ncols = len(modes) if len(modes) > 1 else min(BREAKDOWN_WRAP, len(configs))
+    facets = [(label, mode) for label, _ in configs for mode in modes]
+    parts = {(label, mode): part[part["_mode"].eq(mode)] for label, part in configs for mode in modes}
+    per_page = per_figure * ncols
     figs = []
-    for label, part in _configs(ok, exclude=("blocking",))[:limit]:
-        modes = part["blocking"].map(_mode) if "blocking" in part else pd.Series("", index=part.index)
-        part = part.assign(_mode=modes).sort_values(["ranks", "_mode"])
-        x = [[f"{int(r)} ranks" for r in part["ranks"]], list(part["_mode"])]
-        fig = go.Figure()
-        explained = pd.Series(0.0, index=part.index)
-        for col, name, color in present:
-            y = pd.to_numeric(part[col], errors="coerce").fillna(0.0) * MS
-            explained += y
-            fig.add_trace(_bar(x, y, name, color, part))
-        other = (pd.to_numeric(part["iteration_s"], errors="coerce") * MS - explained).clip(lower=0.0)
-        if (other > 1e-3 * part["iteration_s"] * MS).any():
-            fig.add_trace(_bar(x, other, "other (not in the breakdown)", "#9D755D", part))
-        figs.append(_layout(fig, f"Iteration time breakdown: {label}", "time per iteration (ms)", barmode="stack",
-                            xaxis={"title": {"text": "ranks / communication mode"}}))  # fmt: skip
+    for first in range(0, len(facets), per_page):
+        page = facets[first : first + per_page]
+        nrows = math.ceil(len(page) / ncols)
+        titles = [f"{label}<br>{mode}" if mode else label for label, mode in page]
+        fig = make_subplots(rows=nrows, cols=ncols, subplot_titles=titles, shared_yaxes="rows" if len(modes) > 1 else False,
+                            horizontal_spacing=0.05, vertical_spacing=min(0.1, 0.35 / max(1, nrows)))  # fmt: skip
+        for k, key in enumerate(page):
+            part = parts[key].sort_values("ranks")
+            if part.empty:
+                continue
+            x = [str(int(r)) for r in part["ranks"]]
+            explained = pd.Series(0.0, index=part.index)
+            for col, name, color in present:
+                y = pd.to_numeric(part[col], errors="coerce").fillna(0.0) * MS
+                explained += y
+                fig.add_trace(_bar(x, y, name, color, part, first_legend=first + k == 0), row=k // ncols + 1, col=k % ncols + 1)
+            other = (pd.to_numeric(part["iteration_s"], errors="coerce") * MS - explained).clip(lower=0.0)
+            if (other > 1e-3 * part["iteration_s"] * MS).any():
+                fig.add_trace(_bar(x, other, OTHER_NAME, "#9D755D", part, first_legend=True), row=k // ncols + 1, col=k % ncols + 1)
+        fig.update_xaxes(type="category")
+        for j in range(ncols):
+            fig.update_xaxes(title={"text": "ranks"}, row=nrows, col=j + 1)
+        fig.update_yaxes(title={"text": "time per iteration (ms)"}, col=1)
+        pages = math.ceil(len(facets) / per_page)
+        title = "Where the time goes: iteration time breakdown per configuration"
+        if pages > 1:
+            title += f" ({first // per_page + 1} of {pages})"
+        _layout(fig, title, "time per iteration (ms)", barmode="stack", height=max(450, 120 + BREAKDOWN_ROW_PX * nrows),
+                legend={"title": {"text": "component"}, "traceorder": "normal"})  # fmt: skip
+        fig.update_annotations(font_size=12)  # subplot titles
+        fig.update_layout(meta={"facets": [f"{label}, {mode}" if mode else label for label, mode in page]})
+        figs.append(fig)
+    # one legend entry per component: a later subplot's first bar of a component keeps its legend off
+    for fig in figs:
+        seen: set[str] = set()
+        for trace in fig.data:
+            trace.showlegend = trace.name not in seen
+            seen.add(trace.name)
     return figs
 
 
-def _bar(x: list[list[str]], y: pd.Series, name: str, color: str, part: pd.DataFrame) -> go.Bar:
+def _bar(x: list[str], y: pd.Series, name: str, color: str, part: pd.DataFrame, first_legend: bool) -> go.Bar:
     total = pd.to_numeric(part["iteration_s"], errors="coerce") * MS
     return go.Bar(
-        x=x, y=y, name=name, marker_color=color,
+        x=x, y=y, name=name, marker_color=color, legendgroup=name, showlegend=first_legend,
         customdata=list(zip(part["ranks"].astype(int), part["_mode"], total, strict=True)),
         hovertemplate=(
             f"{name}: %{{y:.3f}} ms<br>%{{customdata[0]}} ranks, %{{customdata[1]}}<br>"
@@ -199,58 +406,39 @@ def _bar(x: list[list[str]], y: pd.Series, name: str, color: str, part: pd.DataF
 
 
 def communication_figure(df: pd.DataFrame) -> go.Figure | None:
-    """Grouped bars of the communication times (ms per iteration) per configuration and rank count."""
+    """Communication times (ms per iteration) against ranks: one subplot per kind (exposed / total allreduce and
+    alltoall) and swept number, one line per configuration."""
     ok = _ok(df)
     present = [(c, n) for c, n in COMM_COLUMNS if c in ok and ok[c].notna().any()]
     if ok.empty or not present:
         return None
-    configs = _configs(ok)
-    fig = go.Figure()
-    for col, name in present:
-        xs: list[list[str]] = [[], []]
-        ys, custom = [], []
-        for i, (label, part) in enumerate(configs):
-            for _, row in part.iterrows():
-                xs[0].append(f"config {i + 1}" if len(configs) > 1 else "")
-                xs[1].append(f"{int(row['ranks'])} ranks")
-                ys.append(float(row[col]) * MS if pd.notna(row[col]) else math.nan)
-                custom.append([label, int(row["ranks"])])
-        fig.add_trace(
-            go.Bar(x=xs if len(configs) > 1 else xs[1], y=ys, name=name, customdata=custom,
-                   hovertemplate=f"{name}: %{{y:.3f}} ms<br>%{{customdata[1]}} ranks<br>%{{customdata[0]}}<extra></extra>")
-        )  # fmt: skip
-    fig = _layout(fig, "Communication per iteration", "time per iteration (ms)", barmode="group",
-                  xaxis={"title": {"text": "configuration / ranks" if len(configs) > 1 else "ranks"}})  # fmt: skip
-    # The key of "config N" labels; build_report lists it under the chart (too long for an axis).
-    fig.update_layout(meta={"configs": [label for label, _ in configs]} if len(configs) > 1 else None)
-    if len(configs) == 1:
-        fig.update_layout(title={"text": f"Communication per iteration: {configs[0][0]}"})
+    swept = swept_columns(ok)
+    long = pd.concat([ok.assign(_metric=name, _comm_ms=pd.to_numeric(ok[c], errors="coerce") * MS) for c, name in present])
+    long = long[long["_comm_ms"].notna()]
+    order = {name: i for i, (_, name) in enumerate(present)}
+    long = long.sort_values("_metric", key=lambda s: s.map(order), kind="stable")
+    fig = faceted_lines(long, "ranks", "_comm_ms", facet_col="_metric", facet_row=swept[0] if swept else None, y_unit="ms",
+                        title="Communication per iteration", x_title=RANKS_TITLE, y_title="time per iteration (ms)")  # fmt: skip
     return fig
 
 
 def scaling_figures(df: pd.DataFrame) -> list[go.Figure]:
-    """Every data figure of a sweep or scaling run: speedup, efficiency, time breakdowns, communication."""
+    """Every data figure of a sweep or scaling run: speedup, efficiency, against the swept numbers, time breakdowns,
+    communication."""
     if "speedup" not in df and "iteration_s" in df:
         df = derive_scaling(df)
-    figs: list[go.Figure | None] = [speedup_figure(df), efficiency_figure(df), *breakdown_figures(df), communication_figure(df)]
+    figs: list[go.Figure | None] = [speedup_figure(df), efficiency_figure(df), *swept_figures(df), *breakdown_figures(df),
+                                    communication_figure(df)]  # fmt: skip
     return [f for f in figs if f is not None]
 
 
 def topology_figures(df: pd.DataFrame) -> tuple[list[go.Figure], list[str]]:
-    """Drawings of the sweep's topologies via ``dlrmsim.topologies.figure``, and notes for those it could not draw."""
+    """Drawings of the sweep's topologies, and notes for those it could not draw."""
     names = list(dict.fromkeys(str(t) for t in df.get("topology", pd.Series(dtype=str)).dropna()))
-    try:
-        from dlrmsim import topologies
-    except ImportError:
-        return [], ["topology drawing unavailable: dlrmsim.topologies is not installed"]
-    loader = getattr(topologies, "load_topology", None)
-    draw = getattr(topologies, "figure", None)
-    if loader is None or draw is None:
-        return [], ["topology drawing unavailable: this dlrmsim has no topology loader or drawing yet"]
     figs, notes = [], []
     for name in names:
         try:
-            fig = draw(loader(name))
+            fig = figure(load_topology(name))
         except Exception as exc:  # noqa: BLE001 - a drawing is a nicety; the report still gets written
             notes.append(f"topology '{_short(name)}' not drawn: {type(exc).__name__}: {exc}")
             continue
@@ -288,23 +476,20 @@ def build_report(
 ) -> Path:
     """Write one self-contained HTML page (plotly.js embedded, no network needed) and return its path.
 
-    Sections: speedup and efficiency curves with the ideal line, stacked time breakdowns (blocking beside
-    overlapping), communication bars, topology drawings (``topology_figures``), and a table of every row.
+    Sections: iteration time against each swept number, speedup and efficiency curves with the ideal line,
+    stacked time breakdowns of every configuration (overlapping beside blocking), communication times, topology
+    drawings (``topology_figures``), and a table of every row.
     """
-    from plotly.offline import get_plotlyjs
-
     if "speedup" not in df and "iteration_s" in df and "ranks" in df:
         df = derive_scaling(df)
     sections: list[tuple[str, list[go.Figure]]] = [
+        ("Against the swept values", swept_figures(df)),
         ("Scaling", [f for f in (speedup_figure(df), efficiency_figure(df)) if f is not None]),
         ("Where the time goes", breakdown_figures(df)),
         ("Communication", [f for f in (communication_figure(df),) if f is not None]),
         ("Topology", list(topology_figures or [])),
     ]
     notes = list(notes)
-    n_groups = len(_configs(_ok(df), exclude=("blocking",))) if "ranks" in df and not _ok(df).empty else 0
-    if n_groups > MAX_BREAKDOWN_FIGURES:
-        notes.append(f"time breakdowns shown for the first {MAX_BREAKDOWN_FIGURES} of {n_groups} configurations; all numbers are in the table")
     body: list[str] = []
     count = 0
     for heading, figs in sections:
@@ -314,10 +499,6 @@ def build_report(
         for fig in figs:
             div = fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"figure-{count}", config=PLOT_CONFIG)
             body.append(f'<div class="figure" data-figure="{count}">{div}</div>')
-            meta = fig.layout.meta
-            if isinstance(meta, dict) and meta.get("configs"):
-                items = "".join(f"<li>{html.escape(str(c))}</li>" for c in meta["configs"])
-                body.append(f'<ol class="note">{items}</ol>')
             count += 1
     total = len(df)
     ok = int(df["status"].eq("ok").sum()) if "status" in df else total

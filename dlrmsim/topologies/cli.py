@@ -45,7 +45,8 @@ def show_cmd(
     sockets: int | None = typer.Option(None, "--sockets", help="scale the topology to N sockets (its generator's endpoint count), e.g. 1024"),
 ) -> None:
     """Summarise a topology: ranks, links, hop histogram from rank 0, aggregate and bisection bandwidth, peak flops, memory."""
-    from dlrmsim.topologies import figure, load_topology, summarize
+    from dlrmsim.topologies import load_topology, summarize
+    from dlrmsim.topologies.draw import write_html
 
     params = parse_assignments(param, "--param", "sockets=1024")
     if sockets is not None:
@@ -54,7 +55,7 @@ def show_cmd(
     s = summarize(topo)
     if html is not None:
         try:
-            figure(topo).write_html(str(html), include_plotlyjs="cdn")
+            write_html(topo, html)  # plotly.js embedded: the page renders offline
         except OSError as exc:
             raise DlrmsimError(f"cannot write the drawing ({exc.strerror})", source=str(html), fix="check the directory exists") from None
     if json_out:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from pathlib import Path
 
 import networkx as nx
 import plotly.graph_objects as go
@@ -133,3 +134,14 @@ def figure(topo: Topology) -> go.Figure:
         hovermode="closest",
     )
     return fig
+
+
+def write_html(topo: Topology, path: str | Path) -> Path:
+    """Write the drawing as one self-contained HTML page and return its path.
+
+    plotly.js (about 4.7 MB) is embedded rather than loaded from a CDN, so the page renders offline: on an
+    air-gapped cluster login node, from a mail attachment, years later. Raises OSError when ``path`` cannot be written.
+    """
+    path = Path(path)
+    figure(topo).write_html(str(path), include_plotlyjs=True, full_html=True, config={"displaylogo": False})
+    return path

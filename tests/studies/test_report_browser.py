@@ -1,8 +1,12 @@
-"""The report renders in headless Chromium with the network cut off: one non-empty SVG per figure, no console errors.
+"""Every HTML page dlrmsim writes renders offline: plotly.js embedded, nothing fetched from a network.
 
-Needs Debian's ``chromium`` (``apt-get install -y chromium``); skipped with a message where it is missing.
-No DevTools client: a copy of the page gets a small script that records errors, console.error calls and every
-resource the page loaded into the DOM, which ``--dump-dom`` prints after plotly has drawn.
+Without a browser (CI installs nothing beyond pip): each kind of page (``topology show --html``, the sweep report,
+the ``scaling --html`` report, the demo report) has no external ``src``/``href`` and carries plotly.js itself.
+With Debian's ``chromium`` (``apt-get install -y chromium``; skipped with a message where it is missing): each
+page is screenshotted in headless Chromium with name resolution switched off and must not be blank, and the
+sweep report is checked in detail: one non-empty SVG per figure, no console errors. No DevTools client: a copy
+of that page gets a small script that records errors, console.error calls and every resource the page loaded
+into the DOM, which ``--dump-dom`` prints after plotly has drawn.
 """
 
 from __future__ import annotations
@@ -11,23 +15,136 @@ import json
 import re
 import shutil
 import subprocess
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
+from plotly.offline import get_plotlyjs
 
+import dlrmsim.studies.spec as spec_module
+from dlrmsim.cli import main as cli_main
+from dlrmsim.studies.demo import run_demo
 from dlrmsim.studies.report import build_report, topology_figures
 from dlrmsim.studies.results import load_results
 from dlrmsim.studies.runner import run_sweep
 from dlrmsim.studies.spec import plan_sweep
 from tests.studies import sweep_evaluators as ev
+from tests.studies.conftest import EVALUATORS, TOY_TOPOLOGY
 
 CHROMIUM = next((p for p in ("/usr/bin/chromium", shutil.which("chromium"), shutil.which("chromium-browser")) if p and Path(p).exists()), None)
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium not installed (apt-get install -y chromium) - report render not checked"),
-]
+needs_browser = pytest.mark.skipif(
+    CHROMIUM is None, reason="headless Chromium not installed (apt-get install -y chromium): HTML rendering not checked in a browser"
+)
+KINDS = ("topology-show", "sweep-report", "scaling-report", "demo-report")
+PLOTLY_BANNER = get_plotlyjs()[:40]  # "/**\n* plotly.js vX.Y.Z\n* Copyright ..." - the bundle's first line
+
+
+def _cli(*args: str) -> None:
+    try:
+        cli_main(list(args))
+    except SystemExit as exc:
+        assert not exc.code, f"dlrmsim {' '.join(args)} exited {exc.code}"
+
+
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """One page of each kind dlrmsim writes, made the way a user makes it (small inputs, a few seconds)."""
+    root = tmp_path_factory.mktemp("pages")
+    out = {kind: root / f"{kind}.html" for kind in KINDS}
+    _cli("topology", "show", "skx-8s-upi", "--html", str(out["topology-show"]))
+    _cli("scaling", "-t", "skx-8s-upi", "-w", "small", "-r", "1,2,4", "--html", str(out["scaling-report"]))
+    run_demo(root / "demo", topologies=("skx-8s-upi",), workloads=("small",))  # `dlrmsim demo`, cut to one topology and workload
+    out["demo-report"] = root / "demo" / "report.html"
+    (root / "toy_topology.yaml").write_text(yaml.safe_dump(TOY_TOPOLOGY))
+    grid = {"topology": "toy_topology.yaml", "workload": "small", "ranks": [1, 2, 4, 8], "blocking": [False, True],
+            "topology_overrides": {"links.net.bandwidth_GBps": [12.5, 25]}}  # fmt: skip
+    spec = root / "spec.yaml"
+    spec.write_text(yaml.safe_dump({"name": "pages", "evaluator": f"{EVALUATORS}:cheap", "grid": grid}, sort_keys=False))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(spec_module, "topology_loader", lambda: None)  # the toy topology is checked by YAML path only
+        run_sweep(plan_sweep(spec).points, root / "sweep", ev.cheap, serial=True, progress=False)
+    build_report(load_results(root / "sweep"), out["sweep-report"])
+    return out
+
+
+class _Scripts(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.external: list[str] = []
+        self.inline: list[str] = []
+        self._in_script = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        for key in ("src", "href"):
+            value = a.get(key) or ""
+            if value.startswith(("http:", "https:", "//")):
+                self.external.append(f"<{tag} {key}={value}>")
+        self._in_script = tag == "script"
+
+    def handle_endtag(self, tag: str) -> None:
+        self._in_script = False
+
+    def handle_data(self, data: str) -> None:
+        if self._in_script:
+            self.inline.append(data)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_html_page_carries_plotly_and_loads_nothing(pages: dict[str, Path], kind: str) -> None:
+    page = pages[kind].read_text(encoding="utf-8")
+    scripts = _Scripts()
+    scripts.feed(page)
+    # because `topology show --html` used include_plotlyjs="cdn" and drew a blank page offline
+    assert scripts.external == [], scripts.external
+    assert not re.search(r"<script[^>]+src=", page), "a <script src=...> needs a network or a second file"
+    assert sum(PLOTLY_BANNER in s for s in scripts.inline) == 1, "plotly.js is embedded exactly once"
+    assert "Plotly.newPlot" in page
+
+
+def _screenshot(page: Path, png: Path, profile: Path, height: int = 1200) -> None:
+    profile.mkdir(exist_ok=True)
+    cmd = [
+        str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync", f"--user-data-dir={profile}",
+        "--host-resolver-rules=MAP * ~NOTFOUND", "--virtual-time-budget=15000", f"--window-size=1300,{height}",
+        f"--screenshot={png}", page.as_uri(),
+    ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and png.exists(), done.stderr[-2000:]
+
+
+def coloured_pixels(png: Path) -> int:
+    """Pixels whose channels differ by more than 60 of 255: plotted traces, not text (black/grey) or background (white)."""
+    image = pytest.importorskip("PIL.Image", reason="Pillow not installed: screenshot not analysed").open(png).convert("RGB")
+    pixels = image.get_flattened_data() if hasattr(image, "get_flattened_data") else image.getdata()  # Pillow >= 12.1 / older
+    return sum(1 for r, g, b in pixels if max(r, g, b) - min(r, g, b) > 60)
+
+
+@pytest.mark.browser
+@needs_browser
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_html_page_draws_offline(pages: dict[str, Path], kind: str, tmp_path: Path) -> None:
+    png = tmp_path / f"{kind}.png"
+    _screenshot(pages[kind], png, tmp_path / "profile")
+    # because a page whose plotly.js did not load shows only its headings and table (or nothing): no colour at all;
+    # one drawn chart colours thousands of pixels (markers, lines, bars)
+    assert coloured_pixels(png) > 2000, f"{kind}: screenshot has no chart drawn"
+
+
+def test_the_blank_check_can_fail(tmp_path: Path) -> None:
+    # because a test that cannot fail is a defect: the same page without plotly.js must count as blank
+    if CHROMIUM is None:
+        pytest.skip("headless Chromium not installed (apt-get install -y chromium)")
+    page = tmp_path / "blank.html"
+    page.write_text('<html><body><h1>dlrmsim</h1><div id="f"></div><script src="https://cdn.plot.ly/plotly-3.0.0.min.js"></script>'
+                    '<script>Plotly.newPlot("f", [{"y": [1, 3, 2]}]);</script></body></html>')  # fmt: skip
+    png = tmp_path / "blank.png"
+    _screenshot(page, png, tmp_path / "profile")
+    assert coloured_pixels(png) < 100
 
 PROBE = """<script>
 window.__dlrmsimErrors = [];
@@ -63,6 +180,8 @@ def _render(page: Path, tmp_path: Path) -> tuple[str, str]:
     return done.stdout, done.stderr
 
 
+@pytest.mark.browser
+@needs_browser
 def test_every_chart_renders_offline_without_console_errors(write_spec, tmp_path: Path) -> None:
     spec = write_spec(evaluator="failing", blocking=[False, True], topology_overrides={"links.net.bandwidth_GBps": [12.5, 25]})
     out = tmp_path / "sweep"
