@@ -323,10 +323,17 @@ class FluidScheduler:
             ev.callbacks.append(self._on_flush)
 
     def _on_flush(self, _ev: simpy.Event) -> None:
+        queue = self.env._queue
+        if queue and queue[0][0] <= self.env.now:
+            # Other events are due at this same instant: they may start or finish more activities, so the
+            # re-solve waits until the instant's last event (no simulated time passes meanwhile, so nothing
+            # integrates the stale rates). One solve per distinct time instead of one per event.
+            self.env.timeout(0).callbacks.append(self._on_flush)
+            return
         self._flush_scheduled = False
         if self._pending or self._force_step:
             self._force_step = False
-            self._step()
+            self._step(solve_now=True)
 
     def _schedule_wake(self, t: float) -> None:
         if t < self._wake_at:
@@ -341,7 +348,7 @@ class FluidScheduler:
         self._wake = None
         self._wake_at = np.inf
         self.stats["wakeups"] += 1
-        self._step()
+        self._step(solve_now=False)
 
     def _advance(self) -> None:
         now = self.env.now
@@ -364,8 +371,9 @@ class FluidScheduler:
                 rem[~fin] = 0.0
         self._t = now
 
-    def _step(self) -> None:
-        """Advance to now, start due activities, finish completed ones, re-solve and reschedule."""
+    def _step(self, solve_now: bool) -> None:
+        """Advance to now, start due activities, finish completed ones, re-solve and reschedule (at once, or, if
+        ``solve_now`` is false, after this instant's other events, see :meth:`_on_flush`)."""
         self._advance()
         now = self.env.now
         delayed = self._delayed
@@ -385,7 +393,11 @@ class FluidScheduler:
             if not done.any():
                 break
             self._finish(done)
-        self._solve()
+        if solve_now or self._held:
+            self._solve()  # (returns at once while held: resume() re-solves)
+            return
+        self._force_step = True  # the solve runs once this instant's other events are done (see _on_flush)
+        self._request_flush()
 
     def _merge_pending(self) -> None:
         batches, self._pending = self._pending, []
