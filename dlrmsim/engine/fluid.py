@@ -11,6 +11,7 @@ are recomputed only when an activity starts or finishes; completion events are t
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -32,6 +33,9 @@ LEVEL_REL_EPS = 1e-9
 # memo is emptied when its keys and rates pass MEMO_BYTES.
 MEMO_MAX_ENTRIES = 20_000
 MEMO_BYTES = 32 * 2**20
+
+# maxmin_rates' fast path: every resource's load at the activities' caps stays below this fraction of its capacity.
+UNSATURATED_MARGIN = 1.0 - 1e-6
 
 TRIG_NONE = 0  # rate cap never changes
 TRIG_COMPUTE = 1  # a compute task: slowed while communication is in flight on its rank
@@ -60,10 +64,19 @@ def maxmin_rates(
     equal), along with every activity whose cap comes first. Independent bottlenecks thus cost one round
     together instead of one each, with the same rates as one-level-at-a-time filling.
     """
-    rate = np.zeros(n_act)
     if n_act == 0:
-        return rate
+        return np.zeros(0)
     n_res = len(res_cap)
+    if e_act.size:
+        # Fast path: when every activity at its cap still leaves every resource unsaturated (with a margin far
+        # above rounding and LEVEL_REL_EPS), progressive filling ends with each activity at its cap.
+        # (A non-finite cap on a resource gives a load of inf or nan, which fails the test.)
+        load = np.bincount(e_res, weights=e_w * act_cap[e_act], minlength=n_res)
+        if (load <= res_cap * UNSATURATED_MARGIN).all():
+            return act_cap.copy()
+    elif np.isfinite(act_cap).all():
+        return act_cap.copy()
+    rate = np.zeros(n_act)
     used: np.ndarray | None = None  # what frozen activities draw from each resource
     free = np.ones(n_act, dtype=bool)  # not frozen yet
     n_free = n_act
@@ -173,6 +186,7 @@ class FluidScheduler:
         self.stats = {"activities": 0, "finished": 0, "solves": 0, "wakeups": 0, "reused": 0}
         self._held = False  # between hold() and resume(): simulated time passes without integration or wake-ups
         self._force_step = False
+        self._need_solve = False
         self._memo: dict[tuple[bytes, bytes, bytes], np.ndarray] = {}
         self._memo_bytes = 0
         self.resource_load: np.ndarray | None = None
@@ -323,10 +337,20 @@ class FluidScheduler:
             ev.callbacks.append(self._on_flush)
 
     def _on_flush(self, _ev: simpy.Event) -> None:
+        queue = self.env._queue
+        if queue and queue[0][0] <= self.env.now:
+            # Other events are due at this same instant: they may start or finish more activities, so the
+            # re-solve waits until the instant's last event (no simulated time passes meanwhile, so nothing
+            # integrates the stale rates). One solve per distinct time instead of one per event.
+            self.env.timeout(0).callbacks.append(self._on_flush)
+            return
         self._flush_scheduled = False
         if self._pending or self._force_step:
             self._force_step = False
-            self._step()
+            self._step(solve_now=True)
+        elif self._need_solve:
+            self._need_solve = False
+            self._solve()  # a wake-up finished activities this instant and nothing started since
 
     def _schedule_wake(self, t: float) -> None:
         if t < self._wake_at:
@@ -341,7 +365,7 @@ class FluidScheduler:
         self._wake = None
         self._wake_at = np.inf
         self.stats["wakeups"] += 1
-        self._step()
+        self._step(solve_now=False)
 
     def _advance(self) -> None:
         now = self.env.now
@@ -364,8 +388,9 @@ class FluidScheduler:
                 rem[~fin] = 0.0
         self._t = now
 
-    def _step(self) -> None:
-        """Advance to now, start due activities, finish completed ones, re-solve and reschedule."""
+    def _step(self, solve_now: bool) -> None:
+        """Advance to now, start due activities, finish completed ones, re-solve and reschedule (at once, or, if
+        ``solve_now`` is false, after this instant's other events, see :meth:`_on_flush`)."""
         self._advance()
         now = self.env.now
         delayed = self._delayed
@@ -373,7 +398,7 @@ class FluidScheduler:
             self._pending.append(heapq.heappop(delayed)[2])
         # Owners' callbacks may add activities at this same instant; loop until nothing new finishes.
         F = self._F
-        t_eps = DONE_ULPS * float(np.spacing(now))  # s; rates are the ones that applied up to now (0 for new ones)
+        t_eps = DONE_ULPS * math.ulp(now)  # s; rates are the ones that applied up to now (0 for new ones)
         for _ in range(1000):
             if self._pending:
                 self._merge_pending()
@@ -385,7 +410,11 @@ class FluidScheduler:
             if not done.any():
                 break
             self._finish(done)
-        self._solve()
+        if solve_now or self._held:
+            self._solve()  # (returns at once while held: resume() re-solves)
+            return
+        self._need_solve = True  # the solve runs once this instant's other events are done (see _on_flush)
+        self._request_flush()
 
     def _merge_pending(self) -> None:
         batches, self._pending = self._pending, []
@@ -485,6 +514,7 @@ class FluidScheduler:
         return np.where(slow, cap_slow, cap)
 
     def _solve(self) -> None:
+        self._need_solve = False
         if self._held:
             return  # resume() re-solves
         n = self._n

@@ -29,6 +29,7 @@ from itertools import chain
 import numpy as np
 
 from dlrmsim.engine.resources import CommSettings
+from dlrmsim.errors import DlrmsimError
 from dlrmsim.topologies.topology import ComputeSpec, Topology
 
 
@@ -67,46 +68,59 @@ class Network:
         g = topology.graph
         self.nodes: list[str] = sorted(g.nodes, key=str)
         self.node_id = {n: i for i, n in enumerate(self.nodes)}
-        n_nodes = len(self.nodes)
-        edges = sorted((tuple(sorted((str(u), str(v)))) for u, v in g.edges), key=lambda e: e)
-        names: list[str] = []
-        caps: list[float] = []
-        lat: list[float] = []
-        ovh: list[float] = []
-        lane: list[float] = []
-        one_sided: list[bool] = []
-        self.links: list[tuple[str, str]] = []
-        adj: list[list[tuple[int, int]]] = [[] for _ in range(n_nodes)]
         self._str_node = {str(n): n for n in self.nodes}
-        for su, sv in edges:
-            u, v = self._str_node[su], self._str_node[sv]
-            link = topology.link(u, v)
-            for a, b in ((u, v), (v, u)):
-                rid = len(names)
-                names.append(f"{a}>{b}")
-                self.links.append((a, b))
-                caps.append(link.bandwidth_Bps)
-                lat.append(link.latency_s)
-                ovh.append(link.overhead_s)
-                lane.append(link.bandwidth_Bps / max(link.lanes, 1))
-                one_sided.append(link.one_sided)
-                adj[self.node_id[a]].append((self.node_id[b], rid))
-        for lst in adj:
-            lst.sort()
-        self._eid = {(self.node_id[a], self.node_id[b]): rid for rid, (a, b) in enumerate(self.links)}
         # switch (or any transit node) traversal latency, from the node attribute latency_s
         self._node_lat = [float(g.nodes[n].get("latency_s") or 0.0) for n in self.nodes]
-        self.n_links = len(names)
-        self.resource_names: list[str] = list(names)
-        self._adj = adj
-        self._lat = lat
-        self._ovh = ovh
-        self._lane = lane
-        self._one_sided = one_sided
-        # NIC ports
+        caps: list[float] = []  # capacity of every resource, in id order: links, then NIC ports, then memory
+        self.resource_names: list[str] = []
+        self._add_links(caps)
+        self._add_nic_ports(caps)
+        self._add_memory_domains(caps)
+        self.capacity = np.asarray(caps, dtype=float)
+        self.rank_node = np.array([self.node_id[n] for n in topology.ranks], dtype=np.int64)
+        self.node_rank = np.full(len(self.nodes), -1, dtype=np.int64)
+        self.node_rank[self.rank_node] = np.arange(len(self.rank_node))
+        self._routes: dict[int, SourceRoutes] = {}
+        self._init_pair_tables()
+
+    # ---- resources, by kind (each appends its capacities to ``caps`` and its names) ---------------
+    def _add_links(self, caps: list[float]) -> None:
+        """Two directed halves per link (u>v and v>u), each with the link's full bandwidth (B/s); adjacency lists
+        and the per-half latency, overhead, lane capacity and one-sidedness that routing reads."""
+        g = self.topology.graph
+        edges = sorted((tuple(sorted((str(u), str(v)))) for u, v in g.edges), key=lambda e: e)
+        self.links: list[tuple[str, str]] = []
+        self._adj: list[list[tuple[int, int]]] = [[] for _ in self.nodes]
+        self._lat: list[float] = []
+        self._ovh: list[float] = []
+        self._lane: list[float] = []
+        self._one_sided: list[bool] = []
+        for su, sv in edges:
+            u, v = self._str_node[su], self._str_node[sv]
+            link = self.topology.link(u, v)
+            for a, b in ((u, v), (v, u)):
+                rid = len(caps)
+                self.resource_names.append(f"{a}>{b}")
+                self.links.append((a, b))
+                caps.append(link.bandwidth_Bps)
+                self._lat.append(link.latency_s)
+                self._ovh.append(link.overhead_s)
+                self._lane.append(link.bandwidth_Bps / max(link.lanes, 1))
+                self._one_sided.append(link.one_sided)
+                self._adj[self.node_id[a]].append((self.node_id[b], rid))
+        for lst in self._adj:
+            lst.sort()
+        self._eid = {(self.node_id[a], self.node_id[b]): rid for rid, (a, b) in enumerate(self.links)}
+        self.n_links = len(self.links)
+
+    def _add_nic_ports(self, caps: list[float]) -> None:
+        """An injection and an ejection port per node with a NIC-stack (not one-sided) link: capacity the node's
+        ``nic_bandwidth_Bps``, else the sum of its NIC-stack links' bandwidth (B/s)."""
+        g = self.topology.graph
+        n_nodes = len(self.nodes)
         nic_bw = np.zeros(n_nodes)
         for rid, (a, _b) in enumerate(self.links):
-            if not one_sided[rid]:
+            if not self._one_sided[rid]:
                 nic_bw[self.node_id[a]] += caps[rid]
         self.nic_out = np.full(n_nodes, -1, dtype=np.int64)
         self.nic_in = np.full(n_nodes, -1, dtype=np.int64)
@@ -119,7 +133,12 @@ class Network:
                 self.nic_in[i] = len(caps)
                 caps.append(float(bw))
                 self.resource_names.append(f"nic_in:{n}")
-        # memory domains
+
+    def _add_memory_domains(self, caps: list[float]) -> None:
+        """One memory-bandwidth resource per memory domain (``ComputeSpec.memory_domain``, else the node):
+        ``memory_bandwidth_Bps * memory_efficiency(inf)`` (B/s), shared by the nodes of the domain."""
+        g = self.topology.graph
+        n_nodes = len(self.nodes)
         self.mem = np.full(n_nodes, -1, dtype=np.int64)
         self.spec: list[ComputeSpec | None] = [None] * n_nodes
         domains: dict[str, int] = {}
@@ -134,12 +153,10 @@ class Network:
                 caps.append(spec.memory_bandwidth_Bps * spec.memory_efficiency(math.inf))
                 self.resource_names.append(f"mem:{dom}")
             self.mem[i] = domains[dom]
-        self.capacity = np.asarray(caps, dtype=float)
-        self.rank_node = np.array([self.node_id[n] for n in topology.ranks], dtype=np.int64)
-        self.node_rank = np.full(n_nodes, -1, dtype=np.int64)
-        self.node_rank[self.rank_node] = np.arange(len(self.rank_node))
-        self._routes: dict[int, SourceRoutes] = {}
-        # flow templates per node pair (see _add_pairs); rows of _pair_tab are allocated per source node
+
+    def _init_pair_tables(self) -> None:
+        """Empty flow-template tables per node pair (see :meth:`_add_pairs`); rows are allocated per source node."""
+        n_nodes = len(self.nodes)
         self._src_row = np.full(n_nodes, -1, dtype=np.int64)
         self._n_rows = 0
         self._pair_tab = np.full((0, n_nodes), -1, dtype=np.int64)
@@ -345,8 +362,6 @@ class Network:
             d = dst[idx]
             if not sr.reachable[d].all():
                 bad = self.nodes[int(d[~sr.reachable[d]][0])]
-                from dlrmsim.errors import DlrmsimError
-
                 raise DlrmsimError(f"no route from '{self.nodes[s]}' to '{bad}'", source=self.topology.source)
             cap[idx] = sr.lane_cap[d]
             delay[idx] = sr.latency[d] + sr.overhead[d]
