@@ -135,10 +135,10 @@ def test_every_html_page_draws_offline(pages: dict[str, Path], kind: str, tmp_pa
     assert coloured_pixels(png) > 2000, f"{kind}: screenshot has no chart drawn"
 
 
+@pytest.mark.browser
+@needs_browser
 def test_the_blank_check_can_fail(tmp_path: Path) -> None:
-    # because a test that cannot fail is a defect: the same page without plotly.js must count as blank
-    if CHROMIUM is None:
-        pytest.skip("headless Chromium not installed (apt-get install -y chromium)")
+    # because a test that cannot fail is a defect: a page whose plotly.js comes from a CDN must count as blank offline
     page = tmp_path / "blank.html"
     page.write_text('<html><body><h1>dlrmsim</h1><div id="f"></div><script src="https://cdn.plot.ly/plotly-3.0.0.min.js"></script>'
                     '<script>Plotly.newPlot("f", [{"y": [1, 3, 2]}]);</script></body></html>')  # fmt: skip
