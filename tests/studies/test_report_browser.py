@@ -105,6 +105,18 @@ def test_every_html_page_carries_plotly_and_loads_nothing(pages: dict[str, Path]
     assert "Plotly.newPlot" in page
 
 
+def test_no_html_writer_in_the_package_uses_a_cdn() -> None:
+    # because a new HTML writer (a study report, a notebook helper) must render offline like the four kinds above
+    package = Path(__file__).resolve().parents[2] / "dlrmsim"
+    offenders = [
+        f"{path.relative_to(package.parent)}: {needle}"
+        for path in sorted(package.rglob("*.py"))
+        for needle in ('include_plotlyjs="cdn"', "include_plotlyjs='cdn'", "cdn.plot.ly", "include_plotlyjs=\"directory\"")
+        if needle in path.read_text(encoding="utf-8")
+    ]
+    assert offenders == []
+
+
 def _screenshot(page: Path, png: Path, profile: Path, height: int = 1200) -> None:
     profile.mkdir(exist_ok=True)
     cmd = [
