@@ -19,7 +19,7 @@ from dlrmsim.engine.records import Record
 from dlrmsim.engine.resources import CommSettings
 from dlrmsim.topologies.topology import Topology
 
-_US = 1e6  # seconds -> microseconds (the traceEvents time unit)
+NS_OFFSET = 0.4  # ns added to every emitted time; see _us
 LINKS_PID = 2
 OTHER_PID = 3  # records with no rank (a flow whose source is a switch, say)
 RANK_PID0 = 100  # rank r is process RANK_PID0 + r, so ranks sort after the links in Perfetto's list
@@ -65,9 +65,26 @@ def assign_lanes(spans: Sequence[tuple[float, float]]) -> list[int]:
     return lanes
 
 
-def _slice(rec: Record, pid: int, tid: int, args: dict) -> dict:
-    return {"ph": "X", "name": rec.name, "cat": rec.category, "pid": pid, "tid": tid, "ts": rec.start * _US,
-            "dur": max(rec.end - rec.start, 0.0) * _US, "args": args}  # fmt: skip
+def _span_ns(rec: Record) -> tuple[int, int]:
+    """(start, end) in whole nanoseconds: the resolution Perfetto stores, so nesting is decided on what it shows."""
+    start = round(rec.start * 1e9)
+    return start, max(round(rec.end * 1e9), start)
+
+
+def _us(ns: int) -> float:
+    """Whole nanoseconds as traceEvents microseconds that read back as exactly ``ns``.
+
+    Perfetto converts ``ts`` and ``dur`` to integer ns by ``llround(us * 1000)`` (older releases truncate). Times
+    computed as ``seconds * 1e6`` differ from one slice to the next in the last bits, so a child that ends where its
+    parent ends could come back 1 ns later and break the nesting; integer ns plus 0.4 ns survive both conversions.
+    """
+    return (ns + NS_OFFSET) / 1000.0
+
+
+def _slice(rec: Record, span: tuple[int, int], pid: int, tid: int, args: dict) -> dict:
+    start, end = span
+    return {"ph": "X", "name": rec.name, "cat": rec.category, "pid": pid, "tid": tid, "ts": _us(start),
+            "dur": _us(end - start), "args": args}  # fmt: skip
 
 
 def _meta(kind: str, pid: int, name: str, tid: int | None = None, sort: int | None = None) -> list[dict]:
@@ -82,7 +99,7 @@ def _meta(kind: str, pid: int, name: str, tid: int | None = None, sort: int | No
 
 
 def trace_events(records: list[Record], topology: Topology | None = None, max_link_events: int = 200_000) -> list[dict]:
-    """traceEvents for ``records``; timestamps in microseconds.
+    """traceEvents for ``records``; timestamps in microseconds (whole nanoseconds, see :func:`_us`).
 
     Each rank is a process "rank r (node)" with threads "rank r: compute", "rank r: pre/post",
     "rank r: communication" (collective spans and reductions) and "rank r: flows" (its outgoing flows and
@@ -103,14 +120,15 @@ def trace_events(records: list[Record], topology: Topology | None = None, max_li
             recs = groups.get((rank, track), [])
             if not recs:
                 continue
-            lanes = assign_lanes([(r.start, r.end) for r in recs])
+            spans = [_span_ns(r) for r in recs]
+            lanes = assign_lanes(spans)
             for lane in range(max(lanes) + 1):
                 tid = base + lane * _LANE_STRIDE
                 suffix = f" {lane + 1}" if lane else ""
                 events += _meta("thread_name", pid, f"{label.split(' (')[0]}: {track}{suffix}", tid=tid, sort=tid)
-            for rec, lane in zip(recs, lanes, strict=True):
+            for rec, span, lane in zip(recs, spans, lanes, strict=True):
                 args = {"kind": rec.kind, "bytes": rec.bytes, "flops": rec.flops, "peer": rec.peer, "collective_id": rec.collective_id}
-                events.append(_slice(rec, pid, base + lane * _LANE_STRIDE, args))
+                events.append(_slice(rec, span, pid, base + lane * _LANE_STRIDE, args))
     flowish = [rec for (_, track), recs in groups.items() if track == "flows" for rec in recs]
     if topology is not None and flowish:
         events += _link_events(flowish, topology, max_link_events)
@@ -144,19 +162,23 @@ def _link_events(flows: list[Record], topology: Topology, max_link_events: int) 
     extra = net.n_links  # thread ids of extra lanes follow the links'
     for lid in sorted(per_link):
         recs = per_link[lid]
-        lanes = assign_lanes([(r.start, r.end) for r in recs])
+        spans = [_span_ns(r) for r in recs]
+        lanes = assign_lanes(spans)
         tids = [lid]
         for lane in range(1, max(lanes) + 1):
             tids.append(extra)
             events += _meta("thread_name", LINKS_PID, f"{net.resource_names[lid]} {lane + 1}", tid=extra, sort=lid)
             extra += 1
-        for rec, lane in zip(recs, lanes, strict=True):
-            events.append(_slice(rec, LINKS_PID, tids[lane], {"bytes": rec.bytes, "rank": rec.rank}))
+        for rec, span, lane in zip(recs, spans, lanes, strict=True):
+            events.append(_slice(rec, span, LINKS_PID, tids[lane], {"bytes": rec.bytes, "rank": rec.rank}))
     return events
 
 
 def write_chrome_trace(records: list[Record], path: str | Path, topology: Topology | None = None) -> Path:
-    """Write ``{"traceEvents": [...]}`` to ``path`` (open in ui.perfetto.dev or chrome://tracing)."""
+    """Write ``{"traceEvents": [...]}`` to ``path`` (open in ui.perfetto.dev or chrome://tracing).
+
+    No ``displayTimeUnit``: Perfetto reads "ns" there as the unit of every ``ts`` (the file would shrink 1000x).
+    """
     path = Path(path)
-    path.write_text(json.dumps({"traceEvents": trace_events(records, topology), "displayTimeUnit": "ns"}))
+    path.write_text(json.dumps({"traceEvents": trace_events(records, topology)}))
     return path

@@ -210,19 +210,20 @@ def faceted_lines(
                         shared_yaxes=shared_y, shared_xaxes=True, horizontal_spacing=0.04 if shared_y else 0.06,
                         vertical_spacing=min(0.12, 0.3 / max(1, len(rows))))  # fmt: skip
     df = df.sort_values(x, key=lambda v: pd.to_numeric(v, errors="coerce"), kind="stable")
+    # subplot of each row, computed once (text keys, as the facet values are compared as text)
+    row_of = {str(v): i for i, v in enumerate(rows)}
+    col_of = {str(v): j for j, v in enumerate(cols)}
+    df = df.assign(_facet_i=df[facet_row].map(str).map(row_of) if facet_row else 0,
+                   _facet_j=df[facet_col].map(str).map(col_of) if facet_col else 0)  # fmt: skip
     configs = _configs(df, exclude=[c for c in config_columns(df) if c not in line_cols])
     labels = [label for label, _ in configs]
     traces: list[go.Scatter] = []
     where: list[tuple[int, int]] = []
     shown: set[str] = set()
 
-    def facets(part: pd.DataFrame):  # noqa: ANN202 - (row index, col index, rows of that subplot)
-        for i, rv in enumerate(rows):
-            in_row = part if facet_row is None else part[part[facet_row].map(str).eq(str(rv))]
-            for j, cv in enumerate(cols):
-                cell = in_row if facet_col is None else in_row[in_row[facet_col].map(str).eq(str(cv))]
-                if not cell.empty:
-                    yield i, j, rv, cv, cell
+    def facets(part: pd.DataFrame):  # noqa: ANN202 - (row index, col index, row value, col value, rows of that subplot)
+        for (i, j), cell in sorted(part.groupby(["_facet_i", "_facet_j"], sort=False), key=lambda g: g[0]):
+            yield int(i), int(j), rows[int(i)], cols[int(j)], cell
 
     if ideal is not None:
         for i, j, _rv, _cv, cell in facets(df):
@@ -237,9 +238,9 @@ def faceted_lines(
             where_text = " ".join(t for t in (_facet_title(facet_row, rv), _facet_title(facet_col, cv)) if t)
             traces.append(
                 go.Scatter(
-                    x=cell[x].astype(float), y=cell[y], mode="lines+markers", name=label, legendgroup=label,
-                    showlegend=label not in shown, line=_line_style(k),
-                    customdata=list(zip(cell["iteration_s"] * MS, cell["ranks"].astype(int), strict=True)),
+                    x=cell[x].astype(float).tolist(), y=cell[y].astype(float).tolist(), mode="lines+markers", name=label,
+                    legendgroup=label, showlegend=label not in shown, line=_line_style(k),
+                    customdata=list(zip((cell["iteration_s"] * MS).tolist(), cell["ranks"].astype(int).tolist(), strict=True)),
                     hovertemplate=(f"{html.escape(label)}<br>{html.escape(where_text)}<br>{html.escape(x_title)} %{{x}}<br>"
                                    f"%{{y:.4g}} {y_unit}<br>iteration %{{customdata[0]:.3f}} ms at %{{customdata[1]}} ranks<extra></extra>"),
                 )
@@ -358,19 +359,29 @@ def breakdown_figures(df: pd.DataFrame, per_figure: int = BREAKDOWN_ROWS_PER_FIG
         titles = [f"{label}<br>{mode}" if mode else label for label, mode in page]
         fig = make_subplots(rows=nrows, cols=ncols, subplot_titles=titles, shared_yaxes="rows" if len(modes) > 1 else False,
                             horizontal_spacing=0.05, vertical_spacing=min(0.1, 0.35 / max(1, nrows)))  # fmt: skip
+        bars: list[go.Bar] = []
+        where: list[tuple[int, int]] = []
+        seen: set[str] = set()  # one legend entry per component, from its first bar
         for k, key in enumerate(page):
             part = parts[key].sort_values("ranks")
             if part.empty:
                 continue
             x = [str(int(r)) for r in part["ranks"]]
             explained = pd.Series(0.0, index=part.index)
+            cell = (k // ncols + 1, k % ncols + 1)
             for col, name, color in present:
                 y = pd.to_numeric(part[col], errors="coerce").fillna(0.0) * MS
                 explained += y
-                fig.add_trace(_bar(x, y, name, color, part, first_legend=first + k == 0), row=k // ncols + 1, col=k % ncols + 1)
+                bars.append(_bar(x, y, name, color, part, show=name not in seen))
+                where.append(cell)
+                seen.add(name)
             other = (pd.to_numeric(part["iteration_s"], errors="coerce") * MS - explained).clip(lower=0.0)
             if (other > 1e-3 * part["iteration_s"] * MS).any():
-                fig.add_trace(_bar(x, other, OTHER_NAME, "#9D755D", part, first_legend=True), row=k // ncols + 1, col=k % ncols + 1)
+                bars.append(_bar(x, other, OTHER_NAME, "#9D755D", part, show=OTHER_NAME not in seen))
+                where.append(cell)
+                seen.add(OTHER_NAME)
+        if bars:
+            fig.add_traces(bars, rows=[r for r, _ in where], cols=[c for _, c in where])
         fig.update_xaxes(type="category")
         for j in range(ncols):
             fig.update_xaxes(title={"text": "ranks"}, row=nrows, col=j + 1)
@@ -384,20 +395,14 @@ def breakdown_figures(df: pd.DataFrame, per_figure: int = BREAKDOWN_ROWS_PER_FIG
         fig.update_annotations(font_size=12)  # subplot titles
         fig.update_layout(meta={"facets": [f"{label}, {mode}" if mode else label for label, mode in page]})
         figs.append(fig)
-    # one legend entry per component: a later subplot's first bar of a component keeps its legend off
-    for fig in figs:
-        seen: set[str] = set()
-        for trace in fig.data:
-            trace.showlegend = trace.name not in seen
-            seen.add(trace.name)
     return figs
 
 
-def _bar(x: list[str], y: pd.Series, name: str, color: str, part: pd.DataFrame, first_legend: bool) -> go.Bar:
+def _bar(x: list[str], y: pd.Series, name: str, color: str, part: pd.DataFrame, show: bool) -> go.Bar:
     total = pd.to_numeric(part["iteration_s"], errors="coerce") * MS
     return go.Bar(
-        x=x, y=y, name=name, marker_color=color, legendgroup=name, showlegend=first_legend,
-        customdata=list(zip(part["ranks"].astype(int), part["_mode"], total, strict=True)),
+        x=x, y=y.astype(float).tolist(), name=name, marker_color=color, legendgroup=name, showlegend=show,
+        customdata=list(zip(part["ranks"].astype(int).tolist(), part["_mode"].tolist(), total.tolist(), strict=True)),
         hovertemplate=(
             f"{name}: %{{y:.3f}} ms<br>%{{customdata[0]}} ranks, %{{customdata[1]}}<br>"
             "iteration %{customdata[2]:.3f} ms<extra></extra>"

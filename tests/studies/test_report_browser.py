@@ -105,6 +105,18 @@ def test_every_html_page_carries_plotly_and_loads_nothing(pages: dict[str, Path]
     assert "Plotly.newPlot" in page
 
 
+def test_no_html_writer_in_the_package_uses_a_cdn() -> None:
+    # because a new HTML writer (a study report, a notebook helper) must render offline like the four kinds above
+    package = Path(__file__).resolve().parents[2] / "dlrmsim"
+    offenders = [
+        f"{path.relative_to(package.parent)}: {needle}"
+        for path in sorted(package.rglob("*.py"))
+        for needle in ('include_plotlyjs="cdn"', "include_plotlyjs='cdn'", "cdn.plot.ly", "include_plotlyjs=\"directory\"")
+        if needle in path.read_text(encoding="utf-8")
+    ]
+    assert offenders == []
+
+
 def _screenshot(page: Path, png: Path, profile: Path, height: int = 1200) -> None:
     profile.mkdir(exist_ok=True)
     cmd = [
@@ -135,10 +147,10 @@ def test_every_html_page_draws_offline(pages: dict[str, Path], kind: str, tmp_pa
     assert coloured_pixels(png) > 2000, f"{kind}: screenshot has no chart drawn"
 
 
+@pytest.mark.browser
+@needs_browser
 def test_the_blank_check_can_fail(tmp_path: Path) -> None:
-    # because a test that cannot fail is a defect: the same page without plotly.js must count as blank
-    if CHROMIUM is None:
-        pytest.skip("headless Chromium not installed (apt-get install -y chromium)")
+    # because a test that cannot fail is a defect: a page whose plotly.js comes from a CDN must count as blank offline
     page = tmp_path / "blank.html"
     page.write_text('<html><body><h1>dlrmsim</h1><div id="f"></div><script src="https://cdn.plot.ly/plotly-3.0.0.min.js"></script>'
                     '<script>Plotly.newPlot("f", [{"y": [1, 3, 2]}]);</script></body></html>')  # fmt: skip

@@ -19,6 +19,7 @@ from dlrmsim.studies.report import (
 from dlrmsim.studies.results import load_results
 from dlrmsim.studies.runner import run_sweep
 from dlrmsim.studies.spec import plan_sweep
+from tests.conftest import assert_one_line_error
 from tests.studies import sweep_evaluators as ev
 
 
@@ -164,6 +165,4 @@ def test_report_of_a_sweep_with_no_success_still_writes_the_table(write_spec, tm
 
 
 def test_report_of_a_missing_folder_is_a_one_line_error(cli, tmp_path: Path) -> None:
-    from tests.conftest import assert_one_line_error
-
     assert_one_line_error(cli("report", str(tmp_path / "nowhere")), "no sweep results here")
