@@ -127,3 +127,13 @@ def test_doc_block_runs(block: Block, cli, tmp_path: Path, monkeypatch: pytest.M
         for want in cmd.expected:
             # Because output shown in the docs is a claim about what the command prints.
             assert any(normalize(want) in line for line in seen), f"{block.where}: '{shown}' did not print {want!r}"
+
+
+@pytest.mark.slow
+def test_make_demo_command_writes_the_report(cli, tmp_path: Path) -> None:  # noqa: ANN001
+    # Because `make demo` (skipped above: it builds a virtual environment) ends in `dlrmsim demo`, the README's
+    # first promise; this runs that command (about a minute on 2 cores) and checks the report it announces.
+    res = cli("demo", "--out", str(tmp_path / "out"))
+    assert res.code == 0, res.err[-2000:]
+    report = tmp_path / "out" / "report.html"
+    assert report.exists() and report.stat().st_size > 10_000, "the demo must write a self-contained report.html"

@@ -1,6 +1,6 @@
 """A real DLRM training iteration on this host: NumPy or PyTorch CPU, 1 or more processes, timed per phase.
 
-Hybrid parallelism as in [Naumov19] and [Kalamkar20] (docs/sources.md): MLPs data parallel (each rank takes N/R samples, weight
+Hybrid parallelism as in REFERENCE.md section 1: MLPs data parallel (each rank takes N/R samples, weight
 gradients allreduced), embedding tables model parallel (table t lives on rank t mod R and is looked up for
 the global minibatch; an alltoall turns "my tables, all samples" into "all tables, my samples" and back for
 the gradients). Blocking mode: every phase waits for the previous one, so the phase times add up to the
