@@ -1,5 +1,5 @@
 """Several model instances per many-core socket: no per-layer barrier across the socket, shared memory
-bandwidth, and the gradient synchronisation between instances (REFERENCE.md section 2, ParaX study).
+bandwidth, and the gradient synchronisation between instances (the ParaX study, [Yin21] in docs/sources.md).
 
 Model
 -----

@@ -84,7 +84,7 @@ class Memory(StrictModel):
 
 
 class SparseUpdate(StrictModel):
-    """Costs of conflicting sparse embedding updates (REFERENCE section 1, "Embedding update strategies")."""
+    """Costs of conflicting sparse embedding updates ([Kalamkar20], embedding update strategies; docs/sources.md)."""
 
     cache_line_bytes: PositiveInt = 64
     atomic_conflict_us: NonNegativeFloat = Field(description="one cache-line transfer between cores when two update the same row")

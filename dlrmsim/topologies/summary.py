@@ -4,7 +4,7 @@ Definitions (all bandwidths per direction, GB = 1e9 bytes):
 
 - aggregate link bandwidth: the sum over unique links (graph edges; a trunk counts with its whole
   bandwidth) of each link's per-direction bandwidth. For the 8-socket node: 12 UPI links x 22 GB/s =
-  264 GB/s, the "about 260 GB/s aggregate" of REFERENCE section 2.
+  264 GB/s, the "about 260 GB/s aggregate" of [Kalamkar20] (docs/sources.md).
 - bisection bandwidth: the minimum cut between the first and second half of the rank order, i.e. the
   most data per second the first half can send to the second (networkx max-flow with each link's
   per-direction bandwidth as capacity). For the 64-socket cluster: the 16-link leaf-to-root trunk,

@@ -81,7 +81,7 @@ def test_eq1_eq2_moved_bytes_match_equations(quick_cal: Calibration) -> None:
     for r in rows.values():
         assert r.moved_bytes == pytest.approx(r.equation_bytes, rel=1e-9), r
         assert r.measured_s > 0 and r.model_s > 0
-    # Unscaled presets reproduce REFERENCE.md: Small Eq. 1 9.5 MiB, Eq. 2 16.0 MiB; MLPerf Eq. 1 9.0 MiB.
+    # Unscaled presets reproduce [Kalamkar20]: Small Eq. 1 9.5 MiB, Eq. 2 16.0 MiB; MLPerf Eq. 1 9.0 MiB.
     assert rows[("small", "allreduce")].equation_bytes / 2**20 == pytest.approx(9.5, abs=0.05)
     assert rows[("small", "alltoall")].equation_bytes / 2**20 == pytest.approx(16.0, abs=1e-9)
     assert rows[("mlperf", "allreduce")].equation_bytes / 2**20 == pytest.approx(9.0, abs=0.05)

@@ -2,7 +2,7 @@
 
 These do not replace the YAML builders in :mod:`dlrmsim.topologies`; they exist so the engine can be tested
 against closed forms on fabrics whose every number is visible here. :func:`clx_like` approximates the
-64-socket CLX/Omni-Path cluster of REFERENCE.md §2 (and its scaled versions).
+64-socket CLX/Omni-Path cluster of [Kalamkar20] (docs/sources.md) (and its scaled versions).
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def pruned_tree(per_leaf: int = 2, bw: float = 10 * GB, uplink_bw: float | None 
     return Topology("pruned-tree", g, names)
 
 
-# Numbers from REFERENCE.md §2 (64-socket CLX cluster): 100 Gb/s OPA per socket, 1 us, NIC stack;
+# Numbers from [Kalamkar20] (64-socket CLX cluster): 100 Gb/s OPA per socket, 1 us, NIC stack;
 # 16 uplinks per 32-socket leaf (2:1); UPI ~22 GB/s bidirectional inside a node (11 GB/s each way).
 OPA_BW = 100e9 / 8
 OPA_LAT = 1e-6

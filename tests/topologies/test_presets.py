@@ -1,4 +1,4 @@
-"""The built-in topologies reproduce the published properties of REFERENCE.md section 2."""
+"""The built-in topologies reproduce the published properties of their sources (docs/sources.md)."""
 
 from __future__ import annotations
 
@@ -56,10 +56,10 @@ def test_skx_two_boards_are_4_cycles(skx) -> None:
 def test_skx_socket_compute(skx) -> None:
     c = skx.compute(0)
     assert c.peak_flops["fp32"] == pytest.approx(28 * 2.3e9 * 64)
-    assert c.peak_flops["fp32"] / 1e12 == pytest.approx(4.1, abs=0.05)  # REFERENCE: 4.1 TFLOPS
+    assert c.peak_flops["fp32"] / 1e12 == pytest.approx(4.1, abs=0.05)  # [Kalamkar20]: 4.1 TFLOPS
     assert c.memory_bandwidth_Bps == 100 * GB and c.memory_capacity_B == 192 * GB
     assert c.kind == "socket" and c.numa_nodes == 1 and c.memory_domain is None
-    assert c.gemm_efficiency(4e9) == pytest.approx(0.72)  # REFERENCE section 1, large blocked GEMMs
+    assert c.gemm_efficiency(4e9) == pytest.approx(0.72)  # [Kalamkar20], large blocked GEMMs
     assert c.gemm_efficiency(1e7) < 0.72
     assert summarize(skx).memory_GB == pytest.approx(1536)  # 1.5 TB in total
     link = skx.link("s0", "s1")

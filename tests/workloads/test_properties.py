@@ -83,7 +83,7 @@ def test_column_split_keeps_total_bytes_and_divides_per_rank_bytes(w: Workload, 
 
 
 def test_mlperf_column_split_at_64_ranks_gives_32_columns() -> None:
-    # REFERENCE: 10 small tables replicated, 16 large ones split g = 64/16 = 4 ways into E/4 = 32 columns.
+    # [MLPerf21]: 10 small tables replicated, 16 large ones split g = 64/16 = 4 ways into E/4 = 32 columns.
     p = place(MLPERF, PlacementSpec(strategy="column_wise", replicate_below_rows=2048), 64)
     assert len(p.replicated_tables) == 10 and len(p.sharded_tables) == 16
     assert {s.columns for s in p.shards} == {32}

@@ -1,4 +1,4 @@
-"""The derived figures of REFERENCE.md section 1 must follow from the preset layer sizes."""
+"""The derived figures of [Kalamkar20] (table sizes, Eq. 1, Eq. 2; docs/sources.md) must follow from the preset layer sizes."""
 
 from __future__ import annotations
 
