@@ -98,7 +98,7 @@ def detect_host(backend: str, quick: bool, libraries: dict[str, str], date: str,
         threads=facts.threads,
         sockets=facts.sockets,
         memory_GB=round(facts.memory_B / 1e9, 2),
-        clock_GHz=round(clock, 4),
+        clock_GHz=clock,  # unrounded: the peak bound must not fall below a clock this host reports
         reported_clock_GHz=round(facts.clock_GHz, 4),
         clock_source=source,
         flops_per_cycle_fp32=isa.fp32,

@@ -143,8 +143,11 @@ def test_dlrm_iteration_one_rank(backend: str) -> None:
     assert m.allreduce_bytes == 0 and m.phases_s["alltoall_fwd"] < 0.1 * m.iteration_s
     for ph in ("bottom_mlp_fwd", "embedding_fwd", "top_mlp_fwd", "top_mlp_bwd", "embedding_update", "mlp_update"):
         assert m.phases_s[ph] > 0
-    # Blocking mode: the phases tile the iteration (medians of sums vs sums of medians: allow 30% + 1 ms).
-    assert abs(m.phase_sum_s - m.iteration_s) < 0.3 * m.iteration_s + 1e-3
+    # Blocking mode: the phases tile the iteration. The median of sums and the sum of per-phase medians differ
+    # by up to the iterations' own spread (a slow spell on a loaded host lands on one iteration): allow that,
+    # plus 30% + 1 ms.
+    spread = max(m.iteration_samples_s) - min(m.iteration_samples_s)
+    assert abs(m.phase_sum_s - m.iteration_s) < 0.3 * m.iteration_s + 1e-3 + spread
     assert np.isfinite(m.final_loss) and 0 < m.final_loss < 5
     assert len(m.iteration_samples_s) == 3
 

@@ -75,9 +75,10 @@ def test_fused_step_updates_only_touched_rows() -> None:
     model, opt = build_model(TINY, "fused")
     dense, kjt, labels = make_batches(TINY, 8, 1)[0]
     before = [t.detach().clone() for t in model.sparse_arch.embedding_bag_collection.state_dict().values()]
-    loss = torch.nn.BCEWithLogitsLoss()(model(dense_features=dense, sparse_features=kjt), labels)
-    loss.backward()
-    opt.step()
+    with torch.enable_grad():  # other tests' torch ops may have switched autograd off process-wide
+        loss = torch.nn.BCEWithLogitsLoss()(model(dense_features=dense, sparse_features=kjt), labels)
+        loss.backward()
+        opt.step()
     after = list(model.sparse_arch.embedding_bag_collection.state_dict().values())
     touched = set(kjt["f0"].values().tolist())
     changed = set(torch.nonzero((after[0] - before[0]).abs().sum(dim=1)).flatten().tolist())

@@ -143,7 +143,9 @@ def measure_step(
             loss.backward()
             opt.step()
 
-        samples_s, k = time_samples(step, samples, min_sample_s, warmup_steps)
+        # Autograd on, whatever the process set before (the calibration's torch ops turn it off globally).
+        with torch.enable_grad():
+            samples_s, k = time_samples(step, samples, min_sample_s, warmup_steps)
     finally:
         torch.set_num_threads(previous)
     return StepMeasurement(f"torchrec/{path}", threads, batch, tuple(samples_s), k)
