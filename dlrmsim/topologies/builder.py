@@ -8,13 +8,17 @@ at least one rank). Every problem is a one-line ``DlrmsimError`` naming the file
 
 from __future__ import annotations
 
+import copy
+import re
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import networkx as nx
 
 from dlrmsim import config
-from dlrmsim.errors import DlrmsimError
+from dlrmsim.errors import DlrmsimError, unknown_name_error
+from dlrmsim.host import read_host
 from dlrmsim.topologies import schema
 from dlrmsim.topologies.generators import GENERATE, Wiring
 from dlrmsim.topologies.routing import FatTreeTopology
@@ -46,14 +50,44 @@ def load_spec(
     name_or_path: str | Path, overrides: dict[str, Any] | None = None, **params: Any
 ) -> tuple[schema.TopologyFile, str]:
     """The validated topology file (quantities in the units their field names carry) and its source name."""
+    _, data, source = _read_edited(name_or_path, overrides, params)
+    return parse_spec(data, source), source
+
+
+def _read_edited(name_or_path: str | Path, overrides: dict[str, Any] | None, params: dict[str, Any]) -> tuple[Any, Any, str]:
+    """(the file's data as written, the data after overrides and parameters, the source name)."""
     path = config.resolve(name_or_path, PRESET_DIR, "topology")
-    data = config.read_yaml(path)
+    raw = data = config.read_yaml(path)
     source = path.name if path.parent == PRESET_DIR else str(path)
     if overrides:
         data = config.apply_overrides(data, overrides, source)
     if params:
         data = _apply_params(data, params, source)
-    return parse_spec(data, source), source
+    return raw, data, source
+
+
+def sockets_override(name_or_path: str | Path, sockets: int | None) -> dict[str, Any]:
+    """The dotted override that scales a topology's fabric to ``sockets`` endpoints (``--sockets N``).
+
+    Only generators with an endpoint count scale this way (fat trees, meshes, rings, single switches): their
+    other fields (nodes, leaves, pruning, switch ports) stay as the file has them and the generator adds leaves
+    and upper switches. None gives no override.
+    """
+    if sockets is None:
+        return {}
+    if sockets < 1:
+        raise DlrmsimError(f"--sockets {sockets} is not a socket count", field="--sockets", fix="give a positive number")
+    path = config.resolve(name_or_path, PRESET_DIR, "topology")
+    data = config.read_yaml(path)
+    source = path.name if path.parent == PRESET_DIR else str(path)
+    fabric = data.get("fabric") if isinstance(data, dict) else None
+    generator = str(fabric.get("generator")) if isinstance(fabric, dict) else "?"
+    model = _GENERATOR_MODELS.get(generator)
+    if model is None or model.count_field != "endpoints" or "endpoints" not in fabric:
+        other = f" (its size is fabric.{model.count_field}: use --topology-set fabric.{model.count_field}=N)" if model and model.count_field else ""
+        raise DlrmsimError(f"a {generator} fabric has no socket count to scale{other}", source=source, field="--sockets",
+                           fix="drop --sockets, or use a fat_tree, full_mesh, ring or single_switch topology such as clx-64s-opa")  # fmt: skip
+    return {"fabric.endpoints": sockets}
 
 
 def parse_spec(data: Any, source: str) -> schema.TopologyFile:
@@ -85,8 +119,6 @@ def _resolve_likes(data: Any, source: str) -> Any:
         parent = entry["like"]
         field = f"links.{name}.like"
         if parent not in links:
-            from dlrmsim.errors import unknown_name_error
-
             raise unknown_name_error("link type", str(parent), [k for k in links if k != name], source=source, field=field)
         if parent in chain or parent == name:
             raise DlrmsimError(f"link types refer to each other in a loop ({' -> '.join((*chain, name, parent))})",
@@ -109,8 +141,6 @@ def _resolve_likes(data: Any, source: str) -> Any:
 
 def _apply_params(data: Any, params: dict[str, Any], source: str) -> Any:
     """Set generator parameters (``sockets=1024``) on the ``fabric`` mapping; the aliases reach its count field."""
-    import copy
-
     if not isinstance(data, dict) or not isinstance(data.get("fabric"), dict):
         raise DlrmsimError("the file has no fabric mapping to apply parameters to", source=source, field="fabric")
     data = copy.deepcopy(data)
@@ -141,11 +171,65 @@ def load_topology(name_or_path: str | Path, overrides: dict[str, Any] | None = N
     ``params`` set fabric fields (``sockets=1024``, ``sleds=4``, ``ranks=2``; ``sockets``/``ranks`` reach
     the generator's endpoint count).
     """
-    spec, source = load_spec(name_or_path, overrides, **params)
+    raw, data, source = _read_edited(name_or_path, overrides, params)
+    spec = parse_spec(data, source)
     topo = build_topology(spec, source)
     if params:
         topo.name = f"{spec.name}({', '.join(f'{k}={v}' for k, v in params.items())})"
+    edited = _fabric_edits(raw, data)
+    if edited and not _PLACEHOLDER.search(spec.description):
+        # A fixed description was written for the file's own fabric: say what was changed rather than let it lie.
+        topo.description = f"{topo.description} [fabric edited: {', '.join(f'{k}={v}' for k, v in edited.items())}]"
     return topo
+
+
+def _fabric_edits(raw: Any, data: Any) -> dict[str, Any]:
+    """Fabric fields whose values the overrides or parameters changed (name -> new value)."""
+    old = raw.get("fabric") if isinstance(raw, dict) else None
+    new = data.get("fabric") if isinstance(data, dict) else None
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return {}
+    return {k: v for k, v in new.items() if old.get(k) != v}
+
+
+# A description may name values of the built fabric in braces ("{nodes} dual-socket nodes"), so that it stays
+# true when the fabric is scaled: every scalar field of the fabric mapping, and the counts description_values adds.
+_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+
+
+def description_values(spec: schema.TopologyFile, graph: nx.Graph, ranks: list[str], hosts: list[str]) -> dict[str, str]:
+    """Values a description's ``{name}`` placeholders take: the fabric's scalar fields, ``ranks``, ``hosts``,
+    ``sockets``, ``cards``, ``switches``, ``leaf_switches``, ``upper_switches`` (counted on the built graph), and
+    ``nodes`` (endpoints / endpoints_per_node) where the fabric groups endpoints into nodes."""
+    values: dict[str, str] = {}
+    for key, value in spec.fabric.model_dump().items():
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            continue
+        values[key] = f"{value:g}" if isinstance(value, float) else str(value)
+    kinds = Counter(str(data.get("kind")) for _, data in graph.nodes(data=True))
+    switch_levels = [data.get("level") for _, data in graph.nodes(data=True) if data.get("kind") in ("switch", "nic")]
+    values.update(
+        ranks=str(len(ranks)),
+        hosts=str(len(hosts)),
+        sockets=str(kinds["socket"]),
+        cards=str(kinds["card"]),
+        switches=str(len(switch_levels)),
+        leaf_switches=str(sum(1 for lv in switch_levels if lv == 1)),
+        upper_switches=str(sum(1 for lv in switch_levels if lv is not None and lv > 1)),
+    )
+    per_node = getattr(spec.fabric, "endpoints_per_node", None)
+    count = getattr(spec.fabric, "endpoints", None)
+    if per_node and count:
+        values["nodes"] = str(count // per_node)
+    return values
+
+
+def describe(spec: schema.TopologyFile, graph: nx.Graph, ranks: list[str], hosts: list[str]) -> str:
+    """The file's description with its ``{name}`` placeholders filled from the built fabric (unknown names stay)."""
+    if not _PLACEHOLDER.search(spec.description):
+        return spec.description
+    values = description_values(spec, graph, ranks, hosts)
+    return _PLACEHOLDER.sub(lambda m: values.get(m[1], m[0]), spec.description)
 
 
 def build_graph(name_or_path: str | Path | schema.TopologyFile, overrides: dict[str, Any] | None = None, **params: Any) -> nx.Graph:
@@ -165,7 +249,8 @@ def build_topology(spec: schema.TopologyFile, source: str) -> Topology:
     GENERATE[spec.fabric.generator](spec.fabric, wiring)
     check_graph(wiring, source)
     cls = FatTreeTopology if spec.fabric.generator == "fat_tree" else Topology
-    topo = cls(spec.name, wiring.graph, wiring.ranks, source=source, hosts=wiring.hosts, description=spec.description)
+    description = describe(spec, wiring.graph, wiring.ranks, wiring.hosts)
+    topo = cls(spec.name, wiring.graph, wiring.ranks, source=source, hosts=wiring.hosts, description=description)
     topo.spec = spec  # type: ignore[attr-defined]
     return topo
 
@@ -251,9 +336,7 @@ def _uses_detect(ctype: schema.Processor) -> bool:
     )
 
 
-def _detected():
-    from dlrmsim.host import read_host
-
+def _detected():  # noqa: ANN202 - dlrmsim.host.HostInfo
     return read_host()
 
 

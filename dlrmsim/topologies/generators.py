@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from itertools import combinations
 
 import networkx as nx
 
-from dlrmsim.errors import DlrmsimError, unknown_name_error
+from dlrmsim.errors import DlrmsimError, closest, unknown_name_error
 from dlrmsim.topologies import schema
 from dlrmsim.topologies.topology import ComputeSpec, Link
 
@@ -117,8 +118,6 @@ class Wiring:
 
 
 def _did_you_mean(word: str, choices, otherwise: str) -> str:
-    from dlrmsim.errors import closest
-
     guess = closest(word, [str(c) for c in choices])
     return f"did you mean '{guess}'?" if guess else otherwise
 
@@ -293,8 +292,6 @@ def sled_rack(f: schema.SledRack, w: Wiring) -> None:
 
 def host(f: schema.HostFabric, w: Wiring) -> None:
     """R ranks of (detected cores)/R cores each; memory bandwidth is the whole machine's, shared by domain."""
-    from dataclasses import replace
-
     base = w._compute(f.compute, "fabric.compute")
     if base.cores < f.ranks:
         raise DlrmsimError(

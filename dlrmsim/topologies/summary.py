@@ -15,7 +15,7 @@ Definitions (all bandwidths per direction, GB = 1e9 bytes):
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import networkx as nx
 
@@ -48,8 +48,6 @@ class TopologySummary:
     link_types: dict[str, dict[str, float | str | bool]] = field(default_factory=dict)
 
     def to_json(self) -> dict:
-        from dataclasses import asdict
-
         out = asdict(self)
         out["hop_histogram"] = {str(k): v for k, v in sorted(self.hop_histogram.items())}
         return out

@@ -7,6 +7,7 @@ Builders in this package produce it from YAML; tests may build one from a hand-m
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -26,8 +27,6 @@ class EfficiencyTable:
     points: tuple[tuple[float, float], ...]
 
     def __call__(self, size: float) -> float:
-        import math
-
         pts = self.points
         if not pts:
             return 1.0
