@@ -232,6 +232,51 @@ def describe(spec: schema.TopologyFile, graph: nx.Graph, ranks: list[str], hosts
     return _PLACEHOLDER.sub(lambda m: values.get(m[1], m[0]), spec.description)
 
 
+def precision_note(name_or_path: str | Path, overrides: dict[str, Any] | None, precision: str) -> str | None:
+    """One line saying how a bf16 run uses sockets without bf16 units (None when every socket has them, or for fp32).
+
+    Such a socket runs bf16 matrix math at its fp32 rate (``bf16_arithmetic: fp32``; ComputeSpec.flops_rate falls
+    back to fp32), so a bf16 speed-up there comes only from the halved bytes of tables, activations and messages.
+    """
+    if precision != "bf16":
+        return None
+    spec, _ = load_spec(name_or_path, overrides)
+    slow: dict[str, list[str]] = {}  # processor model -> its compute types without bf16 units
+    for name, ctype in spec.compute.items():
+        if isinstance(ctype, schema.Processor) and ctype.kind == "socket":
+            cs, attrs = compute_spec(name, ctype)
+            if "bf16" not in cs.peak_flops:
+                slow.setdefault(str(attrs["model"]), []).append(name)
+    if not slow:
+        return None
+    which = "; ".join(f"{model} ({', '.join(names)})" for model, names in slow.items())
+    return (f"note: {which} has no bf16 units (bf16_arithmetic: fp32): bf16 halves the bytes of tables, activations "
+            f"and messages, but matrix math runs at the fp32 rate")
+
+
+def rates_note(name_or_path: str | Path, overrides: dict[str, Any] | None, calibration: str | None = None,
+               measured: Any = None) -> str | None:
+    """One line saying which rates a run uses, for a topology with placeholder rates (``calibrated: false``, the host).
+
+    With a calibration: the file, where and when it was measured (``measured``: its ``HostInfo``). Without: the peak
+    derived from the detected ISA and clock, and that memory, GEMM efficiency and link rates are placeholders.
+    None for a topology whose rates all come from its file (datasheets and papers) and no calibration.
+    """
+    if calibration is not None:
+        when = f" (measured on {measured.name}, {measured.date}{', quick plan' if measured.quick else ''}, {measured.backend})" if measured else ""
+        return f"rates: calibrated, from {calibration}{when}: compute, memory and shared-memory link rates are its fitted ones"
+    spec, _ = load_spec(name_or_path, overrides)
+    for name, ctype in spec.compute.items():
+        if isinstance(ctype, schema.Processor) and not ctype.calibrated:
+            cs, attrs = compute_spec(name, ctype)
+            fpc = cs.peak_flops["fp32"] / (cs.cores * cs.clock_hz)
+            return (f"rates: uncalibrated defaults for {name} ({attrs['model']}): fp32 peak {cs.peak_flops['fp32'] / 1e12:.3g} TFLOPS "
+                    f"from the ISA ({cs.cores} cores x {cs.clock_hz / 1e9:.2f} GHz x {fpc:g} flop/cycle); memory "
+                    f"{cs.memory_bandwidth_Bps / 1e9:g} GB/s, GEMM efficiency and links are placeholders (dlrmsim calibrate "
+                    f"measures them; use the file with --calibration)")
+    return None
+
+
 def build_graph(name_or_path: str | Path | schema.TopologyFile, overrides: dict[str, Any] | None = None, **params: Any) -> nx.Graph:
     """The networkx graph of a topology: nodes have ``kind`` (and ``compute`` for endpoints), edges ``link``."""
     if isinstance(name_or_path, schema.TopologyFile):
@@ -300,6 +345,13 @@ def compute_spec(name: str, ctype: schema.Processor | schema.Card) -> tuple[Comp
     capacity_B = host.memory_B if capacity_GB == "detect" and host else float(capacity_GB) * 1e9
     assert isinstance(cores, int) and isinstance(turbo, float) and isinstance(base, float) and isinstance(fpc, dict)
     clock = turbo if ctype.peak_clock == "turbo" else base
+    if ctype.bf16_arithmetic == "fp32":
+        # No bf16 units (a detected ISA may still list them): bf16 matrix math falls back to the fp32 rate
+        # (ComputeSpec.flops_rate), while the workload's bf16 bytes stay halved.
+        fpc = {p: f for p, f in fpc.items() if p != "bf16"}
+    elif ctype.bf16_arithmetic == "native" and "bf16" not in fpc:
+        raise DlrmsimError("bf16_arithmetic is native but the detected ISA has no bf16 units", source=name,
+                           field=f"compute.{name}.bf16_arithmetic", fix="set it to fp32 or leave it out")  # fmt: skip
     cs = ComputeSpec(
         name=name,
         cores=cores,
