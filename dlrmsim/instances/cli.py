@@ -89,7 +89,7 @@ def register(app: typer.Typer) -> None:
         """Throughput, memory-bandwidth and core use, and sync time of k instances per socket."""
         from dlrmsim.config import validate
         from dlrmsim.instances.simulate import InstancesConfig, run_instances
-        from dlrmsim.topologies.builder import sockets_override
+        from dlrmsim.topologies import sockets_override
 
         counts = _ints(instances, "--instances")
         topology_overrides = parse_sets(topo_set, "--topology-set") | sockets_override(topology, sockets)

@@ -10,8 +10,6 @@ import typer
 from dlrmsim.config import parse_assignments
 from dlrmsim.errors import DlrmsimError
 from dlrmsim.output import console, print_json, print_table
-from dlrmsim.topologies.builder import load_topology, sockets_override, topology_names
-from dlrmsim.topologies.summary import summarize
 
 app = typer.Typer(help="Hardware topologies: built-in presets and their summaries.", no_args_is_help=True)
 
@@ -24,6 +22,8 @@ def register(root: typer.Typer) -> None:
 @app.command("list")
 def list_cmd(json_out: bool = typer.Option(False, "--json", help="print one JSON object")) -> None:
     """List the built-in topologies."""
+    from dlrmsim.topologies import load_topology, summarize, topology_names  # networkx: loaded only when a command runs
+
     summaries = [(name, summarize(load_topology(name))) for name in topology_names()]
     if json_out:
         print_json({"topologies": [{"name": name, "description": load_topology(name).description, "ranks": s.ranks,
@@ -45,6 +45,7 @@ def show_cmd(
     set_: list[str] = typer.Option([], "--set", help="dotted-path what-if edit KEY=VALUE, e.g. links.opa.bandwidth_GBps=25"),
 ) -> None:
     """Summarise a topology: ranks, links, hop histogram from rank 0, aggregate and bisection bandwidth, peak flops, memory."""
+    from dlrmsim.topologies import load_topology, sockets_override, summarize  # networkx: loaded only when a command runs
     from dlrmsim.topologies.draw import figure  # plotly: loaded only for a drawing
 
     overrides = parse_assignments(set_, "--set") | sockets_override(topology, sockets)

@@ -10,7 +10,6 @@ import typer
 from dlrmsim.config import parse_assignments, read_yaml, validate
 from dlrmsim.errors import DlrmsimError, check_output_file
 from dlrmsim.output import console, err_console, print_json, print_table
-from dlrmsim.topologies.builder import precision_note, rates_note, sockets_override
 from dlrmsim.topologies.mapping import parse_socket_list
 
 if TYPE_CHECKING:  # imported inside the commands: `dlrmsim --help` should not load the engine
@@ -25,6 +24,7 @@ COMMON = {
 
 
 def make_config(**kw: Any) -> TrainingConfig:
+    from dlrmsim.topologies import sockets_override
     from dlrmsim.training.simulate import TrainingConfig
 
     placement = {"strategy": kw.pop("placement"), "replicate_below_rows": kw.pop("replicate_below_rows")}
@@ -52,6 +52,7 @@ def check_host_topology(topology: str) -> None:
 def run_notes(cfg: TrainingConfig) -> list[str]:
     """One-line notes on the rates a run uses: calibrated or placeholder rates (host), bf16 on sockets without bf16 units."""
     from dlrmsim.calibration.schema import Calibration
+    from dlrmsim.topologies import precision_note, rates_note
     from dlrmsim.workloads import load_workload
 
     measured = None
