@@ -10,7 +10,7 @@ from rich.progress import Progress
 
 from dlrmsim.errors import DlrmsimError
 from dlrmsim.output import console, err_console, print_json, print_table
-from dlrmsim.training.cli import COMMON, RANK_SOCKETS_HELP, SOCKETS_HELP, make_config, run_notes
+from dlrmsim.training.cli import COMMON, RANK_SOCKETS_HELP, make_config, run_notes
 
 
 def sweep_cmd(
@@ -77,7 +77,6 @@ def scaling_cmd(
     precision: str | None = typer.Option(None),
     comm_cores: int | None = typer.Option(None),
     calibration: str | None = typer.Option(None),
-    sockets: int | None = typer.Option(None, "--sockets", help=SOCKETS_HELP),
     rank_sockets: str | None = typer.Option(None, "--rank-sockets", help=RANK_SOCKETS_HELP),
     baseline_ranks: int | None = typer.Option(None, "--baseline-ranks", help="rank count speedups are measured against "
                                                 "(default: the fewest ranks whose sockets hold the workload)"),

@@ -9,8 +9,6 @@ at least one rank). Every problem is a one-line ``DlrmsimError`` naming the file
 from __future__ import annotations
 
 import copy
-import re
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -50,20 +48,14 @@ def load_spec(
     name_or_path: str | Path, overrides: dict[str, Any] | None = None, **params: Any
 ) -> tuple[schema.TopologyFile, str]:
     """The validated topology file (quantities in the units their field names carry) and its source name."""
-    _, data, source = _read_edited(name_or_path, overrides, params)
-    return parse_spec(data, source), source
-
-
-def _read_edited(name_or_path: str | Path, overrides: dict[str, Any] | None, params: dict[str, Any]) -> tuple[Any, Any, str]:
-    """(the file's data as written, the data after overrides and parameters, the source name)."""
     path = config.resolve(name_or_path, PRESET_DIR, "topology")
-    raw = data = config.read_yaml(path)
+    data = config.read_yaml(path)
     source = path.name if path.parent == PRESET_DIR else str(path)
     if overrides:
         data = config.apply_overrides(data, overrides, source)
     if params:
         data = _apply_params(data, params, source)
-    return raw, data, source
+    return parse_spec(data, source), source
 
 
 def sockets_override(name_or_path: str | Path, sockets: int | None) -> dict[str, Any]:
@@ -171,110 +163,11 @@ def load_topology(name_or_path: str | Path, overrides: dict[str, Any] | None = N
     ``params`` set fabric fields (``sockets=1024``, ``sleds=4``, ``ranks=2``; ``sockets``/``ranks`` reach
     the generator's endpoint count).
     """
-    raw, data, source = _read_edited(name_or_path, overrides, params)
-    spec = parse_spec(data, source)
+    spec, source = load_spec(name_or_path, overrides, **params)
     topo = build_topology(spec, source)
     if params:
         topo.name = f"{spec.name}({', '.join(f'{k}={v}' for k, v in params.items())})"
-    edited = _fabric_edits(raw, data)
-    if edited and not _PLACEHOLDER.search(spec.description):
-        # A fixed description was written for the file's own fabric: say what was changed rather than let it lie.
-        topo.description = f"{topo.description} [fabric edited: {', '.join(f'{k}={v}' for k, v in edited.items())}]"
     return topo
-
-
-def _fabric_edits(raw: Any, data: Any) -> dict[str, Any]:
-    """Fabric fields whose values the overrides or parameters changed (name -> new value)."""
-    old = raw.get("fabric") if isinstance(raw, dict) else None
-    new = data.get("fabric") if isinstance(data, dict) else None
-    if not isinstance(old, dict) or not isinstance(new, dict):
-        return {}
-    return {k: v for k, v in new.items() if old.get(k) != v}
-
-
-# A description may name values of the built fabric in braces ("{nodes} dual-socket nodes"), so that it stays
-# true when the fabric is scaled: every scalar field of the fabric mapping, and the counts description_values adds.
-_PLACEHOLDER = re.compile(r"\{(\w+)\}")
-
-
-def description_values(spec: schema.TopologyFile, graph: nx.Graph, ranks: list[str], hosts: list[str]) -> dict[str, str]:
-    """Values a description's ``{name}`` placeholders take: the fabric's scalar fields, ``ranks``, ``hosts``,
-    ``sockets``, ``cards``, ``switches``, ``leaf_switches``, ``upper_switches`` (counted on the built graph), and
-    ``nodes`` (endpoints / endpoints_per_node) where the fabric groups endpoints into nodes."""
-    values: dict[str, str] = {}
-    for key, value in spec.fabric.model_dump().items():
-        if isinstance(value, bool) or not isinstance(value, int | float | str):
-            continue
-        values[key] = f"{value:g}" if isinstance(value, float) else str(value)
-    kinds = Counter(str(data.get("kind")) for _, data in graph.nodes(data=True))
-    switch_levels = [data.get("level") for _, data in graph.nodes(data=True) if data.get("kind") in ("switch", "nic")]
-    values.update(
-        ranks=str(len(ranks)),
-        hosts=str(len(hosts)),
-        sockets=str(kinds["socket"]),
-        cards=str(kinds["card"]),
-        switches=str(len(switch_levels)),
-        leaf_switches=str(sum(1 for lv in switch_levels if lv == 1)),
-        upper_switches=str(sum(1 for lv in switch_levels if lv is not None and lv > 1)),
-    )
-    per_node = getattr(spec.fabric, "endpoints_per_node", None)
-    count = getattr(spec.fabric, "endpoints", None)
-    if per_node and count:
-        values["nodes"] = str(count // per_node)
-    return values
-
-
-def describe(spec: schema.TopologyFile, graph: nx.Graph, ranks: list[str], hosts: list[str]) -> str:
-    """The file's description with its ``{name}`` placeholders filled from the built fabric (unknown names stay)."""
-    if not _PLACEHOLDER.search(spec.description):
-        return spec.description
-    values = description_values(spec, graph, ranks, hosts)
-    return _PLACEHOLDER.sub(lambda m: values.get(m[1], m[0]), spec.description)
-
-
-def precision_note(name_or_path: str | Path, overrides: dict[str, Any] | None, precision: str) -> str | None:
-    """One line saying how a bf16 run uses sockets without bf16 units (None when every socket has them, or for fp32).
-
-    Such a socket runs bf16 matrix math at its fp32 rate (``bf16_arithmetic: fp32``; ComputeSpec.flops_rate falls
-    back to fp32), so a bf16 speed-up there comes only from the halved bytes of tables, activations and messages.
-    """
-    if precision != "bf16":
-        return None
-    spec, _ = load_spec(name_or_path, overrides)
-    slow: dict[str, list[str]] = {}  # processor model -> its compute types without bf16 units
-    for name, ctype in spec.compute.items():
-        if isinstance(ctype, schema.Processor) and ctype.kind == "socket":
-            cs, attrs = compute_spec(name, ctype)
-            if "bf16" not in cs.peak_flops:
-                slow.setdefault(str(attrs["model"]), []).append(name)
-    if not slow:
-        return None
-    which = "; ".join(f"{model} ({', '.join(names)})" for model, names in slow.items())
-    return (f"note: {which} has no bf16 units (bf16_arithmetic: fp32): bf16 halves the bytes of tables, activations "
-            f"and messages, but matrix math runs at the fp32 rate")
-
-
-def rates_note(name_or_path: str | Path, overrides: dict[str, Any] | None, calibration: str | None = None,
-               measured: Any = None) -> str | None:
-    """One line saying which rates a run uses, for a topology with placeholder rates (``calibrated: false``, the host).
-
-    With a calibration: the file, where and when it was measured (``measured``: its ``HostInfo``). Without: the peak
-    derived from the detected ISA and clock, and that memory, GEMM efficiency and link rates are placeholders.
-    None for a topology whose rates all come from its file (datasheets and papers) and no calibration.
-    """
-    if calibration is not None:
-        when = f" (measured on {measured.name}, {measured.date}{', quick plan' if measured.quick else ''}, {measured.backend})" if measured else ""
-        return f"rates: calibrated, from {calibration}{when}: compute, memory and shared-memory link rates are its fitted ones"
-    spec, _ = load_spec(name_or_path, overrides)
-    for name, ctype in spec.compute.items():
-        if isinstance(ctype, schema.Processor) and not ctype.calibrated:
-            cs, attrs = compute_spec(name, ctype)
-            fpc = cs.peak_flops["fp32"] / (cs.cores * cs.clock_hz)
-            return (f"rates: uncalibrated defaults for {name} ({attrs['model']}): fp32 peak {cs.peak_flops['fp32'] / 1e12:.3g} TFLOPS "
-                    f"from the ISA ({cs.cores} cores x {cs.clock_hz / 1e9:.2f} GHz x {fpc:g} flop/cycle); memory "
-                    f"{cs.memory_bandwidth_Bps / 1e9:g} GB/s, GEMM efficiency and links are placeholders (dlrmsim calibrate "
-                    f"measures them; use the file with --calibration)")
-    return None
 
 
 def build_graph(name_or_path: str | Path | schema.TopologyFile, overrides: dict[str, Any] | None = None, **params: Any) -> nx.Graph:
@@ -294,8 +187,7 @@ def build_topology(spec: schema.TopologyFile, source: str) -> Topology:
     GENERATE[spec.fabric.generator](spec.fabric, wiring)
     check_graph(wiring, source)
     cls = FatTreeTopology if spec.fabric.generator == "fat_tree" else Topology
-    description = describe(spec, wiring.graph, wiring.ranks, wiring.hosts)
-    topo = cls(spec.name, wiring.graph, wiring.ranks, source=source, hosts=wiring.hosts, description=description)
+    topo = cls(spec.name, wiring.graph, wiring.ranks, source=source, hosts=wiring.hosts, description=spec.description)
     topo.spec = spec  # type: ignore[attr-defined]
     return topo
 
@@ -433,3 +325,48 @@ def _sparse_update(ctype: schema.Processor) -> dict[str, float | int]:
         "atomic_conflict_s": su.atomic_conflict_us * 1e-6,
         "rtm_conflict_s": su.rtm_conflict_us * 1e-6,
     }
+
+
+def precision_note(name_or_path: str | Path, overrides: dict[str, Any] | None, precision: str) -> str | None:
+    """One line saying how a bf16 run uses sockets without bf16 units (None when every socket has them, or for fp32).
+
+    Such a socket runs bf16 matrix math at its fp32 rate (``bf16_arithmetic: fp32``; ComputeSpec.flops_rate falls
+    back to fp32), so a bf16 speed-up there comes only from the halved bytes of tables, activations and messages.
+    """
+    if precision != "bf16":
+        return None
+    spec, _ = load_spec(name_or_path, overrides)
+    slow: dict[str, list[str]] = {}  # processor model -> its compute types without bf16 units
+    for name, ctype in spec.compute.items():
+        if isinstance(ctype, schema.Processor) and ctype.kind == "socket":
+            cs, attrs = compute_spec(name, ctype)
+            if "bf16" not in cs.peak_flops:
+                slow.setdefault(str(attrs["model"]), []).append(name)
+    if not slow:
+        return None
+    which = "; ".join(f"{model} ({', '.join(names)})" for model, names in slow.items())
+    return (f"note: {which} has no bf16 units (bf16_arithmetic: fp32): bf16 halves the bytes of tables, activations "
+            f"and messages, but matrix math runs at the fp32 rate")
+
+
+def rates_note(name_or_path: str | Path, overrides: dict[str, Any] | None, calibration: str | None = None,
+               measured: Any = None) -> str | None:
+    """One line saying which rates a run uses, for a topology with placeholder rates (``calibrated: false``, the host).
+
+    With a calibration: the file, where and when it was measured (``measured``: its ``HostInfo``). Without: the peak
+    derived from the detected ISA and clock, and that memory, GEMM efficiency and link rates are placeholders.
+    None for a topology whose rates all come from its file (datasheets and papers) and no calibration.
+    """
+    if calibration is not None:
+        when = f" (measured on {measured.name}, {measured.date}{', quick plan' if measured.quick else ''}, {measured.backend})" if measured else ""
+        return f"rates: calibrated, from {calibration}{when}: compute, memory and shared-memory link rates are its fitted ones"
+    spec, _ = load_spec(name_or_path, overrides)
+    for name, ctype in spec.compute.items():
+        if isinstance(ctype, schema.Processor) and not ctype.calibrated:
+            cs, attrs = compute_spec(name, ctype)
+            fpc = cs.peak_flops["fp32"] / (cs.cores * cs.clock_hz)
+            return (f"rates: uncalibrated defaults for {name} ({attrs['model']}): fp32 peak {cs.peak_flops['fp32'] / 1e12:.3g} TFLOPS "
+                    f"from the ISA ({cs.cores} cores x {cs.clock_hz / 1e9:.2f} GHz x {fpc:g} flop/cycle); memory "
+                    f"{cs.memory_bandwidth_Bps / 1e9:g} GB/s, GEMM efficiency and links are placeholders (dlrmsim calibrate "
+                    f"measures them; use the file with --calibration)")
+    return None

@@ -22,7 +22,7 @@ def register(root: typer.Typer) -> None:
 @app.command("list")
 def list_cmd(json_out: bool = typer.Option(False, "--json", help="print one JSON object")) -> None:
     """List the built-in topologies."""
-    from dlrmsim.topologies import load_topology, summarize, topology_names  # networkx: loaded only when a command runs
+    from dlrmsim.topologies import load_topology, summarize, topology_names
 
     summaries = [(name, summarize(load_topology(name))) for name in topology_names()]
     if json_out:
@@ -40,16 +40,13 @@ def show_cmd(
     topology: str = typer.Argument(..., help="preset name or YAML path"),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
     html: Path | None = typer.Option(None, "--html", help="write an interactive plotly drawing to this file"),
-    sockets: int | None = typer.Option(None, "--sockets", help="scale the fabric to N sockets (as --param sockets=N)"),
     param: list[str] = typer.Option([], "--param", "-p", help="generator parameter KEY=VALUE, e.g. sockets=1024"),
     set_: list[str] = typer.Option([], "--set", help="dotted-path what-if edit KEY=VALUE, e.g. links.opa.bandwidth_GBps=25"),
 ) -> None:
     """Summarise a topology: ranks, links, hop histogram from rank 0, aggregate and bisection bandwidth, peak flops, memory."""
-    from dlrmsim.topologies import load_topology, sockets_override, summarize  # networkx: loaded only when a command runs
-    from dlrmsim.topologies.draw import figure  # plotly: loaded only for a drawing
+    from dlrmsim.topologies import figure, load_topology, summarize
 
-    overrides = parse_assignments(set_, "--set") | sockets_override(topology, sockets)
-    topo = load_topology(topology, overrides or None, **parse_assignments(param, "--param", "sockets=1024"))
+    topo = load_topology(topology, parse_assignments(set_, "--set") or None, **parse_assignments(param, "--param", "sockets=1024"))
     s = summarize(topo)
     if html is not None:
         try:

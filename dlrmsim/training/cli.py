@@ -15,7 +15,6 @@ from dlrmsim.topologies.mapping import parse_socket_list
 if TYPE_CHECKING:  # imported inside the commands: `dlrmsim --help` should not load the engine
     from dlrmsim.training.simulate import TrainingConfig, TrainingResult
 
-SOCKETS_HELP = "scale the topology's fabric to N sockets (fat tree: more leaves and upper switches), as --topology-set fabric.endpoints=N"
 RANK_SOCKETS_HELP = "socket of each rank in rank order, e.g. 56-59 or 56,57,58 (default: first sockets, or ones whose memory holds the shards)"
 COMMON = {
     "topology": typer.Option("clx-64s-opa", "--topology", "-t", help="topology preset or YAML path"),
@@ -24,7 +23,6 @@ COMMON = {
 
 
 def make_config(**kw: Any) -> TrainingConfig:
-    from dlrmsim.topologies import sockets_override
     from dlrmsim.training.simulate import TrainingConfig
 
     placement = {"strategy": kw.pop("placement"), "replicate_below_rows": kw.pop("replicate_below_rows")}
@@ -32,7 +30,7 @@ def make_config(**kw: Any) -> TrainingConfig:
     sockets = kw.pop("rank_sockets", None)
     if sockets:
         kw["rank_sockets"] = list(parse_socket_list(sockets))
-    kw["topology_overrides"] = parse_assignments(kw.pop("topo_set"), "--topology-set") | sockets_override(kw["topology"], kw.pop("sockets", None))
+    kw["topology_overrides"] = parse_assignments(kw.pop("topo_set"), "--topology-set")
     kw["workload_overrides"] = parse_assignments(kw.pop("wl_set"), "--workload-set")
     return validate(TrainingConfig, kw, "command line")
 
@@ -115,7 +113,6 @@ def register(app: typer.Typer) -> None:
             None, help="data loader: reference (every rank reads the global batch) | v1 (local batch + index alltoall) | none"
         ),
         calibration: str | None = typer.Option(None, help="calibration YAML (with --topology host)"),
-        sockets: int | None = typer.Option(None, "--sockets", help=SOCKETS_HELP),
         rank_sockets: str | None = typer.Option(None, "--rank-sockets", help=RANK_SOCKETS_HELP),
         threads_per_rank: int | None = typer.Option(None, "--threads-per-rank", help="-t host: cores per rank process (default: cores / ranks)"),
         topo_set: list[str] = typer.Option([], "--topology-set", help="what-if: PATH=VALUE on the topology YAML"),
