@@ -280,7 +280,7 @@ def _uses_detect(ctype: schema.Processor) -> bool:
     )
 
 
-def _detected():  # noqa: ANN202 - dlrmsim.host.HostInfo
+def _detected():
     return read_host()
 
 
