@@ -81,6 +81,7 @@ def register(app: typer.Typer) -> None:
         batch: int | None = typer.Option(None, "--batch", help="samples per socket per iteration (default: the workload's)"),
         settings: str = typer.Option("default", "--settings", help="instance settings preset or YAML (delay, jitter, ...)"),
         settings_set: list[str] = typer.Option([], "--settings-set", help="PATH=VALUE on the settings YAML"),
+        sockets: int | None = typer.Option(None, "--sockets", help="scale the topology's fabric to N sockets (as --topology-set fabric.endpoints=N)"),
         topo_set: list[str] = typer.Option([], "--topology-set", help="what-if: PATH=VALUE on the topology YAML"),
         wl_set: list[str] = typer.Option([], "--workload-set", help="what-if: PATH=VALUE on the workload YAML"),
         json_out: bool = typer.Option(False, "--json", help="print one JSON document"),
@@ -88,8 +89,10 @@ def register(app: typer.Typer) -> None:
         """Throughput, memory-bandwidth and core use, and sync time of k instances per socket."""
         from dlrmsim.config import validate
         from dlrmsim.instances.simulate import InstancesConfig, run_instances
+        from dlrmsim.topologies import sockets_override
 
         counts = _ints(instances, "--instances")
+        topology_overrides = parse_sets(topo_set, "--topology-set") | sockets_override(topology, sockets)
         results = []
         for s in _syncs(sync):
             cfg = validate(
@@ -97,7 +100,7 @@ def register(app: typer.Typer) -> None:
                 {
                     "topology": topology, "workload": workload, "instances": counts, "per": per, "sync": s, "batch": batch,
                     "settings": settings, "settings_overrides": parse_sets(settings_set, "--settings-set"),
-                    "topology_overrides": parse_sets(topo_set, "--topology-set"), "workload_overrides": parse_sets(wl_set, "--workload-set"),
+                    "topology_overrides": topology_overrides, "workload_overrides": parse_sets(wl_set, "--workload-set"),
                 },
                 "command line",
             )

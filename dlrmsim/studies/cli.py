@@ -10,7 +10,7 @@ from rich.progress import Progress
 
 from dlrmsim.errors import DlrmsimError
 from dlrmsim.output import console, err_console, print_json, print_table
-from dlrmsim.training.cli import COMMON, RANK_SOCKETS_HELP, make_config
+from dlrmsim.training.cli import COMMON, RANK_SOCKETS_HELP, make_config, run_notes
 
 
 def sweep_cmd(
@@ -98,6 +98,8 @@ def scaling_cmd(
         raise DlrmsimError("no rank counts given", field="--ranks", fix="e.g. 1,2,4,8")
     params = {k: v for k, v in options.items() if k not in ("json_out", "html", "ranks", "baseline_ranks")}
     cfg = make_config(ranks=max(counts), **params)
+    for note in run_notes(cfg):  # which rates the study uses (calibration, bf16 without bf16 units)
+        err_console.print(note, highlight=False, soft_wrap=True)
     with Progress(console=err_console, transient=True, disable=json_out) as bar:
         task = bar.add_task(f"{workload} on {topology}", total=len(set(counts)) + 1)
         df = scaling_study(cfg, counts, on_point=lambda _res: bar.advance(task), baseline=baseline_ranks, keep_baseline=True)

@@ -16,7 +16,17 @@ from typing import TYPE_CHECKING
 from dlrmsim.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from dlrmsim.topologies.builder import PRESET_DIR, build_graph, build_topology, load_spec, load_topology, topology_names
+    from dlrmsim.topologies.builder import (
+        PRESET_DIR,
+        build_graph,
+        build_topology,
+        load_spec,
+        load_topology,
+        precision_note,
+        rates_note,
+        sockets_override,
+        topology_names,
+    )
     from dlrmsim.topologies.draw import figure
     from dlrmsim.topologies.routing import FatTreeTopology
     from dlrmsim.topologies.summary import TopologySummary, summarize
@@ -31,6 +41,9 @@ _EXPORTS: dict[str, str] = {
     "load_spec": "dlrmsim.topologies.builder",
     "load_topology": "dlrmsim.topologies.builder",
     "topology_names": "dlrmsim.topologies.builder",
+    "sockets_override": "dlrmsim.topologies.builder",
+    "precision_note": "dlrmsim.topologies.builder",
+    "rates_note": "dlrmsim.topologies.builder",
     "figure": "dlrmsim.topologies.draw",
     "FatTreeTopology": "dlrmsim.topologies.routing",
     "TopologySummary": "dlrmsim.topologies.summary",
@@ -54,6 +67,9 @@ __all__ = [
     "figure",
     "load_spec",
     "load_topology",
+    "precision_note",
+    "rates_note",
+    "sockets_override",
     "summarize",
     "topology_names",
 ]

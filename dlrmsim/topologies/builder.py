@@ -58,6 +58,30 @@ def load_spec(
     return parse_spec(data, source), source
 
 
+def sockets_override(name_or_path: str | Path, sockets: int | None) -> dict[str, Any]:
+    """The dotted override that scales a topology's fabric to ``sockets`` endpoints (``--sockets N``).
+
+    Only generators with an endpoint count scale this way (fat trees, meshes, rings, single switches): their
+    other fields (nodes, leaves, pruning, switch ports) stay as the file has them and the generator adds leaves
+    and upper switches. None gives no override.
+    """
+    if sockets is None:
+        return {}
+    if sockets < 1:
+        raise DlrmsimError(f"--sockets {sockets} is not a socket count", field="--sockets", fix="give a positive number")
+    path = config.resolve(name_or_path, PRESET_DIR, "topology")
+    data = config.read_yaml(path)
+    source = path.name if path.parent == PRESET_DIR else str(path)
+    fabric = data.get("fabric") if isinstance(data, dict) else None
+    generator = str(fabric.get("generator")) if isinstance(fabric, dict) else "?"
+    model = _GENERATOR_MODELS.get(generator)
+    if model is None or model.count_field != "endpoints" or "endpoints" not in fabric:
+        other = f" (its size is fabric.{model.count_field}: use --topology-set fabric.{model.count_field}=N)" if model and model.count_field else ""
+        raise DlrmsimError(f"a {generator} fabric has no socket count to scale{other}", source=source, field="--sockets",
+                           fix="drop --sockets, or use a fat_tree, full_mesh, ring or single_switch topology such as clx-64s-opa")  # fmt: skip
+    return {"fabric.endpoints": sockets}
+
+
 def parse_spec(data: Any, source: str) -> schema.TopologyFile:
     """Validate raw YAML data (after overrides) as a topology file, accepting any known unit spelling."""
     data, renames = normalize_units(data, source)
@@ -225,6 +249,13 @@ def compute_spec(name: str, ctype: schema.Processor | schema.Card) -> tuple[Comp
     capacity_B = host.memory_B if capacity_GB == "detect" and host else float(capacity_GB) * 1e9
     assert isinstance(cores, int) and isinstance(turbo, float) and isinstance(base, float) and isinstance(fpc, dict)
     clock = turbo if ctype.peak_clock == "turbo" else base
+    if ctype.bf16_arithmetic == "fp32":
+        # No bf16 units (a detected ISA may still list them): bf16 matrix math falls back to the fp32 rate
+        # (ComputeSpec.flops_rate), while the workload's bf16 bytes stay halved.
+        fpc = {p: f for p, f in fpc.items() if p != "bf16"}
+    elif ctype.bf16_arithmetic == "native" and "bf16" not in fpc:
+        raise DlrmsimError("bf16_arithmetic is native but the detected ISA has no bf16 units", source=name,
+                           field=f"compute.{name}.bf16_arithmetic", fix="set it to fp32 or leave it out")  # fmt: skip
     cs = ComputeSpec(
         name=name,
         cores=cores,
@@ -306,3 +337,48 @@ def _sparse_update(ctype: schema.Processor) -> dict[str, float | int]:
         "atomic_conflict_s": su.atomic_conflict_us * 1e-6,
         "rtm_conflict_s": su.rtm_conflict_us * 1e-6,
     }
+
+
+def precision_note(name_or_path: str | Path, overrides: dict[str, Any] | None, precision: str) -> str | None:
+    """One line saying how a bf16 run uses sockets without bf16 units (None when every socket has them, or for fp32).
+
+    Such a socket runs bf16 matrix math at its fp32 rate (``bf16_arithmetic: fp32``; ComputeSpec.flops_rate falls
+    back to fp32), so a bf16 speed-up there comes only from the halved bytes of tables, activations and messages.
+    """
+    if precision != "bf16":
+        return None
+    spec, _ = load_spec(name_or_path, overrides)
+    slow: dict[str, list[str]] = {}  # processor model -> its compute types without bf16 units
+    for name, ctype in spec.compute.items():
+        if isinstance(ctype, schema.Processor) and ctype.kind == "socket":
+            cs, attrs = compute_spec(name, ctype)
+            if "bf16" not in cs.peak_flops:
+                slow.setdefault(str(attrs["model"]), []).append(name)
+    if not slow:
+        return None
+    which = "; ".join(f"{model} ({', '.join(names)})" for model, names in slow.items())
+    return (f"note: {which} has no bf16 units (bf16_arithmetic: fp32): bf16 halves the bytes of tables, activations "
+            f"and messages, but matrix math runs at the fp32 rate")
+
+
+def rates_note(name_or_path: str | Path, overrides: dict[str, Any] | None, calibration: str | None = None,
+               measured: Any = None) -> str | None:
+    """One line saying which rates a run uses, for a topology with placeholder rates (``calibrated: false``, the host).
+
+    With a calibration: the file, where and when it was measured (``measured``: its ``HostInfo``). Without: the peak
+    derived from the detected ISA and clock, and that memory, GEMM efficiency and link rates are placeholders.
+    None for a topology whose rates all come from its file (datasheets and papers) and no calibration.
+    """
+    if calibration is not None:
+        when = f" (measured on {measured.name}, {measured.date}{', quick plan' if measured.quick else ''}, {measured.backend})" if measured else ""
+        return f"rates: calibrated, from {calibration}{when}: compute, memory and shared-memory link rates are its fitted ones"
+    spec, _ = load_spec(name_or_path, overrides)
+    for name, ctype in spec.compute.items():
+        if isinstance(ctype, schema.Processor) and not ctype.calibrated:
+            cs, attrs = compute_spec(name, ctype)
+            fpc = cs.peak_flops["fp32"] / (cs.cores * cs.clock_hz)
+            return (f"rates: uncalibrated defaults for {name} ({attrs['model']}): fp32 peak {cs.peak_flops['fp32'] / 1e12:.3g} TFLOPS "
+                    f"from the ISA ({cs.cores} cores x {cs.clock_hz / 1e9:.2f} GHz x {fpc:g} flop/cycle); memory "
+                    f"{cs.memory_bandwidth_Bps / 1e9:g} GB/s, GEMM efficiency and links are placeholders (dlrmsim calibrate "
+                    f"measures them; use the file with --calibration)")
+    return None

@@ -107,6 +107,12 @@ class Processor(StrictModel):
     turbo_avx_clock_GHz: PositiveFloat | Detect
     peak_clock: Literal["turbo", "base"] = Field("turbo", description="which AVX clock the peak flops use")
     flops_per_cycle_per_core: dict[Precision, PositiveFloat] | Detect
+    bf16_arithmetic: Literal["native", "fp32"] | None = Field(
+        None,
+        description="how bf16 matrix math runs: native (bf16 dot-product units such as AVX512_BF16, at the bf16 entry of "
+        "flops_per_cycle_per_core) or fp32 (no bf16 units: operands are widened to fp32 and multiplied at the fp32 rate; "
+        "bf16 still halves the bytes moved). Default: native when flops_per_cycle_per_core has a bf16 entry, else fp32",
+    )
     memory: Memory
     gemm_efficiency: list[GemmPoint] = Field(default_factory=list)
     gemm_memory_overlap: GemmMemoryOverlap = 1.0
@@ -119,6 +125,12 @@ class Processor(StrictModel):
         _increasing(self.gemm_efficiency, "flops", "gemm efficiency")
         if isinstance(self.flops_per_cycle_per_core, dict) and "fp32" not in self.flops_per_cycle_per_core:
             raise ValueError("flops_per_cycle_per_core needs an fp32 entry (other precisions fall back to it)")
+        if isinstance(self.flops_per_cycle_per_core, dict):
+            has_bf16 = "bf16" in self.flops_per_cycle_per_core
+            if self.bf16_arithmetic == "native" and not has_bf16:
+                raise ValueError("bf16_arithmetic native needs a bf16 entry in flops_per_cycle_per_core (the bf16 units' rate)")
+            if self.bf16_arithmetic == "fp32" and has_bf16:
+                raise ValueError("bf16_arithmetic fp32 (no bf16 units) contradicts the bf16 entry of flops_per_cycle_per_core: drop one")
         return self
 
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from dlrmsim.config import parse_assignments, validate
+from dlrmsim.config import parse_assignments, read_yaml, validate
 from dlrmsim.errors import DlrmsimError, check_output_file
 from dlrmsim.output import console, err_console, print_json, print_table
 from dlrmsim.topologies.mapping import parse_socket_list
@@ -45,6 +45,21 @@ def check_host_topology(topology: str) -> None:
     if not (isinstance(fabric, dict) and fabric.get("generator") == "host"):
         raise DlrmsimError(f"the calibration describes this machine (the 'host' topology), not topology '{topology}'",
                            field="--calibration", fix="add --topology host, or drop --calibration")
+
+
+def run_notes(cfg: TrainingConfig) -> list[str]:
+    """One-line notes on the rates a run uses: calibrated or placeholder rates (host), bf16 on sockets without bf16 units."""
+    from dlrmsim.calibration.schema import Calibration
+    from dlrmsim.topologies import precision_note, rates_note
+    from dlrmsim.workloads import load_workload
+
+    measured = None
+    if cfg.calibration is not None:  # already loaded (and checked) by the run: read again without its host warning
+        measured = validate(Calibration, read_yaml(Path(cfg.calibration)), cfg.calibration).host
+    precision = cfg.precision or load_workload(cfg.workload, cfg.workload_overrides or None).precision
+    notes = [rates_note(cfg.topology, cfg.topology_overrides or None, cfg.calibration, measured),
+             precision_note(cfg.topology, cfg.topology_overrides or None, precision)]
+    return [n for n in notes if n]
 
 
 def print_result(res: TrainingResult) -> None:
@@ -119,6 +134,8 @@ def register(app: typer.Typer) -> None:
         from dlrmsim.training.taskgraph import local_batches
 
         res = simulate_training(cfg, record_flows=trace is not None)  # flows only matter to a trace
+        for note in run_notes(cfg):
+            err_console.print(note, highlight=False, soft_wrap=True)
         if res.global_batch % cfg.ranks:
             sizes = local_batches(res.global_batch, cfg.ranks)
             extra = res.global_batch % cfg.ranks

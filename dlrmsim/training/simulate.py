@@ -197,7 +197,7 @@ def load_inputs(cfg: TrainingConfig, workload: Workload | None = None, topology:
             f"{cfg.ranks} ranks but the topology has {topo.num_ranks}",
             source=topo.source,
             field="ranks",
-            fix=f"use at most {topo.num_ranks} ranks or a larger topology",
+            fix=f"use at most {topo.num_ranks} ranks, or a larger topology (a fat tree scales with --sockets {cfg.ranks})",
         )
     placement = place(w, cfg.placement, cfg.ranks, source=_source(cfg.workload))
     optimizer = load_optimizer(cfg.optimizer)
