@@ -59,7 +59,7 @@ def calibrated_compute(spec: ComputeSpec, cal: Calibration, distribution: str = 
 
 
 # Simulator task kinds of the embedding ops (dlrmsim.training.taskgraph); their bytes follow the same
-# conventions as the calibration kernels' (kernels.embedding_bytes), so fitted rates transfer directly.
+# conventions as the calibration kernels' (ops.embedding_bytes), so fitted rates transfer directly.
 EMBEDDING_KINDS = {"forward": "embedding", "backward": "embedding_bwd", "update": "update"}
 
 
@@ -68,7 +68,7 @@ def embedding_fits(cal: Calibration, distribution: str = "uniform", cores: int |
     measure it) at the core count nearest ``cores`` (None: the most cores measured).
 
     Skewed indices hit the cache on their hot rows, so each distribution has its own fit; a zipf workload uses
-    the fit measured at the benchmark's exponent (bench.ZIPF_EXPONENT), whatever its own exponent is.
+    the fit measured at the benchmark's exponent (benchmarks.embedding.ZIPF_EXPONENT), whatever its own exponent is.
     """
     out: dict[str, EmbeddingFit] = {}
     for op, kind in EMBEDDING_KINDS.items():

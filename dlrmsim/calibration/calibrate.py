@@ -106,13 +106,13 @@ def run_calibration(quick: bool, backend: str | None, out: Path | None, progress
     libraries, backend and mode) and reused; the cache is removed once the YAML is written.
     """
     backend = backend or default_backend()
-    kernels = get_ops(backend)
-    host = detect_host(backend, quick, kernels.versions(), date="")
+    ops = get_ops(backend)
+    host = detect_host(backend, quick, ops.versions(), date="")
     out = Path(out) if out is not None else default_out(host)
     cache = PartialCache(partial_path(out), host_key(host))
     load = _load_average()
     steady_allocator()  # the kernels see the allocator a training process has (host.steady_allocator)
-    tasks = build_plan(kernels, quick or tiny, host.cores, implementation_for(backend), tiny=tiny)
+    tasks = build_plan(ops, quick or tiny, host.cores, implementation_for(backend), tiny=tiny)
     try:
         measurements = combine_passes(run_plan(tasks, cache, progress))
     except KeyboardInterrupt:

@@ -42,7 +42,7 @@ class DriftSample:
         return self.now_s / self.calibrated_s
 
 
-def probe_tasks(cal: Calibration, kernels: Ops) -> list[BenchTask]:
+def probe_tasks(cal: Calibration, ops: Ops) -> list[BenchTask]:
     """The calibration benchmarks to measure again, rebuilt from their recorded parameters, at all cores (and
     the embedding configuration at one core before)."""
     cores = cal.host.cores
@@ -51,10 +51,10 @@ def probe_tasks(cal: Calibration, kernels: Ops) -> list[BenchTask]:
     gemms = [m for m in mine if m.benchmark == "gemm" and int(m.params["m"]) <= PROBE_GEMM_MAX_DIM]
     if gemms:
         n = int(max(gemms, key=lambda m: int(m.params["m"])).params["m"])
-        tasks.append(gemm_task(kernels, n, cores, QUICK_POLICY))
+        tasks.append(gemm_task(ops, n, cores, QUICK_POLICY))
     triad = [m for m in mine if m.benchmark == "stream" and m.params["kind"] == "triad"]
     if triad:
-        tasks.append(stream_task(kernels, "triad", cores, int(triad[0].params["elements"]), QUICK_POLICY))
+        tasks.append(stream_task(ops, "triad", cores, int(triad[0].params["elements"]), QUICK_POLICY))
     # The smallest uniform table configuration: its update is the most drift-prone op the model has. At one
     # core first, then all, as the plan runs it: measured alone at all cores, its forward ran ~1.5x slower
     # than in the plan (tables and thread pool as the one-core run leaves them), which is not drift.
@@ -63,7 +63,7 @@ def probe_tasks(cal: Calibration, kernels: Ops) -> list[BenchTask]:
         p = min(emb, key=lambda m: (int(m.params["rows"]) * int(m.params["dim"]), int(m.params["pooling"]))).params
         cfg = EmbeddingConfig(int(p["rows"]), int(p["dim"]), int(p["pooling"]), str(p["distribution"]), int(p["batch"]),
                               int(p.get("tables", 0)))
-        tasks += [embedding_task(kernels, cfg, c, QUICK_POLICY) for c in sorted({1, cores})]
+        tasks += [embedding_task(ops, cfg, c, QUICK_POLICY) for c in sorted({1, cores})]
     return tasks
 
 
@@ -73,10 +73,10 @@ def compare(cal: Calibration, measured: list[Measurement]) -> list[DriftSample]:
     return [DriftSample(m.name, by_name[m.name].time_s, m.time_s) for m in measured if m.name in by_name]
 
 
-def measure_drift(cal: Calibration, kernels: Ops) -> list[DriftSample]:
+def measure_drift(cal: Calibration, ops: Ops) -> list[DriftSample]:
     """Run the probe now (a few seconds) and compare it with the calibration."""
     try:
-        return compare(cal, [m for t in probe_tasks(cal, kernels) for m in t.run()])
+        return compare(cal, [m for t in probe_tasks(cal, ops) for m in t.run()])
     finally:
         clear_table_cache()
 

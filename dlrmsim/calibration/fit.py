@@ -88,7 +88,7 @@ def peak_bound_host(measurements: Sequence[Measurement], host: HostInfo) -> Host
 
 
 def in_step_order(m: Measurement) -> bool:
-    """A GEMM timed inside an MLP cycle in training-step order (bench.time_mlp_cycle), not in a warm loop."""
+    """A GEMM timed inside an MLP cycle in training-step order (benchmarks.gemm.time_mlp_cycle), not in a warm loop."""
     return m.params.get("context") == "step"
 
 

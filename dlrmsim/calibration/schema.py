@@ -86,7 +86,7 @@ class MemoryFit(StrictModel):
 class EmbeddingFit(StrictModel):
     """One embedding op for one index distribution: t = first-op dispatch + fixed + lookups x (row_time + walk
     miss share x walk_time + reload miss share x reload_time) + bytes / bandwidth (bytes as in
-    kernels.embedding_bytes), plus run_start for the first op of a run of this op."""
+    ops.embedding_bytes), plus run_start for the first op of a run of this op."""
 
     op: Literal["forward", "backward", "update"]
     distribution: Literal["uniform", "zipf"]
@@ -110,7 +110,7 @@ class EmbeddingFit(StrictModel):
     )
     run_start_us: Annotated[float, Field(ge=0)] = Field(
         0.0, description="time the first op of a run of this op pays beyond the later ones: its code and framework "
-        "state gone cold while other work ran (bench.POSITIONS); charged once per run (simulator Task.run_start)"
+        "state gone cold while other work ran (benchmarks.timing.POSITIONS); charged once per run (simulator Task.run_start)"
     )
 
 

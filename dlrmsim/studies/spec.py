@@ -226,9 +226,9 @@ def load_spec(path: str | Path) -> SweepSpec:
 def plan_sweep(path: str | Path) -> SweepPlan:
     """Load a spec and check everything a point needs before any work starts.
 
-    Refused with a one-line ``DlrmsimError`` naming the spec field (every problem found, not only the first): an empty grid list, an unknown preset,
-    an override path that does not exist (or a value the schema refuses), a rank count that no placement in the
-    grid allows, or an evaluator that cannot be imported. Grid points whose own placement cannot hold their rank
+    Refused with a one-line ``DlrmsimError`` naming the spec field of every problem found (not only the first):
+    an empty grid list, an unknown preset, an override path that does not exist (or a value the schema refuses),
+    a rank count that no placement in the grid allows, or an evaluator that cannot be imported. Grid points whose own placement cannot hold their rank
     count (while another placement in the grid can) are left out and counted in ``infeasible``.
     """
     path = Path(path)

@@ -99,3 +99,27 @@ def test_drift_probe_reruns_the_calibrations_own_benchmarks(quick_cal: Calibrati
         assert s.ratio == pytest.approx(s.now_s / s.calibrated_s)
     assert drift.worst([DriftSample("a", 1.0, 1.2), DriftSample("b", 1.0, 0.5)]).name == "b"  # type: ignore[union-attr]
     assert drift.worst([]) is None
+
+
+def test_an_unknown_case_is_one_line_listing_the_cases(cli, tmp_path: Path) -> None:  # noqa: ANN001
+    from tests.conftest import assert_one_line_error
+
+    # because the name is checked before the calibration is read, even a missing calibration file gives this error
+    result = cli("validate", "-c", str(tmp_path / "missing.yaml"), "--case", "nosuchcase")
+    assert_one_line_error(result, "--case", "unknown validation case 'nosuchcase'", "base", "ranks-2-wide", "--list-cases")
+    # a near miss names the nearest case first
+    assert_one_line_error(cli("validate", "--case", "ranks2"), "did you mean 'ranks-2'?")
+
+
+def test_list_cases_prints_every_case_name(cli) -> None:  # noqa: ANN001
+    # because the names come from validation_cases.yaml, the listing is that file's names in order (no calibration needed)
+    result = cli("validate", "--list-cases")
+    assert result.code == 0, result.err
+    assert result.out.split() == v.case_names()
+    assert json.loads(cli("validate", "--list-cases", "--json").out) == {"cases": v.case_names()}
+
+
+def test_validate_without_a_calibration_is_one_line(cli) -> None:  # noqa: ANN001
+    from tests.conftest import assert_one_line_error
+
+    assert_one_line_error(cli("validate", "--case", "base"), "--calibration", "dlrmsim calibrate")

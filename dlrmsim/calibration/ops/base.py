@@ -71,7 +71,8 @@ class Ops(ABC):
 
     @abstractmethod
     def threads(self, n: int) -> AbstractContextManager[Any]:
-        """Context manager running the enclosed kernels on ``n`` threads."""
+        """Context manager running the enclosed kernels on ``n`` threads (and, with torch, autograd off): every
+        prepared op and training-step op runs inside it."""
 
     @abstractmethod
     def versions(self) -> dict[str, str]:

@@ -18,21 +18,26 @@ from dlrmsim.calibration.ops.base import Op, Ops
 
 @contextmanager
 def torch_threads(n: int) -> Iterator[None]:
-    """Run the block with ``n`` torch intra-op threads, restoring the previous count after."""
-    previous = torch.get_num_threads()
+    """Run the block with ``n`` torch intra-op threads and autograd off, restoring both after.
+
+    Autograd is off because the runner computes gradients by hand, as autograd would; only the EmbeddingBag
+    backward turns it on (``emb_forward``). Scoped to the block, so other torch code in the process (the
+    TorchRec target) keeps its own grad mode.
+    """
+    previous, grad = torch.get_num_threads(), torch.is_grad_enabled()
     torch.set_num_threads(n)
+    torch.set_grad_enabled(False)
     try:
         yield
     finally:
         torch.set_num_threads(previous)
+        torch.set_grad_enabled(grad)
 
 
 class TorchOps(Ops):
     name = "torch"
 
     def __init__(self) -> None:
-        # The runner computes gradients by hand, as autograd would; only the EmbeddingBag backward re-enables it.
-        torch.set_grad_enabled(False)
         self._outputs: dict[int, Any] = {}
 
     def threads(self, n: int) -> AbstractContextManager[Any]:
