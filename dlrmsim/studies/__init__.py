@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 # Lazy: the root CLI imports dlrmsim.studies.cli on every command, so pandas, plotly and dask load only when used.
@@ -31,7 +32,5 @@ __all__ = sorted(_EXPORTS)
 
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
-        import importlib
-
         return getattr(importlib.import_module(_EXPORTS[name]), name)
     raise AttributeError(name)
