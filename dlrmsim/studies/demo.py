@@ -13,7 +13,10 @@ import pandas as pd
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from dlrmsim.output import console
-from dlrmsim.studies.scaling import baseline_ranks
+from dlrmsim.studies.derive import derive_scaling
+from dlrmsim.studies.report import build_report, topology_figures
+from dlrmsim.studies.scaling import baseline_ranks, print_scaling_table
+from dlrmsim.topologies import load_topology
 from dlrmsim.training.simulate import TrainingConfig, load_inputs, run_iteration
 from dlrmsim.workloads import load_workload
 from dlrmsim.workloads.placement import max_ranks
@@ -44,8 +47,6 @@ def rank_counts(base: TrainingConfig, topology_ranks: int) -> list[int]:
 
 
 def demo_points(topologies: tuple[str, ...] = TOPOLOGIES, workloads: tuple[str, ...] = WORKLOADS) -> list[DemoPoint]:
-    from dlrmsim.topologies import load_topology
-
     points = []
     for topo in topologies:
         n = load_topology(topo).num_ranks
@@ -57,10 +58,6 @@ def demo_points(topologies: tuple[str, ...] = TOPOLOGIES, workloads: tuple[str, 
 
 def run_demo(out: Path = Path("out"), topologies: tuple[str, ...] = TOPOLOGIES, workloads: tuple[str, ...] = WORKLOADS) -> pd.DataFrame:
     """Simulate every demo point, print one table per topology and workload, and write ``out/report.html``."""
-    from dlrmsim.studies.derive import derive_scaling
-    from dlrmsim.studies.report import build_report, topology_figures
-    from dlrmsim.studies.scaling import print_scaling_table
-
     points = demo_points(topologies, workloads)
     rows = []
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()]
