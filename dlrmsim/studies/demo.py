@@ -15,8 +15,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from dlrmsim.output import console
 from dlrmsim.studies.derive import derive_scaling
 from dlrmsim.studies.report import build_report, topology_figures
-from dlrmsim.studies.scaling import baseline_ranks, print_scaling_table
+from dlrmsim.studies.scaling import baseline_ranks, choose_baseline, print_scaling_table
 from dlrmsim.topologies import load_topology
+from dlrmsim.topologies.mapping import format_sockets
 from dlrmsim.training.simulate import TrainingConfig, load_inputs, run_iteration
 from dlrmsim.workloads import load_workload
 from dlrmsim.workloads.placement import max_ranks
@@ -60,16 +61,21 @@ def run_demo(out: Path = Path("out"), topologies: tuple[str, ...] = TOPOLOGIES, 
     """Simulate every demo point, print one table per topology and workload, and write ``out/report.html``."""
     points = demo_points(topologies, workloads)
     rows = []
+    why: dict[tuple[str, str], str] = {}
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()]
     with Progress(*columns, console=console, transient=True) as bar:
         task = bar.add_task("simulating", total=len(points))
         for pt in points:
             bar.update(task, description=f"{pt.workload} on {pt.topology}, {pt.ranks} ranks{' blocking' if pt.blocking else ''}")
             cfg = TrainingConfig(topology=pt.topology, workload=pt.workload, ranks=pt.ranks, blocking=pt.blocking)
-            res = run_iteration(load_inputs(cfg), cfg, record_flows=False)
+            inputs = load_inputs(cfg)
+            res = run_iteration(inputs, cfg, record_flows=False)
+            sockets = format_sockets(inputs.mapping.sockets) if inputs.mapping else ""
+            if (pt.topology, pt.workload) not in why:
+                why[pt.topology, pt.workload] = choose_baseline(cfg).reason  # the first rank count (rank_counts)
             rows.append({"topology": pt.topology, "workload": pt.workload, "scaling": "strong", "backend": cfg.backend,
-                         "placement": cfg.placement.strategy, "blocking": pt.blocking, "ranks": pt.ranks, "status": "ok",
-                         **res.to_row()})  # fmt: skip
+                         "placement": cfg.placement.strategy, "blocking": pt.blocking, "ranks": pt.ranks, "sockets": sockets,
+                         "baseline": why[pt.topology, pt.workload], "status": "ok", **res.to_row()})  # fmt: skip
             bar.advance(task)
     df = derive_scaling(pd.DataFrame(rows), group_columns=["topology", "workload", "scaling", "backend", "placement", "blocking"])
     for (topo, wl), part in df[~df.blocking].groupby(["topology", "workload"], sort=False):
