@@ -1,7 +1,8 @@
 """Simulator speed: the rows of the speed goals, and wall time against ranks, as JSON for the next change to compare.
 
 Each row runs one CLI command in a fresh interpreter (so peak resident memory is that command's own) and reports
-wall time (the median of ``--repeat`` runs, imports excluded), the engine's counters summed over the command's
+wall time (the median of ``--repeat`` runs, imports excluded) and the process's CPU time beside it (less
+sensitive to other load on a shared machine), the engine's counters summed over the command's
 simulations (``dlrmsim.engine.simulation.RUN_TOTALS``: fluid activities started and finished, rate solves,
 solver wake-ups, SimPy events scheduled) and the peak RSS. Counters are deterministic, so they compare across
 machines and loads; wall times only on one machine.
@@ -38,6 +39,7 @@ t0 = time.perf_counter()
 from dlrmsim.cli import main
 from dlrmsim.engine.simulation import RUN_TOTALS
 imported = time.perf_counter()
+cpu0 = time.process_time()
 with contextlib.redirect_stdout(io.StringIO()):
     try:
         main(sys.argv[1:])
@@ -45,8 +47,9 @@ with contextlib.redirect_stdout(io.StringIO()):
         if exc.code not in (0, None):
             raise
 wall = time.perf_counter() - imported
+cpu = time.process_time() - cpu0
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-print(json.dumps({"wall_s": wall, "import_s": imported - t0, "peak_rss_B": rss, **RUN_TOTALS}))
+print(json.dumps({"wall_s": wall, "cpu_s": cpu, "import_s": imported - t0, "peak_rss_B": rss, **RUN_TOTALS}))
 """
 
 
@@ -70,7 +73,8 @@ def measure(name: str, args: tuple[str, ...], goal: float | None, repeat: int, t
     if not ok:
         return row | runs[0]
     walls = [r["wall_s"] for r in ok]
-    row |= ok[0] | {"wall_s": statistics.median(walls), "wall_min_s": min(walls), "wall_max_s": max(walls)}
+    row |= ok[0] | {"wall_s": statistics.median(walls), "wall_min_s": min(walls), "wall_max_s": max(walls),
+                    "cpu_s": statistics.median(r["cpu_s"] for r in ok)}
     row["peak_rss_MB"] = row.pop("peak_rss_B") / 2**20
     row["meets_goal"] = None if goal is None else row["wall_s"] < goal
     return row
@@ -105,7 +109,7 @@ def _print(r: dict) -> None:
         print(f"{r['row']:<26} {r.get('error') or 'timed out after ' + str(r.get('timed_out_after_s')) + ' s'}", flush=True)
         return
     goal = "" if r["goal_s"] is None else f"goal < {r['goal_s']:g} s: {'ok' if r['meets_goal'] else 'MISSED'}"
-    print(f"{r['row']:<26} {r['wall_s']:8.2f} s  {r['peak_rss_MB']:7.0f} MB  activities {r.get('activities', 0):>9}  "
+    print(f"{r['row']:<26} {r['wall_s']:8.2f} s (cpu {r['cpu_s']:.2f} s)  {r['peak_rss_MB']:7.0f} MB  activities {r.get('activities', 0):>9}  "
           f"solves {r.get('solves', 0):>7}  wakeups {r.get('wakeups', 0):>7}  simpy events {r.get('simpy_events', 0):>9}  {goal}",
           flush=True)  # fmt: skip
 

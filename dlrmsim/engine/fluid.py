@@ -3,7 +3,8 @@
 An *activity* is an amount of work (bytes, or flops for a task that touches no memory) drained at a rate.
 It draws ``weight * rate`` from each resource it uses (a directed link half, a NIC port, a memory domain)
 and its rate never exceeds its own cap. Rates are the max-min fair allocation (progressive filling) and
-are recomputed only when an activity starts or finishes; completion events are then rescheduled.
+are recomputed only when activities start or finish, once per simulated instant however many SimPy events
+that instant holds; completion events are then rescheduled.
 
 :func:`maxmin_rates` is the pure, vectorized allocation; :class:`FluidScheduler` drives it from SimPy.
 """

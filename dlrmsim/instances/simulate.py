@@ -58,8 +58,13 @@ from dlrmsim.config import StrictModel
 from dlrmsim.engine import costs
 from dlrmsim.engine.resources import CommSettings
 from dlrmsim.engine.simulation import Simulation
-from dlrmsim.errors import DlrmsimError
+from dlrmsim.errors import DlrmsimError, unknown_name_error
+from dlrmsim.topologies import load_topology
 from dlrmsim.topologies.topology import ComputeSpec, EfficiencyTable, Topology
+from dlrmsim.training.taskgraph import IterationSettings, UpdateCosts, build_iteration
+from dlrmsim.workloads import load_workload, model, workload_names
+from dlrmsim.workloads.layers import is_layer_workload_file, layer_tasks, layer_workload_names, load_layer_workload
+from dlrmsim.workloads.placement import PlacementSpec, place
 
 SETTINGS_DIR = Path(__file__).resolve().parent / "presets"
 
@@ -159,24 +164,17 @@ class InstanceWorkload:
     def sparse_bytes(self, batch: int) -> float:
         if self.kind == "layers":
             return 0.0
-        from dlrmsim.workloads import model
-
         w = self.source
         rows = sum(model.update_rows(w, r, batch) for r in w.table_rows)
         return rows * (w.embedding_dim * 4.0 + w.index_bytes)
 
 
 def _layer_tasks(w: Any, batch: int) -> list[InstanceTask]:
-    from dlrmsim.workloads.layers import layer_tasks
-
     return [InstanceTask(t.name, t.kind, t.flops, t.bytes) for t in layer_tasks(w, batch)]
 
 
 def _dlrm_tasks(w: Any, batch: int, threads: int, core_bw: float) -> list[InstanceTask]:
     """One training iteration of DLRM on one rank at ``batch``, without the dense optimizer (the sync does it)."""
-    from dlrmsim.training.taskgraph import IterationSettings, UpdateCosts, build_iteration
-    from dlrmsim.workloads.placement import PlacementSpec, place
-
     placement = place(w, PlacementSpec(), 1)
     s = IterationSettings(global_batch=batch, threads=threads, update_costs=UpdateCosts(0.0, 0.0, 64, core_bw))
     graph = build_iteration(w, placement, s)
@@ -185,15 +183,9 @@ def _dlrm_tasks(w: Any, batch: int, threads: int, core_bw: float) -> list[Instan
 
 def load_instance_workload(name_or_path: str, overrides: dict[str, Any] | None = None) -> InstanceWorkload:
     """A layer-list workload (``layer_presets`` name or a YAML with ``layers``) or a DLRM workload."""
-    from dlrmsim.workloads.layers import is_layer_workload_file, load_layer_workload
-
     if is_layer_workload_file(name_or_path):
         lw = load_layer_workload(name_or_path, overrides or None)
         return InstanceWorkload(lw.name, "layers", lw.batch, lw.model_bytes, lw.precision, lw)
-    from dlrmsim.errors import unknown_name_error
-    from dlrmsim.workloads import load_workload, model, workload_names
-    from dlrmsim.workloads.layers import layer_workload_names
-
     p = Path(name_or_path)
     if p.suffix not in (".yaml", ".yml") and not p.exists() and name_or_path not in workload_names():
         raise unknown_name_error("workload", name_or_path, workload_names() + layer_workload_names())
@@ -624,8 +616,6 @@ class Inputs:
 
 def load_inputs(cfg: InstancesConfig) -> Inputs:
     """Load the topology, workload and settings; refuse what the instance model cannot run (one-line errors)."""
-    from dlrmsim.topologies import load_topology
-
     topo = load_topology(cfg.topology, cfg.topology_overrides or None)
     wl = load_instance_workload(cfg.workload, cfg.workload_overrides or None)
     st = load_settings(cfg.settings, cfg.settings_overrides or None)
@@ -639,8 +629,6 @@ def load_inputs(cfg: InstancesConfig) -> Inputs:
                            fix="use a topology with one rank per socket (NUMA node)")
     batch = cfg.batch or wl.batch
     if wl.kind == "dlrm":
-        from dlrmsim.workloads import model
-
         tables = model.tables_bytes(wl.source)
         if tables > specs[0].memory_capacity_B:
             raise DlrmsimError(

@@ -13,7 +13,10 @@ import pandas as pd
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from dlrmsim.output import console
-from dlrmsim.studies.scaling import baseline_ranks, choose_baseline
+from dlrmsim.studies.derive import derive_scaling
+from dlrmsim.studies.report import build_report, topology_figures
+from dlrmsim.studies.scaling import baseline_ranks, choose_baseline, print_scaling_table
+from dlrmsim.topologies import load_topology
 from dlrmsim.topologies.mapping import format_sockets
 from dlrmsim.training.simulate import TrainingConfig, load_inputs, run_iteration
 from dlrmsim.workloads import load_workload
@@ -45,8 +48,6 @@ def rank_counts(base: TrainingConfig, topology_ranks: int) -> list[int]:
 
 
 def demo_points(topologies: tuple[str, ...] = TOPOLOGIES, workloads: tuple[str, ...] = WORKLOADS) -> list[DemoPoint]:
-    from dlrmsim.topologies import load_topology
-
     points = []
     for topo in topologies:
         n = load_topology(topo).num_ranks
@@ -58,12 +59,9 @@ def demo_points(topologies: tuple[str, ...] = TOPOLOGIES, workloads: tuple[str, 
 
 def run_demo(out: Path = Path("out"), topologies: tuple[str, ...] = TOPOLOGIES, workloads: tuple[str, ...] = WORKLOADS) -> pd.DataFrame:
     """Simulate every demo point, print one table per topology and workload, and write ``out/report.html``."""
-    from dlrmsim.studies.derive import derive_scaling
-    from dlrmsim.studies.report import build_report, topology_figures
-    from dlrmsim.studies.scaling import print_scaling_table
-
     points = demo_points(topologies, workloads)
     rows = []
+    why: dict[tuple[str, str], str] = {}
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()]
     with Progress(*columns, console=console, transient=True) as bar:
         task = bar.add_task("simulating", total=len(points))
@@ -72,15 +70,14 @@ def run_demo(out: Path = Path("out"), topologies: tuple[str, ...] = TOPOLOGIES, 
             cfg = TrainingConfig(topology=pt.topology, workload=pt.workload, ranks=pt.ranks, blocking=pt.blocking)
             inputs = load_inputs(cfg)
             res = run_iteration(inputs, cfg, record_flows=False)
-            sockets = format_sockets(inputs.mapping.sockets) if inputs.mapping else ""  # print_scaling_table shows them
+            sockets = format_sockets(inputs.mapping.sockets) if inputs.mapping else ""
+            if (pt.topology, pt.workload) not in why:
+                why[pt.topology, pt.workload] = choose_baseline(cfg).reason  # the first rank count (rank_counts)
             rows.append({"topology": pt.topology, "workload": pt.workload, "scaling": "strong", "backend": cfg.backend,
-                         "placement": cfg.placement.strategy, "blocking": pt.blocking, "ranks": pt.ranks, "status": "ok",
-                         "sockets": sockets, **res.to_row()})  # fmt: skip
+                         "placement": cfg.placement.strategy, "blocking": pt.blocking, "ranks": pt.ranks, "sockets": sockets,
+                         "baseline": why[pt.topology, pt.workload], "status": "ok", **res.to_row()})  # fmt: skip
             bar.advance(task)
     df = derive_scaling(pd.DataFrame(rows), group_columns=["topology", "workload", "scaling", "backend", "placement", "blocking"])
-    # why each baseline was chosen: print_scaling_table states it under the table
-    why = {(t, w): choose_baseline(TrainingConfig(topology=t, workload=w, ranks=1)).reason for t, w in zip(df.topology, df.workload, strict=True)}
-    df["baseline"] = [why[(t, w)] for t, w in zip(df.topology, df.workload, strict=True)]
     for (topo, wl), part in df[~df.blocking].groupby(["topology", "workload"], sort=False):
         print_scaling_table(part, f"{wl} strong scaling on {topo} (ccl, table-wise, overlapping)")
     out.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,60 @@
+"""The solver's speed-ups change no rate: the unsaturated fast path, and one solve per simulated instant."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dlrmsim.engine import Simulation, fluid
+from dlrmsim.engine.fluid import maxmin_rates
+from tests.engine.handmade import two_node
+
+
+def _random_problem(rng: np.random.Generator, n_act: int, n_res: int, cap_scale: float):
+    per = rng.integers(0, 4, n_act)  # some activities use no resource
+    e_act = np.repeat(np.arange(n_act), per)
+    e_res = rng.integers(0, n_res, len(e_act))
+    e_w = rng.choice([0.5, 1.0, 2.0], len(e_act))
+    res_cap = rng.uniform(1.0, 10.0, n_res)
+    act_cap = rng.uniform(0.1, 1.0, n_act) * cap_scale
+    return n_act, e_act, e_res, e_w, res_cap, act_cap
+
+
+@pytest.mark.parametrize("cap_scale", [0.01, 0.1, 1.0, 10.0])
+def test_fast_path_gives_the_rates_of_progressive_filling(monkeypatch: pytest.MonkeyPatch, cap_scale: float) -> None:
+    rng = np.random.default_rng(int(cap_scale * 100))
+    for _ in range(50):
+        prob = _random_problem(rng, int(rng.integers(1, 30)), int(rng.integers(1, 8)), cap_scale)
+        fast = maxmin_rates(*prob)
+        with monkeypatch.context() as m:
+            m.setattr(fluid, "UNSATURATED_MARGIN", -1.0)  # no load passes: always the general filling
+            slow = maxmin_rates(*prob)
+        # because the fast path only returns the caps when no resource can saturate, where filling ends too
+        np.testing.assert_allclose(fast, slow, rtol=1e-12)
+
+
+def test_fast_path_is_taken_only_without_saturation() -> None:
+    # one resource of capacity 10 and two activities capped at 4 and 7: 11 > 10, so the cap-sum is not the answer
+    rates = maxmin_rates(2, np.array([0, 1]), np.array([0, 0]), np.ones(2), np.array([10.0]), np.array([4.0, 7.0]))
+    # because max-min gives the smaller one its cap and the other the rest
+    assert rates.tolist() == pytest.approx([4.0, 6.0])
+
+
+def test_a_task_boundary_costs_one_solve_at_its_instant() -> None:
+    # rank 0 runs one long task; rank 1 runs two short ones back to back. The first short task ends at the
+    # instant the second starts: one solve there, not one for the end and one for the start.
+    sim = Simulation(two_node())
+    ends: list[float] = []
+
+    def short_pair():
+        yield sim.compute(1, "a", flops=1e9)
+        yield sim.compute(1, "b", flops=1e9)
+        ends.append(sim.now)
+
+    sim.compute(0, "long", flops=1e11)
+    sim.env.process(short_pair())
+    sim.run()
+    # solves at: t=0 (both start), end of a = start of b, end of b (the long task's end leaves nothing to solve)
+    assert sim.stats["solves"] == 3, "because the solve after a's end waits for b's start at the same instant"
+    # because the tasks alone run at their roofline rate, b ends after two task times
+    assert ends[0] == pytest.approx(2 * sim.records[0].end, rel=1e-12)
