@@ -29,7 +29,7 @@ from dlrmsim.calibration.schema import Calibration, load_calibration
 from dlrmsim.calibration.targets.reference import measure_reference
 from dlrmsim.calibration.targets.torchrec import measure_step, planner_estimate
 from dlrmsim.config import StrictModel
-from dlrmsim.engine.records import records_frame
+from dlrmsim.engine.frames import records_frame
 from dlrmsim.errors import DlrmsimError, closest
 from dlrmsim.host import read_host, usable_cores
 from dlrmsim.output import err_console

@@ -29,7 +29,8 @@ from dlrmsim.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from dlrmsim.engine.collectives import ALGORITHMS, CollectiveContext, FlowSpec, Phase, algorithm
-    from dlrmsim.engine.records import Record, records_frame
+    from dlrmsim.engine.frames import records_frame
+    from dlrmsim.engine.records import Record
     from dlrmsim.engine.resources import CommSettings
     from dlrmsim.engine.simulation import Simulation
     from dlrmsim.engine.trace import write_chrome_trace
@@ -44,7 +45,7 @@ _EXPORTS: dict[str, str] = {
     "algorithm": "dlrmsim.engine.collectives",
     "Simulation": "dlrmsim.engine.simulation",
     "Record": "dlrmsim.engine.records",
-    "records_frame": "dlrmsim.engine.records",
+    "records_frame": "dlrmsim.engine.frames",
     "CommSettings": "dlrmsim.engine.resources",
     "write_chrome_trace": "dlrmsim.engine.trace",
 }

@@ -3,15 +3,10 @@
 from __future__ import annotations
 
 import gc
-import operator
 from dataclasses import dataclass, fields
 from itertools import repeat
-from typing import TYPE_CHECKING
 
 import numpy as np
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 
 @dataclass(slots=True)
@@ -99,15 +94,3 @@ class RecordLog:
                 if paused:
                     gc.enable()
         return self._list
-
-
-def records_frame(records: list[Record]) -> pd.DataFrame:
-    """The raw result: one row per record, columns as in :class:`Record` plus ``duration`` (s)."""
-    import pandas as pd
-
-    if not records:
-        return pd.DataFrame(columns=RECORD_COLUMNS + ["duration"])
-    row = operator.attrgetter(*RECORD_COLUMNS)
-    df = pd.DataFrame.from_records([row(r) for r in records], columns=RECORD_COLUMNS)
-    df["duration"] = df["end"] - df["start"]
-    return df

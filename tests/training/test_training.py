@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dlrmsim.engine import costs
-from dlrmsim.engine.records import records_frame
+from dlrmsim.engine.frames import records_frame
 from dlrmsim.training.simulate import TrainingConfig, load_inputs, run_iteration, simulate_training
 from dlrmsim.training.taskgraph import Task, build_iteration
 from dlrmsim.workloads import model
