@@ -144,6 +144,10 @@ class Batch:
     e_w: np.ndarray
     owner: int = -1
     t_issue: float = 0.0
+    # Fair-share weight per activity (None: 1 each). A saturated resource is shared in proportion to it: a
+    # memory controller serves outstanding requests, and a task streaming on 24 cores keeps 24 times as many in
+    # flight as one copy stream (see FluidScheduler._solve).
+    share: np.ndarray | None = None
 
     @property
     def n(self) -> int:
@@ -151,7 +155,7 @@ class Batch:
 
 
 # rows of the scheduler's float and int state tables
-_WORK, _REM, _RATE, _ISSUE, _CAP, _SLOW = range(6)
+_WORK, _REM, _RATE, _ISSUE, _CAP, _SLOW, _SHARE = range(7)
 _TRIG, _RA, _RB, _TAG, _OWNER = range(5)
 
 
@@ -172,7 +176,7 @@ class FluidScheduler:
         self._owner_left: dict[int, int] = {}
         self._next_owner = 0
         self._t = 0.0
-        self._F = np.zeros((6, 64))
+        self._F = np.zeros((7, 64))
         self._I = np.zeros((5, 64), dtype=np.int64)
         self._E = np.zeros((2, 256), dtype=np.int64)  # e_act, e_res
         self._EW = np.zeros(256)
@@ -259,12 +263,13 @@ class FluidScheduler:
                 self._push_delayed(d, sub)
 
     def add_one(
-        self, work: float, cap: float, cap_slow: float, trig: int, rank_a: int, rank_b: int, tag: int, res: int, owner: int
+        self, work: float, cap: float, cap_slow: float, trig: int, rank_a: int, rank_b: int, tag: int, res: int, owner: int,
+        share: float = 1.0,
     ) -> None:
         """Start one activity now (the common case of a compute task): ``res`` the one resource it draws
         ``1 * rate`` from, or -1 for none. Same as :meth:`add` of a one-activity :class:`Batch`."""
         now = self.env.now
-        fb = np.array([[work], [work], [0.0], [now], [cap], [cap_slow]])
+        fb = np.array([[work], [work], [0.0], [now], [cap], [cap_slow], [share]])
         ib = np.array([[trig], [rank_a], [rank_b], [tag], [owner]], dtype=np.int64)
         if res >= 0:
             self._pending.append((fb, ib, _ZERO1, np.array([res], dtype=np.int64), _ONE1))
@@ -310,13 +315,14 @@ class FluidScheduler:
     @staticmethod
     def _pack(b: Batch, now: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         n = b.n
-        fb = np.empty((6, n))
+        fb = np.empty((7, n))
         fb[_WORK] = b.work
         fb[_REM] = fb[_WORK]
         fb[_RATE] = 0.0
         fb[_ISSUE] = now
         fb[_CAP] = b.cap
         fb[_SLOW] = b.cap_slow
+        fb[_SHARE] = 1.0 if b.share is None else b.share
         ib = np.empty((5, n), dtype=np.int64)
         ib[_TRIG] = b.trig
         ib[_RA] = b.rank_a
@@ -424,7 +430,7 @@ class FluidScheduler:
         m1 = m0 + sum(len(b[2]) for b in batches)
         if n1 > self._F.shape[1]:
             size = max(2 * self._F.shape[1], n1)
-            F = np.zeros((6, size))
+            F = np.zeros((7, size))
             F[:, :n0] = self._F[:, :n0]
             I = np.zeros((5, size), dtype=np.int64)  # noqa: E741
             I[:, :n0] = self._I[:, :n0]
@@ -523,13 +529,21 @@ class FluidScheduler:
             m = self._m
             self.stats["solves"] += 1
             caps = self.effective_caps()
+            e_w = self._EW[:m]
+            share = self._F[_SHARE, :n]
+            weighted = not (share == 1.0).all()
+            if weighted:
+                # Weighted max-min: fill x = rate / share (entry weights e_w * share, caps cap / share), so that a
+                # saturated resource gives each activity a part in proportion to its share; rate = x * share.
+                e_w = e_w * share[self._E[0, :m]]
+                caps = caps / share
             if m <= MEMO_MAX_ENTRIES:
                 # The allocation is a pure function of the entries and caps, and collectives repeat the same
                 # states phase after phase: reuse the rates of an identical earlier solve.
-                key = (self._E[:, :m].tobytes(), self._EW[:m].tobytes(), caps.tobytes())
+                key = (self._E[:, :m].tobytes(), e_w.tobytes(), caps.tobytes())
                 rate = self._memo.get(key)
                 if rate is None:
-                    rate = maxmin_rates(n, self._E[0, :m], self._E[1, :m], self._EW[:m], self.res_cap, caps)
+                    rate = maxmin_rates(n, self._E[0, :m], self._E[1, :m], e_w, self.res_cap, caps)
                     size = 32 * m + 16 * n
                     if self._memo_bytes + size > MEMO_BYTES:
                         self._memo.clear()
@@ -539,7 +553,9 @@ class FluidScheduler:
                 else:
                     self.stats["reused"] += 1
             else:
-                rate = maxmin_rates(n, self._E[0, :m], self._E[1, :m], self._EW[:m], self.res_cap, caps)
+                rate = maxmin_rates(n, self._E[0, :m], self._E[1, :m], e_w, self.res_cap, caps)
+            if weighted:
+                rate = rate * share
             self._F[_RATE, :n] = rate
             t_left = np.full(n, np.inf)
             np.divide(self._F[_REM, :n], rate, out=t_left, where=rate > 0)
@@ -583,5 +599,5 @@ def _subset(b: Batch, mask: np.ndarray) -> Batch:
     return Batch(
         work=b.work[idx], cap=b.cap[idx], cap_slow=b.cap_slow[idx], trig=b.trig[idx], rank_a=b.rank_a[idx],
         rank_b=b.rank_b[idx], tag=b.tag[idx], e_act=newpos[b.e_act[em]], e_res=b.e_res[em], e_w=b.e_w[em],
-        owner=b.owner, t_issue=b.t_issue,
+        owner=b.owner, t_issue=b.t_issue, share=None if b.share is None else b.share[idx],
     )

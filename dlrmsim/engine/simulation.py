@@ -151,7 +151,8 @@ class Simulation:
         fluid = self.fluid
         oid = fluid.register(_EventOwner(done), 1)
         work, cap, cap_s, trig, res = self._task_params(rank, flops, nbytes, precision, cores, pool == "compute", kind)
-        fluid.add_one(work, cap, cap_s, trig, rank, -1, 0, res, oid)
+        # Its share of a saturated memory domain grows with the cores streaming for it (Batch.share).
+        fluid.add_one(work, cap, cap_s, trig, rank, -1, 0, res, oid, share=cores)
         yield done
         yield container.put(cores)
         self._log.add((rank, kind, name, category, start, self.env.now, nbytes, flops, -1, pool, None))
@@ -200,7 +201,7 @@ class Simulation:
         return Batch(
             work=np.array([work]), cap=np.array([cap]), cap_slow=np.array([cap_s]),
             trig=np.array([trig]), rank_a=np.array([rank]), rank_b=np.array([-1]),
-            tag=np.zeros(1, dtype=np.int64), e_act=e_act, e_res=e_res, e_w=e_w,
+            tag=np.zeros(1, dtype=np.int64), e_act=e_act, e_res=e_res, e_w=e_w, share=np.array([float(cores)]),
         )
 
     def reduction_cap(self, rank: int, nbytes: float, cores: float) -> float:
@@ -557,7 +558,7 @@ class _CollectiveRun:
         batch = Batch(
             work=work, cap=cap, cap_slow=cap, trig=np.full(n, TRIG_NONE, dtype=np.int64), rank_a=g,
             rank_b=np.full(n, -1, dtype=np.int64), tag=-(rs + 1), e_act=np.arange(n, dtype=np.int64), e_res=mem.astype(np.int64),
-            e_w=np.ones(n), owner=self.oid,
+            e_w=np.ones(n), owner=self.oid, share=np.full(n, float(cores)),  # reduced on `cores` cores
         )
         sim.fluid.add(batch)
 
