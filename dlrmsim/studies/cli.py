@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.progress import Progress
 
-from dlrmsim.errors import DlrmsimError
+from dlrmsim.errors import DlrmsimError, check_output_file
 from dlrmsim.output import console, err_console, print_json, print_table
 from dlrmsim.training.cli import COMMON, RANK_SOCKETS_HELP, make_config, run_notes
 
@@ -57,6 +57,8 @@ def report_cmd(
     from dlrmsim.studies.report import build_report, topology_figures  # plotly: loaded only for a report
     from dlrmsim.studies.results import load_results
 
+    if out is not None:
+        check_output_file(out, "--out")
     df = load_results(folder)
     figs, notes = topology_figures(df)
     path = build_report(df, out or Path(folder) / "report.html", topology_figures=figs, title=title or f"dlrmsim sweep: {folder}",
@@ -96,6 +98,8 @@ def scaling_cmd(
         raise DlrmsimError(f"'{ranks}' is not a comma-separated list of integers", field="--ranks", fix="e.g. 1,2,4,8") from None
     if not counts:
         raise DlrmsimError("no rank counts given", field="--ranks", fix="e.g. 1,2,4,8")
+    if html is not None:
+        check_output_file(html, "--html")  # before the study runs, not after
     params = {k: v for k, v in options.items() if k not in ("json_out", "html", "ranks", "baseline_ranks")}
     cfg = make_config(ranks=max(counts), **params)
     for note in run_notes(cfg):  # which rates the study uses (calibration, bf16 without bf16 units)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
