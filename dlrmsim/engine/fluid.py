@@ -417,8 +417,9 @@ class FluidScheduler:
             if not done.any():
                 break
             self._finish(done)
-        if solve_now or self._held:
-            self._solve()  # (returns at once while held: resume() re-solves)
+        queue = self.env._queue
+        if solve_now or self._held or not (queue and queue[0][0] <= now):
+            self._solve()  # now, when no other event is due at this instant (returns at once while held)
             return
         self._need_solve = True  # the solve runs once this instant's other events are done (see _on_flush)
         self._request_flush()
