@@ -3,7 +3,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint bench clean torchrec
+.PHONY: demo test lint format bench clean torchrec
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,7 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed-test
 	$(BIN)/ruff check dlrmsim tests benchmarks
+	$(BIN)/ruff format --check dlrmsim tests benchmarks
 	$(BIN)/python -m pytest
 
 # TorchRec validation target (optional). torchrec declares the CUDA fbgemm-gpu, so it goes in with --no-deps
@@ -33,6 +34,12 @@ torchrec: $(VENV)/.installed-test
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check dlrmsim tests benchmarks
+	$(BIN)/ruff format --check dlrmsim tests benchmarks
+
+# Apply the formatter (make lint and make test only check it).
+format: $(VENV)/.installed-test
+	$(BIN)/ruff format dlrmsim tests benchmarks
+	$(BIN)/ruff check --fix dlrmsim tests benchmarks
 
 bench: $(VENV)/.installed
 	$(BIN)/python -m benchmarks.bench_engine

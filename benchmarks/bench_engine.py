@@ -50,7 +50,15 @@ def bench_alltoall(ranks: int, record_flows: bool = True) -> Result:
     sim.run()
     wall = time.perf_counter() - t0
     st = sim.stats
-    return Result(f"direct alltoall 208 MiB on {name}", ranks, st["activities"], st["activities"] + st["finished"], st["solves"], wall, sim.now)
+    return Result(
+        f"direct alltoall 208 MiB on {name}",
+        ranks,
+        st["activities"],
+        st["activities"] + st["finished"],
+        st["solves"],
+        wall,
+        sim.now,
+    )
 
 
 def main(argv: list[str] | None = None) -> list[Result]:
@@ -59,13 +67,18 @@ def main(argv: list[str] | None = None) -> list[Result]:
     ap.add_argument("--no-record-flows", action="store_true", help="skip per-flow records")
     args = ap.parse_args(argv)
     results = [bench_alltoall(r, record_flows=not args.no_record_flows) for r in args.ranks]
-    header = f"{'scenario':<60} {'ranks':>6} {'flows':>9} {'events':>9} {'solves':>6} {'wall s':>8} {'events/s':>10} {'sim ms':>8} target"
+    header = (
+        f"{'scenario':<60} {'ranks':>6} {'flows':>9} {'events':>9} {'solves':>6} {'wall s':>8} {'events/s':>10} "
+        f"{'sim ms':>8} target"
+    )
     print(header)
     for r in results:
         target = TARGET_S.get(r.ranks)
         ok = "" if target is None else ("ok" if r.wall_s < target else f"MISSED (<{target:g} s)")
-        print(f"{r.scenario:<60} {r.ranks:>6} {r.flows:>9} {r.events:>9} {r.solves:>6} {r.wall_s:>8.3f} {r.events_per_s:>10.0f} "
-              f"{r.sim_time_s * 1e3:>8.4f} {ok}")
+        print(
+            f"{r.scenario:<60} {r.ranks:>6} {r.flows:>9} {r.events:>9} {r.solves:>6} {r.wall_s:>8.3f} {r.events_per_s:>10.0f} "
+            f"{r.sim_time_s * 1e3:>8.4f} {ok}"
+        )
     return results
 
 

@@ -1,6 +1,6 @@
 """Serving benchmarks: wall time of a serve run, and the lookup-core fraction sweep of the preset.
 
-    .venv/bin/python benchmarks/bench_serving.py [--qps 3500] [--find-max]
+.venv/bin/python benchmarks/bench_serving.py [--qps 3500] [--find-max]
 """
 
 from __future__ import annotations
@@ -39,11 +39,18 @@ def main() -> None:
         de = sum(c.dense for c in r.cards) / len(r.cards)
         mx = ""
         if args.find_max:
-            found = find_max_qps(lambda: load_topology(SLED), wf, ServeOptions(qps=1, duration_s=args.duration, warmup_s=0.2, nodes=1),
-                                 wf.latency_budget_ms)
+            found = find_max_qps(
+                lambda: load_topology(SLED),
+                wf,
+                ServeOptions(qps=1, duration_s=args.duration, warmup_s=0.2, nodes=1),
+                wf.latency_budget_ms,
+            )
             mx = f"{found.qps:8.0f}"
-        print(f"{k}/6       {r.lookup_cores:>2d}/{r.dense_cores:<2d}              {r.achieved_qps:8.0f}  {r.p50_ms:6.2f}  {r.p99_ms:7.2f}"
-              f"  {lk:11.3f}  {de:10.3f}  {mx:>7}  {time.perf_counter() - t:6.1f}")
+        print(
+            f"{k}/6       {r.lookup_cores:>2d}/{r.dense_cores:<2d}              {r.achieved_qps:8.0f}  {r.p50_ms:6.2f}  "
+            f"{r.p99_ms:7.2f}"
+            f"  {lk:11.3f}  {de:10.3f}  {mx:>7}  {time.perf_counter() - t:6.1f}"
+        )
 
 
 if __name__ == "__main__":

@@ -26,8 +26,10 @@ BIG = ("--placement", "column_wise", "--replicate-below-rows", "2048", "-w", "ml
 ROWS: dict[str, tuple[tuple[str, ...], float | None]] = {
     "large-64-weak": (("simulate", "-t", "clx-64s-opa", "-w", "large", "-r", "64", "--scaling", "weak", "--json"), 0.5),
     "mlperf-26": (("simulate", "-t", "clx-64s-opa", "-w", "mlperf", "-r", "26", "--json"), None),
-    "mlperf-1024-column-wise": (("simulate", "-t", "clx-64s-opa", "-r", "1024", "--topology-set", "fabric.endpoints=1024", *BIG,
-                                 "--json"), 10.0),  # fmt: skip
+    "mlperf-1024-column-wise": (
+        ("simulate", "-t", "clx-64s-opa", "-r", "1024", "--topology-set", "fabric.endpoints=1024", *BIG, "--json"),
+        10.0,
+    ),
     "instances": (("instances", "-t", "clx-2s-56c", "-w", "mlp-like", "--instances", "1,2,4,7,14,28", "--json"), 2.0),
     "demo": (("demo", "--out", "{tmp}/demo"), 15.0),
 }
@@ -58,7 +60,9 @@ def run_once(args: tuple[str, ...], timeout_s: float) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         argv = [a.format(tmp=tmp) for a in args]
         try:
-            proc = subprocess.run([sys.executable, "-c", _CHILD, *argv], capture_output=True, text=True, timeout=timeout_s, check=False)
+            proc = subprocess.run(
+                [sys.executable, "-c", _CHILD, *argv], capture_output=True, text=True, timeout=timeout_s, check=False
+            )
         except subprocess.TimeoutExpired:
             return {"wall_s": None, "timed_out_after_s": timeout_s}
     if proc.returncode != 0:
@@ -73,8 +77,12 @@ def measure(name: str, args: tuple[str, ...], goal: float | None, repeat: int, t
     if not ok:
         return row | runs[0]
     walls = [r["wall_s"] for r in ok]
-    row |= ok[0] | {"wall_s": statistics.median(walls), "wall_min_s": min(walls), "wall_max_s": max(walls),
-                    "cpu_s": statistics.median(r["cpu_s"] for r in ok)}
+    row |= ok[0] | {
+        "wall_s": statistics.median(walls),
+        "wall_min_s": min(walls),
+        "wall_max_s": max(walls),
+        "cpu_s": statistics.median(r["cpu_s"] for r in ok),
+    }
     row["peak_rss_MB"] = row.pop("peak_rss_B") / 2**20
     row["meets_goal"] = None if goal is None else row["wall_s"] < goal
     return row
@@ -85,7 +93,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--out", type=Path, default=Path("out/bench_speed.json"))
     ap.add_argument("--repeat", type=int, default=3, help="runs per row; the median wall time is kept")
     ap.add_argument("--rows", nargs="*", default=list(ROWS), help=f"rows to run (default all: {', '.join(ROWS)})")
-    ap.add_argument("--curve", action="store_true", help="also wall time against ranks, MLPerf column-wise on the scaled fat-tree")
+    ap.add_argument(
+        "--curve", action="store_true", help="also wall time against ranks, MLPerf column-wise on the scaled fat-tree"
+    )
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds before a run counts as too slow")
     args = ap.parse_args(argv)
     report: dict = {"python": sys.version.split()[0], "rows": [], "curve": []}
@@ -95,7 +105,17 @@ def main(argv: list[str] | None = None) -> dict:
         _print(report["rows"][-1])
     if args.curve:
         for n in CURVE_RANKS:
-            cmd = ("simulate", "-t", "clx-64s-opa", "-r", str(n), "--topology-set", f"fabric.endpoints={max(n, 64)}", *BIG, "--json")
+            cmd = (
+                "simulate",
+                "-t",
+                "clx-64s-opa",
+                "-r",
+                str(n),
+                "--topology-set",
+                f"fabric.endpoints={max(n, 64)}",
+                *BIG,
+                "--json",
+            )
             report["curve"].append(measure(f"curve-{n}", cmd, None, 1 if n >= 512 else args.repeat, args.timeout) | {"ranks": n})
             _print(report["curve"][-1])
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -109,9 +129,12 @@ def _print(r: dict) -> None:
         print(f"{r['row']:<26} {r.get('error') or 'timed out after ' + str(r.get('timed_out_after_s')) + ' s'}", flush=True)
         return
     goal = "" if r["goal_s"] is None else f"goal < {r['goal_s']:g} s: {'ok' if r['meets_goal'] else 'MISSED'}"
-    print(f"{r['row']:<26} {r['wall_s']:8.2f} s (cpu {r['cpu_s']:.2f} s)  {r['peak_rss_MB']:7.0f} MB  activities {r.get('activities', 0):>9}  "
-          f"solves {r.get('solves', 0):>7}  wakeups {r.get('wakeups', 0):>7}  simpy events {r.get('simpy_events', 0):>9}  {goal}",
-          flush=True)  # fmt: skip
+    print(
+        f"{r['row']:<26} {r['wall_s']:8.2f} s (cpu {r['cpu_s']:.2f} s)  {r['peak_rss_MB']:7.0f} MB  activities "
+        f"{r.get('activities', 0):>9}  "
+        f"solves {r.get('solves', 0):>7}  wakeups {r.get('wakeups', 0):>7}  simpy events {r.get('simpy_events', 0):>9}  {goal}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

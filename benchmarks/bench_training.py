@@ -59,12 +59,16 @@ class Result:
         ev = self.stats.events / self.wall_s if self.wall_s > 0 else float("inf")
         sv = self.stats.solves / self.wall_s if self.wall_s > 0 else float("inf")
         ok = "" if self.target_s is None else ("ok" if self.wall_s < self.target_s else f"MISSED (<{self.target_s:g} s)")
-        return (f"{self.scenario:<52} {self.points:>6} {self.wall_s:>8.3f} {self.cpu_s:>8.3f} {self.stats.events:>9} {ev:>10.0f} "
-                f"{self.stats.solves:>7} {self.stats.reused:>7} {sv:>9.0f} {ok}")
+        return (
+            f"{self.scenario:<52} {self.points:>6} {self.wall_s:>8.3f} {self.cpu_s:>8.3f} {self.stats.events:>9} {ev:>10.0f} "
+            f"{self.stats.solves:>7} {self.stats.reused:>7} {sv:>9.0f} {ok}"
+        )
 
 
-HEADER = (f"{'scenario':<52} {'points':>6} {'wall s':>8} {'cpu s':>8} {'events':>9} {'events/s':>10} "
-          f"{'solves':>7} {'reused':>7} {'solves/s':>9} target")
+HEADER = (
+    f"{'scenario':<52} {'points':>6} {'wall s':>8} {'cpu s':>8} {'events':>9} {'events/s':>10} "
+    f"{'solves':>7} {'reused':>7} {'solves/s':>9} target"
+)
 
 
 class _Counting(engine.Simulation):

@@ -110,7 +110,9 @@ def main(argv: list[str] | None = None) -> None:
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
         ctx = getattr(exc, "ctx", None)
         where = ctx.command_path.replace(ctx.find_root().info_name or "", "dlrmsim", 1) if ctx is not None else "dlrmsim"
-        err_console.print(" ".join(f"error: {message} (fix: see {where} --help)".split()), highlight=False, soft_wrap=True, markup=False)
+        err_console.print(
+            " ".join(f"error: {message} (fix: see {where} --help)".split()), highlight=False, soft_wrap=True, markup=False
+        )
         sys.exit(EXIT_USAGE)
     except _ABORT:
         err_console.print("aborted")

@@ -37,7 +37,8 @@ def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, 
             break
         if first is not None:
             raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key '{key}' (first given at line {first.line + 1})", key_node.start_mark)
+                None, None, f"duplicate key '{key}' (first given at line {first.line + 1})", key_node.start_mark
+            )
         seen[key] = key_node.start_mark
     return loader.construct_mapping(node, deep=deep)
 
@@ -63,8 +64,12 @@ def parse_yaml_text(text: str, source: str | Path) -> Any:
 def reject_non_finite(data: Any, source: str | Path | None, path: str = "") -> None:
     """Raise a one-line error at the first infinite or NaN number inside ``data`` (a YAML document)."""
     if isinstance(data, float) and not math.isfinite(data):
-        raise DlrmsimError(f"{data} is not a finite number", source=source, field=path or None,
-                           fix="give a finite value (a what-if of unlimited bandwidth is a large finite one, e.g. 1e6)")
+        raise DlrmsimError(
+            f"{data} is not a finite number",
+            source=source,
+            field=path or None,
+            fix="give a finite value (a what-if of unlimited bandwidth is a large finite one, e.g. 1e6)",
+        )
     if isinstance(data, dict):
         for k, v in data.items():
             reject_non_finite(v, source, f"{path}.{k}" if path else str(k))
@@ -91,7 +96,9 @@ def read_yaml(path: Path) -> Any:
 def validate(model_cls: type[M], data: Any, source: str | Path) -> M:
     """Validate plain data against ``model_cls``; errors name ``source`` and the field."""
     if not isinstance(data, dict):
-        raise DlrmsimError("expected a mapping of fields at the top level", source=source, fix="see the built-in presets for the layout")
+        raise DlrmsimError(
+            "expected a mapping of fields at the top level", source=source, fix="see the built-in presets for the layout"
+        )
     try:
         return model_cls.model_validate(data)
     except ValidationError as err:
@@ -138,7 +145,9 @@ def apply_overrides(data: Any, overrides: dict[str, Any], source: str) -> Any:
         for i, part in enumerate(parts):
             key: Any = int(part) if isinstance(node, list) and part.isdigit() else part
             last = i == len(parts) - 1
-            exists = (isinstance(node, dict) and key in node) or (isinstance(node, list) and isinstance(key, int) and key < len(node))
+            exists = (isinstance(node, dict) and key in node) or (
+                isinstance(node, list) and isinstance(key, int) and key < len(node)
+            )
             if not exists:
                 hint = f"known fields here: {', '.join(map(str, node))}" if isinstance(node, dict) else "check the path"
                 raise DlrmsimError("unknown dotted path in override", source=source, field=dotted, fix=hint)
@@ -159,6 +168,8 @@ def parse_assignments(items: list[str], flag: str, example: str = "links.opa.ban
         try:
             out[key.strip()] = yaml.safe_load(value)
         except yaml.YAMLError:
-            raise DlrmsimError(f"'{value}' is not a YAML value", field=f"{flag} {key.strip()}", fix="quote it or write a number") from None
+            raise DlrmsimError(
+                f"'{value}' is not a YAML value", field=f"{flag} {key.strip()}", fix="quote it or write a number"
+            ) from None
         reject_non_finite(out[key.strip()], None, f"{flag} {key.strip()}")
     return out

@@ -73,7 +73,9 @@ def closest(word: str, choices: Iterable[str]) -> str | None:
     return match[0] if match else None
 
 
-def unknown_name_error(kind: str, name: str, known: Iterable[str], source: str | None = None, field: str | None = None) -> DlrmsimError:
+def unknown_name_error(
+    kind: str, name: str, known: Iterable[str], source: str | None = None, field: str | None = None
+) -> DlrmsimError:
     """Error for an unknown preset, algorithm, backend, ...: names the nearest known one."""
     known = sorted(known)
     guess = closest(name, known)
@@ -124,7 +126,9 @@ def from_validation_error(err: ValidationError, source: str | Path) -> DlrmsimEr
 
 # Union members appear in pydantic's locations under their type's name ("constrained-int", "list[str]",
 # "function-after[...]"): internal names that mean nothing to someone editing a YAML file.
-_TYPE_TAG = re.compile(r"^(constrained-\w+|function-.*|(int|float|str|bool|list|dict|tuple|none|literal)(\[.*\])?|.*\[.*\])$", re.IGNORECASE)
+_TYPE_TAG = re.compile(
+    r"^(constrained-\w+|function-.*|(int|float|str|bool|list|dict|tuple|none|literal)(\[.*\])?|.*\[.*\])$", re.IGNORECASE
+)
 
 
 def _user_loc(loc: tuple) -> list[str | int]:

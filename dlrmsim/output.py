@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -46,3 +47,11 @@ def fmt(value: Any) -> str:
             return f"{value:.3e}"
         return f"{value:.4g}" if abs(value) < 100 else f"{value:,.1f}"
     return str(value)
+
+
+def write_page(out: str | Path, page: str) -> Path:
+    """Write a self-contained HTML page (UTF-8), creating its folder; returns the path."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(page, encoding="utf-8")
+    return out

@@ -23,17 +23,37 @@ PACKAGE = Path(__file__).resolve().parent
 # kind -> (model as module:class, a commented example shipped with dlrmsim, what the kind is for). The models load
 # on use: `dlrmsim --help` imports every command module and must not pay for the engine.
 KINDS: dict[str, tuple[str, Path, str]] = {
-    "workload": ("dlrmsim.workloads.schema:Workload", PACKAGE / "workloads/presets/small.yaml",
-                 "a DLRM training workload (`simulate -w FILE`)"),
-    "topology": ("dlrmsim.topologies.schema:TopologyFile", PACKAGE / "topologies/presets/clx-2s-56c.yaml",
-                 "hardware: compute, links, fabric (`-t FILE`)"),
-    "sweep": ("dlrmsim.studies.spec:SweepSpec", PACKAGE / "studies/examples/opa_bandwidth.yaml", "a parameter sweep (`dlrmsim sweep FILE`)"),
-    "serving": ("dlrmsim.workloads.serving.schema:ServingWorkload", PACKAGE / "workloads/serving/recsys-inference.yaml",
-                "a serving workload (`serve -w FILE`)"),
-    "layers": ("dlrmsim.workloads.layers:LayerWorkload", PACKAGE / "workloads/layer_presets/mlp-like.yaml",
-               "a layer-list workload (`instances -w FILE`)"),
-    "backend": ("dlrmsim.engine.backends:Backend", PACKAGE / "engine/presets/backends/mpi.yaml", "a communication backend (`--backend FILE`)"),
-}  # fmt: skip
+    "workload": (
+        "dlrmsim.workloads.schema:Workload",
+        PACKAGE / "workloads/presets/small.yaml",
+        "a DLRM training workload (`simulate -w FILE`)",
+    ),
+    "topology": (
+        "dlrmsim.topologies.schema:TopologyFile",
+        PACKAGE / "topologies/presets/clx-2s-56c.yaml",
+        "hardware: compute, links, fabric (`-t FILE`)",
+    ),
+    "sweep": (
+        "dlrmsim.studies.spec:SweepSpec",
+        PACKAGE / "studies/examples/opa_bandwidth.yaml",
+        "a parameter sweep (`dlrmsim sweep FILE`)",
+    ),
+    "serving": (
+        "dlrmsim.workloads.serving.schema:ServingWorkload",
+        PACKAGE / "workloads/serving/recsys-inference.yaml",
+        "a serving workload (`serve -w FILE`)",
+    ),
+    "layers": (
+        "dlrmsim.workloads.layers:LayerWorkload",
+        PACKAGE / "workloads/layer_presets/mlp-like.yaml",
+        "a layer-list workload (`instances -w FILE`)",
+    ),
+    "backend": (
+        "dlrmsim.engine.backends:Backend",
+        PACKAGE / "engine/presets/backends/mpi.yaml",
+        "a communication backend (`--backend FILE`)",
+    ),
+}
 
 
 def model_of(kind: str) -> type[BaseModel]:
@@ -45,8 +65,11 @@ def json_schema(kind: str) -> dict[str, Any]:
     """The JSON Schema of ``kind`` (one of :data:`KINDS`); a one-line error names the kinds otherwise."""
     if kind not in KINDS:
         hint = closest(kind, KINDS)
-        raise DlrmsimError(f"unknown schema kind '{kind}'" + (f" (did you mean '{hint}'?)" if hint else ""), field="KIND",
-                           fix=f"use one of: {', '.join(KINDS)}")  # fmt: skip
+        raise DlrmsimError(
+            f"unknown schema kind '{kind}'" + (f" (did you mean '{hint}'?)" if hint else ""),
+            field="KIND",
+            fix=f"use one of: {', '.join(KINDS)}",
+        )
     schema = model_of(kind).model_json_schema()
     if kind == "sweep":
         _scalar_or_list(schema["$defs"]["Grid"])
@@ -58,8 +81,10 @@ def _scalar_or_list(grid: dict[str, Any]) -> None:
     before-validators do this, which pydantic cannot see): say so in the schema."""
     for name, prop in grid["properties"].items():
         if prop.get("type") == "array":
-            grid["properties"][name] = {**{k: v for k, v in prop.items() if k not in ("type", "items")},
-                                        "anyOf": [prop["items"], {"type": "array", "items": prop["items"]}]}  # fmt: skip
+            grid["properties"][name] = {
+                **{k: v for k, v in prop.items() if k not in ("type", "items")},
+                "anyOf": [prop["items"], {"type": "array", "items": prop["items"]}],
+            }
         elif prop.get("type") == "object" and isinstance(prop.get("additionalProperties"), dict):
             values = prop["additionalProperties"]
             prop["additionalProperties"] = {"anyOf": [values.get("items", {}), values]}

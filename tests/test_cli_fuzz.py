@@ -6,7 +6,8 @@ The commands and their options are read from the live command tree, so a new com
 as it exists. Values come from pools per option (valid, boundary and garbage values); sizes stay small (a few
 ranks, one serving node, short serving runs) so an example takes well under a second. Commands whose valid runs
 take minutes (`calibrate`, `validate`, `demo`) are fuzzed at the parsing layer only (every line carries an unknown
-option): their good runs have their own tests. More examples: `pytest -m slow tests/test_cli_fuzz.py` (or DLRMSIM_FUZZ_EXAMPLES=N).
+option): their good runs have their own tests. More examples: `pytest -m slow tests/test_cli_fuzz.py` (or
+DLRMSIM_FUZZ_EXAMPLES=N).
 """
 
 from __future__ import annotations
@@ -36,8 +37,13 @@ PRESETS = {
 }
 TINY_SWEEP = {
     "name": "fuzz",
-    "grid": {"topology": "skx-8s-upi", "workload": "small", "ranks": [2, 4], "scaling": "strong",
-             "topology_overrides": {"links.upi.bandwidth_GBps": [10.4, 20.8]}},
+    "grid": {
+        "topology": "skx-8s-upi",
+        "workload": "small",
+        "ranks": [2, 4],
+        "scaling": "strong",
+        "topology_overrides": {"links.upi.bandwidth_GBps": [10.4, 20.8]},
+    },
 }
 # Their valid runs take minutes (micro-benchmarks, reference runs, the demo, a whole study): only bad values are fuzzed.
 ONLY_BAD = {"calibrate", "validate", "demo", "study"}
@@ -96,9 +102,21 @@ GARBAGE = ["", "nosuch", "-1", "[/x]", "1e400", "é", "--json"]
 BAD_MARKS = {"nosuch", "0", "-1", "-2", "-3", "-5", "abc", "=", "=3", "noequals", "fp8", "links.opa.bandwidth_GBps=-1", "sleds=0"}
 INTS = ["1", "2", "3", "4", "-1", "0", "abc", "1.5", "99999999999999999999"]
 FLOATS = ["0.05", "0.5", "-1", "0", "nan", "inf", "-inf", "1e12", "abc"]
-SETS = ["links.upi.bandwidth_GBps=25", "tables.count=2", "sleds=2", "links.opa.bandwidth_GBps=-1", "links.opa.bandwidth_GBps=.inf", "nosuch.path=1", "=3",
-        "noequals", "name=[1,2", "tables.rows=1.0e+30", "embedding_dim=0", "batching.max_requests=0",
-        "assumptions.host_threads=-2"]
+SETS = [
+    "links.upi.bandwidth_GBps=25",
+    "tables.count=2",
+    "sleds=2",
+    "links.opa.bandwidth_GBps=-1",
+    "links.opa.bandwidth_GBps=.inf",
+    "nosuch.path=1",
+    "=3",
+    "noequals",
+    "name=[1,2",
+    "tables.rows=1.0e+30",
+    "embedding_dim=0",
+    "batching.max_requests=0",
+    "assumptions.host_threads=-2",
+]
 BY_NAME: dict[str, list[str]] = {
     "topology": ["skx-8s-upi", "clx-2s-56c", "clx-64s-opa", "yosemite-v2-sled", "host", "cpx-64s", "nosuch"],
     "workload": ["small", "large", "mlperf", "mlp-like", "resnet-like", "recsys-inference", "nosuch"],
@@ -164,7 +182,9 @@ def _mutations(base: dict) -> st.SearchStrategy[str | bytes]:
                 collect(v, (*path, i))
 
     collect(base, ())
-    values = st.sampled_from([-5, 0, 1, 1.0e30, float("inf"), float("nan"), "abc", None, [], {}, True, 2**70, 1.5, [1, -1], {"x": 1}])
+    values = st.sampled_from(
+        [-5, 0, 1, 1.0e30, float("inf"), float("nan"), "abc", None, [], {}, True, 2**70, 1.5, [1, -1], {"x": 1}]
+    )
 
     @st.composite
     def one(draw: st.DrawFn) -> str | bytes:
@@ -214,7 +234,11 @@ def _value(draw: st.DrawFn, command: str, p: Param, files: Files, bad_only: bool
     if name in OUTPUTS or key in OUTPUTS:
         choice = draw(st.sampled_from(["new", "missing_dir", "dir"] if not bad_only else ["missing_dir", "dir"]))
         if choice == "new":
-            return str(files.root / f"o{next(files.counter)}" / "x" if name == "out" and command == "sweep" else files.root / f"o{next(files.counter)}.out")
+            return str(
+                files.root / f"o{next(files.counter)}" / "x"
+                if name == "out" and command == "sweep"
+                else files.root / f"o{next(files.counter)}.out"
+            )
         return str(files.root / "no" / "such" / "x.json") if choice == "missing_dir" else str(files.root)
     if name in ("topology", "workload", "spec", "settings", "calibration", "arrivals", "folder"):
         kind = {"topology": "topology", "workload": "serving" if command == "serve" else "workload", "spec": "sweep"}.get(name)
@@ -242,7 +266,9 @@ def _value(draw: st.DrawFn, command: str, p: Param, files: Files, bad_only: bool
     if valid:
         pool = _valid(pool)
     if bad_only:
-        pool = [v for v in pool if v in GARBAGE or v.startswith("-") or v in ("0", "abc", "nan", "inf", "nosuch", "nosuchcase")] or GARBAGE
+        pool = [
+            v for v in pool if v in GARBAGE or v.startswith("-") or v in ("0", "abc", "nan", "inf", "nosuch", "nosuchcase")
+        ] or GARBAGE
     return draw(st.sampled_from(pool))
 
 
@@ -342,8 +368,14 @@ FUZZED = sorted(c for c in COMMANDS if c.split()[0] != "demo") + ["demo"]
 
 def _fuzz(command: str, files: Files, examples: int) -> None:
     # No shrinking: the failing command line is in the message already, and shrinking re-runs simulations.
-    @settings(max_examples=examples, suppress_health_check=list(HealthCheck), deadline=None, derandomize=True, database=None,
-              phases=[Phase.explicit, Phase.generate])
+    @settings(
+        max_examples=examples,
+        suppress_health_check=list(HealthCheck),
+        deadline=None,
+        derandomize=True,
+        database=None,
+        phases=[Phase.explicit, Phase.generate],
+    )
     @given(st.data())
     def inner(data: st.DataObject) -> None:
         check(data.draw(command_lines(command, files)))
@@ -370,7 +402,13 @@ def test_every_command_is_fuzzed() -> None:
 
 def test_known_bad_lines() -> None:
     # The issue's examples, each one line and exit 2.
-    for argv in (["serve", "--qps", "1e12"], ["simulate", "-r", "abc"], ["simulate", "--nosuch"], ["nosuchcmd"], ["workload", "show"],
-                 ["simulate", "-w", "[/x]"]):
+    for argv in (
+        ["serve", "--qps", "1e12"],
+        ["simulate", "-r", "abc"],
+        ["simulate", "--nosuch"],
+        ["nosuchcmd"],
+        ["workload", "show"],
+        ["simulate", "-w", "[/x]"],
+    ):
         check(argv)
         assert run_cli(argv).code == 2, argv

@@ -70,8 +70,14 @@ def shell_blocks(path: Path) -> list[Block]:
         if lang in SHELL_LANGUAGES:
             before = next((lines[j].strip() for j in range(start - 1, -1, -1) if lines[j].strip()), "")
             skip = SKIP.match(before)
-            blocks.append(Block(f"{path.relative_to(REPO)}:{start + 1}", lang, tuple(lines[start + 1:end]),
-                                skip.group("reason").strip() if skip else None))
+            blocks.append(
+                Block(
+                    f"{path.relative_to(REPO)}:{start + 1}",
+                    lang,
+                    tuple(lines[start + 1 : end]),
+                    skip.group("reason").strip() if skip else None,
+                )
+            )
         i = end + 1
     return blocks
 
@@ -103,7 +109,7 @@ def test_every_skip_marker_sits_right_above_a_shell_block() -> None:
         lines = path.read_text().splitlines()
         for n, line in enumerate(lines):
             if SKIP.match(line.strip()):
-                nxt = next((x for x in lines[n + 1:] if x.strip()), "")
+                nxt = next((x for x in lines[n + 1 :] if x.strip()), "")
                 m = FENCE.match(nxt)
                 assert m and m.group("lang") in SHELL_LANGUAGES, f"{path.name}:{n + 1}: skip marker not followed by a shell block"
 

@@ -49,11 +49,15 @@ def kernel_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("kernels")
     spec = root / "python3"
     spec.mkdir()
-    spec.joinpath("kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "Python 3 (dlrmsim test venv)",
-        "language": "python",
-    }))  # fmt: skip
+    spec.joinpath("kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "Python 3 (dlrmsim test venv)",
+                "language": "python",
+            }
+        )
+    )
     return root
 
 
@@ -61,8 +65,9 @@ def execute(path: Path, kernel_dir: Path, workdir: Path, timeout_s: int) -> nbfo
     """Run every cell in a fresh kernel with ``workdir`` as its working directory; raise on the first error."""
     nb = nbformat.read(path, as_version=4)
     km = KernelManager(kernel_name="python3", kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(kernel_dir)]))
-    client = NotebookClient(nb, km=km, kernel_name="python3", timeout=timeout_s, allow_errors=False,
-                            resources={"metadata": {"path": str(workdir)}})  # fmt: skip
+    client = NotebookClient(
+        nb, km=km, kernel_name="python3", timeout=timeout_s, allow_errors=False, resources={"metadata": {"path": str(workdir)}}
+    )
     client.execute()
     return nb
 

@@ -106,9 +106,13 @@ def embedding_costs(cal: Calibration, distribution: str = "uniform", cores: int 
         # already holds that share. Taken over the saturated bandwidth, it was charged twice: a 1-core lookup
         # ran at 0.76 of its fitted rate (threads-1 and ranks-2 embedding forwards predicted 19-60 % slow).
         out.bandwidth_fraction_by_kind[kind] = fit.bandwidth_GBps / memory_bandwidth_GBps(cal.memory, fit.cores)
-        for table, value in ((out.row_time_s_by_kind, fit.row_time_ns * 1e-9), (out.walk_time_s_by_kind, fit.walk_time_ns * 1e-9),
-                             (out.reload_time_s_by_kind, fit.reload_time_ns * 1e-9), (out.fixed_time_s_by_kind, fit.fixed_us * 1e-6),
-                             (out.run_start_s_by_kind, fit.run_start_us * 1e-6)):
+        for table, value in (
+            (out.row_time_s_by_kind, fit.row_time_ns * 1e-9),
+            (out.walk_time_s_by_kind, fit.walk_time_ns * 1e-9),
+            (out.reload_time_s_by_kind, fit.reload_time_ns * 1e-9),
+            (out.fixed_time_s_by_kind, fit.fixed_us * 1e-6),
+            (out.run_start_s_by_kind, fit.run_start_us * 1e-6),
+        ):
             if value > 0:
                 table[kind] = value
     return out

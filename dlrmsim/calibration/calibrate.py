@@ -68,7 +68,9 @@ class PartialCache:
         self.done[task.id] = rows
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a") as fh:
-            fh.write(json.dumps({"key": self.key, "task": task.id, "measurements": [m.model_dump(mode="json") for m in rows]}) + "\n")
+            fh.write(
+                json.dumps({"key": self.key, "task": task.id, "measurements": [m.model_dump(mode="json") for m in rows]}) + "\n"
+            )
             fh.flush()
 
     def remove(self) -> None:
@@ -81,8 +83,16 @@ def run_plan(tasks: list[BenchTask], cache: PartialCache, progress: bool) -> lis
     for t in tasks:
         stages.setdefault(t.stage, []).append(t)
     out: list[Measurement] = []
-    bar = Progress(TextColumn("{task.description:<24}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   TextColumn("{task.fields[note]}"), console=err_console, disable=not progress, transient=False)
+    bar = Progress(
+        TextColumn("{task.description:<24}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[note]}"),
+        console=err_console,
+        disable=not progress,
+        transient=False,
+    )
     with bar:
         ids = {stage: bar.add_task(stage, total=len(ts), note="") for stage, ts in stages.items()}
         for t in tasks:
@@ -102,7 +112,8 @@ def run_plan(tasks: list[BenchTask], cache: PartialCache, progress: bool) -> lis
 def run_calibration(quick: bool, backend: str | None, out: Path | None, progress: bool = True, tiny: bool = False) -> Calibration:
     """Measure this host, fit the cost model, and write the calibration YAML to ``out``.
 
-    ``tiny`` runs a small subset of the quick plan (notebooks and smoke tests; rough rates). Interrupted runs resume: finished benchmark tasks are kept in ``<out>.partial.jsonl`` (keyed by host,
+    ``tiny`` runs a small subset of the quick plan (notebooks and smoke tests; rough rates). Interrupted runs resume:
+    finished benchmark tasks are kept in ``<out>.partial.jsonl`` (keyed by host,
     libraries, backend and mode) and reused; the cache is removed once the YAML is written.
     """
     backend = backend or default_backend()
@@ -116,24 +127,35 @@ def run_calibration(quick: bool, backend: str | None, out: Path | None, progress
     try:
         measurements = combine_passes(run_plan(tasks, cache, progress))
     except KeyboardInterrupt:
-        err_console.print(f"interrupted: {len(cache.done)} finished benchmarks kept in {cache.path}; "
-                          "run the same command again to resume", highlight=False, soft_wrap=True)
+        err_console.print(
+            f"interrupted: {len(cache.done)} finished benchmarks kept in {cache.path}; run the same command again to resume",
+            highlight=False,
+            soft_wrap=True,
+        )
         raise
     finally:
         clear_table_cache()
     load = max(load, _load_average())
     host = host.model_copy(update={"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "load_average": round(load, 2)})
     if load > host.cores:
-        err_console.print(f"[bold yellow]warning:[/] load average {load:.1f} on {host.cores} cores: other jobs shared this host "
-                          "during calibration, so its rates are low and noisy (fix: calibrate on an idle machine)",
-                          highlight=False, soft_wrap=True)
+        err_console.print(
+            f"[bold yellow]warning:[/] load average {load:.1f} on {host.cores} cores: other jobs shared this host "
+            "during calibration, so its rates are low and noisy (fix: calibrate on an idle machine)",
+            highlight=False,
+            soft_wrap=True,
+        )
     unstable = unstable_benchmarks(measurements)
     if unstable:
         worst = ", ".join(f"{m.name} {m.pass_ratio:.1f}x" for m in unstable[:3])
-        err_console.print(f"[bold yellow]warning:[/] {len(unstable)} of {len(measurements)} benchmarks ran over "
-                          f"{UNSTABLE_PASS_RATIO}x slower in one pass than in another ({worst}): the host changed speed "
-                          "during calibration; the fit keeps each one's faster pass, a stream its median one (fix: validate right after calibrating, "
-                          "or calibrate again when the host is quiet)", highlight=False, soft_wrap=True)
+        err_console.print(
+            f"[bold yellow]warning:[/] {len(unstable)} of {len(measurements)} benchmarks ran over "
+            f"{UNSTABLE_PASS_RATIO}x slower in one pass than in another ({worst}): the host changed speed "
+            "during calibration; the fit keeps each one's faster pass, a stream its median one (fix: validate right "
+            "after calibrating, "
+            "or calibrate again when the host is quiet)",
+            highlight=False,
+            soft_wrap=True,
+        )
     host = peak_bound_host(measurements, host)
     memory = fit_memory(measurements, host)
     overhead = fit_overhead(measurements)

@@ -20,7 +20,9 @@ if TYPE_CHECKING:
 def calibrate(
     quick: Annotated[bool, typer.Option("--quick", help="short run (under 90 s on 2 cores): fewer sizes and repeats")] = False,
     backend: Annotated[str | None, typer.Option("--backend", help="numpy or torch (default: torch when installed)")] = None,
-    out: Annotated[Path | None, typer.Option("--out", help="calibration YAML to write (default calibration/host-<name>.yaml)")] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="calibration YAML to write (default calibration/host-<name>.yaml)")
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print a JSON summary instead of tables")] = False,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="no progress bars")] = False,
 ) -> None:
@@ -39,40 +41,90 @@ def calibrate(
     elapsed = time.perf_counter() - t0
     summary = error_summary(cal.fit_quality, cal.measurements)
     if json_out:
-        print_json({
-            "out": str(out), "elapsed_s": round(elapsed, 1), "host": cal.host.model_dump(),
-            "gemm_peak_efficiency": cal.gemm.peak_efficiency, "memory": cal.memory.model_dump(),
-            "embedding": [e.model_dump() for e in cal.embedding], "collectives": [c.model_dump() for c in cal.collectives],
-            "fit_error_pct": {k: {"count": v.runs, "median_abs": v.median_abs_pct, "max_abs": v.max_abs_pct, "host_moved": v.host_moved}
-                              for k, v in summary.items()},
-            "eq_check": [r.model_dump() for r in cal.eq_check],
-        })
+        print_json(
+            {
+                "out": str(out),
+                "elapsed_s": round(elapsed, 1),
+                "host": cal.host.model_dump(),
+                "gemm_peak_efficiency": cal.gemm.peak_efficiency,
+                "memory": cal.memory.model_dump(),
+                "embedding": [e.model_dump() for e in cal.embedding],
+                "collectives": [c.model_dump() for c in cal.collectives],
+                "fit_error_pct": {
+                    k: {"count": v.runs, "median_abs": v.median_abs_pct, "max_abs": v.max_abs_pct, "host_moved": v.host_moved}
+                    for k, v in summary.items()
+                },
+                "eq_check": [r.model_dump() for r in cal.eq_check],
+            }
+        )
         return
     h = cal.host
-    console.print(f"[bold]{h.cpu_model}[/], {h.cores} cores, {h.isa}, fp32 peak {h.peak_fp32_GFLOPs:.4g} GFLOP/s "
-                  f"(clock {h.clock_GHz:.4g} GHz from {h.clock_source}; reported {h.reported_clock_GHz or h.clock_GHz:g} GHz), "
-                  f"{h.memory_GB:g} GB, backend {h.backend}", highlight=False)
-    print_table("Fitted parameters", ["parameter", "value"], [
-        ("GEMM peak efficiency (all cores)", cal.gemm.peak_efficiency),
-        *[(f"GEMM best GFLOP/s at {c} cores", v) for c, v in cal.gemm.achieved_GFLOPs_by_cores],
-        *[(f"GEMM aspect factor at {t.cores} cores (aspect: factor)", ", ".join(f"{a:.2g}: {e:.2f}" for a, e in t.aspect_points))
-          for t in cal.gemm.tables if t.aspect_points],
-        *[(f"GEMM in training-step order at {t.cores} cores: traffic overlap (1 = roofline), us/call cold",
-           f"{t.memory_overlap:g} / {t.cold_call_us:g}") for t in cal.gemm.tables],
-        ("memory bandwidth GB/s (triad, saturated)", cal.memory.bandwidth_GBps),
-        ("memory GB/s per core", cal.memory.per_core_GBps),
-        ("memory saturation cores", cal.memory.saturation_cores),
-        *[(f"embedding {e.op} {e.distribution} ({e.cores} cores): GB/s, ns/row, ns/walk miss, ns/reload, us/op, us/run",
-           f"{e.bandwidth_GBps:g} / {e.row_time_ns:g} / {e.walk_time_ns:g} / {e.reload_time_ns:g} / {e.fixed_us:g} / {e.run_start_us:g}")
-          for e in cal.embedding],
-        *[(f"{c.op} alpha us / beta GB/s ({c.implementation})", f"{c.alpha_us:g} / {c.beta_GBps:g}") for c in cal.collectives],
-    ])
-    print_table("Fit quality: |predicted - measured| / measured", ["benchmark", "runs", "median %", "max %", "host moved"],
-                [(k, v.runs, v.median_abs_pct, v.max_abs_pct, v.host_moved) for k, v in summary.items()])
-    print_table("Eq. 1 / Eq. 2 check at 2 ranks", ["workload", "op", "Eq. MiB", "moved MiB", "meas. ms", "model ms", "err %", "scaled"],
-                [(r.workload, r.collective, r.equation_bytes / 2**20, r.moved_bytes / 2**20, r.measured_s * 1e3, r.model_s * 1e3,
-                  r.error_pct, r.scale)
-                 for r in cal.eq_check])
+    console.print(
+        f"[bold]{h.cpu_model}[/], {h.cores} cores, {h.isa}, fp32 peak {h.peak_fp32_GFLOPs:.4g} GFLOP/s "
+        f"(clock {h.clock_GHz:.4g} GHz from {h.clock_source}; reported {h.reported_clock_GHz or h.clock_GHz:g} GHz), "
+        f"{h.memory_GB:g} GB, backend {h.backend}",
+        highlight=False,
+    )
+    print_table(
+        "Fitted parameters",
+        ["parameter", "value"],
+        [
+            ("GEMM peak efficiency (all cores)", cal.gemm.peak_efficiency),
+            *[(f"GEMM best GFLOP/s at {c} cores", v) for c, v in cal.gemm.achieved_GFLOPs_by_cores],
+            *[
+                (
+                    f"GEMM aspect factor at {t.cores} cores (aspect: factor)",
+                    ", ".join(f"{a:.2g}: {e:.2f}" for a, e in t.aspect_points),
+                )
+                for t in cal.gemm.tables
+                if t.aspect_points
+            ],
+            *[
+                (
+                    f"GEMM in training-step order at {t.cores} cores: traffic overlap (1 = roofline), us/call cold",
+                    f"{t.memory_overlap:g} / {t.cold_call_us:g}",
+                )
+                for t in cal.gemm.tables
+            ],
+            ("memory bandwidth GB/s (triad, saturated)", cal.memory.bandwidth_GBps),
+            ("memory GB/s per core", cal.memory.per_core_GBps),
+            ("memory saturation cores", cal.memory.saturation_cores),
+            *[
+                (
+                    f"embedding {e.op} {e.distribution} ({e.cores} cores): GB/s, ns/row, ns/walk miss, ns/reload, us/op, us/run",
+                    f"{e.bandwidth_GBps:g} / {e.row_time_ns:g} / {e.walk_time_ns:g} / {e.reload_time_ns:g} / "
+                    f"{e.fixed_us:g} / {e.run_start_us:g}",
+                )
+                for e in cal.embedding
+            ],
+            *[
+                (f"{c.op} alpha us / beta GB/s ({c.implementation})", f"{c.alpha_us:g} / {c.beta_GBps:g}")
+                for c in cal.collectives
+            ],
+        ],
+    )
+    print_table(
+        "Fit quality: |predicted - measured| / measured",
+        ["benchmark", "runs", "median %", "max %", "host moved"],
+        [(k, v.runs, v.median_abs_pct, v.max_abs_pct, v.host_moved) for k, v in summary.items()],
+    )
+    print_table(
+        "Eq. 1 / Eq. 2 check at 2 ranks",
+        ["workload", "op", "Eq. MiB", "moved MiB", "meas. ms", "model ms", "err %", "scaled"],
+        [
+            (
+                r.workload,
+                r.collective,
+                r.equation_bytes / 2**20,
+                r.moved_bytes / 2**20,
+                r.measured_s * 1e3,
+                r.model_s * 1e3,
+                r.error_pct,
+                r.scale,
+            )
+            for r in cal.eq_check
+        ],
+    )
     console.print(f"wrote {out} in {elapsed:.0f} s")
 
 
@@ -85,10 +137,13 @@ def validate(
     rounds: int = typer.Option(3, min=1, help="rounds over all cases; each case keeps its fastest round"),
     phases: bool = typer.Option(False, "--phases", help="also print measured vs predicted time per phase"),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
-    against: str = typer.Option("project", "--against", help="what runs the cases: project (dlrmsim's own runner), torchrec, reference"),
+    against: str = typer.Option(
+        "project", "--against", help="what runs the cases: project (dlrmsim's own runner), torchrec, reference"
+    ),
     reference: Path | None = typer.Option(None, "--reference", help="with --against reference: a facebookresearch/dlrm checkout"),
-    results_dir: Path | None = typer.Option(Path("validation/results"), "--results-dir",
-                                            help="keep this run's evidence as a CSV here (--no-results: keep nothing)"),
+    results_dir: Path | None = typer.Option(
+        Path("validation/results"), "--results-dir", help="keep this run's evidence as a CSV here (--no-results: keep nothing)"
+    ),
     no_results: bool = typer.Option(False, "--no-results", help="do not write the results CSV"),
     list_cases: bool = typer.Option(False, "--list-cases", help="list the validation cases and exit"),
 ) -> None:
@@ -104,10 +159,22 @@ def validate(
         return
     check_case_names(case)  # before the calibration is read: a misspelt case fails at once
     if calibration is None:
-        raise DlrmsimError("validate needs a calibration", field="--calibration",
-                           fix="pass --calibration calibration/host-<name>.yaml (from `dlrmsim calibrate`)")
-    report = run_validation(calibration, backend=backend, only=case or None, iterations=iterations, warmup=warmup,
-                            progress=not json_out, rounds=rounds, against=against, reference=reference)  # fmt: skip
+        raise DlrmsimError(
+            "validate needs a calibration",
+            field="--calibration",
+            fix="pass --calibration calibration/host-<name>.yaml (from `dlrmsim calibrate`)",
+        )
+    report = run_validation(
+        calibration,
+        backend=backend,
+        only=case or None,
+        iterations=iterations,
+        warmup=warmup,
+        progress=not json_out,
+        rounds=rounds,
+        against=against,
+        reference=reference,
+    )
     if results_dir is not None and not no_results:
         saved = write_results_csv(report, results_dir)
         if not json_out:
@@ -117,22 +184,51 @@ def validate(
         return
     if json_out:
         data = report.to_json()
-        keys = ("name", "measured_s", "predicted_s", "error", "ranks", "threads", "batch", "measured_rounds_s", "kept_round", "drift_ratio")
-        data["cases"] = [{k: c[k] for k in keys}
-                         | ({"measured_phases_s": c["measured_phases_s"], "predicted_phases_s": c["predicted_phases_s"]} if phases else {})
-                         for c in data["cases"]]  # fmt: skip
+        keys = (
+            "name",
+            "measured_s",
+            "predicted_s",
+            "error",
+            "ranks",
+            "threads",
+            "batch",
+            "measured_rounds_s",
+            "kept_round",
+            "drift_ratio",
+        )
+        data["cases"] = [
+            {k: c[k] for k in keys}
+            | ({"measured_phases_s": c["measured_phases_s"], "predicted_phases_s": c["predicted_phases_s"]} if phases else {})
+            for c in data["cases"]
+        ]
         print_json(data)
         return
-    print_table(f"Validation on this host ({report.backend}), calibration {calibration}",
-                ["case", "ranks", "threads", "batch", "measured ms", "round spread %", "host drift x", "predicted ms", "error %"],
-                [(c.name, c.ranks, c.threads, c.batch, c.measured_s * 1e3, 100 * c.spread,
-                  c.drift_ratio if c.drift_ratio is not None else "-", c.predicted_s * 1e3, 100 * c.error)
-                 for c in report.cases])  # fmt: skip
+    print_table(
+        f"Validation on this host ({report.backend}), calibration {calibration}",
+        ["case", "ranks", "threads", "batch", "measured ms", "round spread %", "host drift x", "predicted ms", "error %"],
+        [
+            (
+                c.name,
+                c.ranks,
+                c.threads,
+                c.batch,
+                c.measured_s * 1e3,
+                100 * c.spread,
+                c.drift_ratio if c.drift_ratio is not None else "-",
+                c.predicted_s * 1e3,
+                100 * c.error,
+            )
+            for c in report.cases
+        ],
+    )
     if phases:
         for c in report.cases:
             names = sorted(set(c.measured_phases_s) | set(c.predicted_phases_s))
-            print_table(f"{c.name}: per phase", ["phase", "measured ms", "predicted ms"],
-                        [(n, c.measured_phases_s.get(n, 0.0) * 1e3, c.predicted_phases_s.get(n, 0.0) * 1e3) for n in names])
+            print_table(
+                f"{c.name}: per phase",
+                ["phase", "measured ms", "predicted ms"],
+                [(n, c.measured_phases_s.get(n, 0.0) * 1e3, c.predicted_phases_s.get(n, 0.0) * 1e3) for n in names],
+            )
     _print_drift(report.drift_rounds)
     console.print(f"median |error| {100 * report.median_abs_error:.1f}%, max |error| {100 * report.max_abs_error:.1f}%")
 
@@ -146,13 +242,36 @@ def _print_target(report: ValidationReport, calibration: Path, json_out: bool) -
         print_json(data)
         return
     planner = report.backend == "torchrec"
-    print_table(f"Validation against {report.backend} on this host, calibration {calibration}",
-                ["case", "threads", "batch", "measured ms", "spread %", "dlrmsim ms", "dlrmsim error %",
-                 *(["planner ms", "planner error %"] if planner else [])],
-                [(c.name, c.threads, c.batch, c.measured_s * 1e3, 100 * c.spread, c.predicted_s * 1e3, 100 * c.error,
-                  *([c.planner_s * 1e3 if c.planner_s else "-", 100 * c.planner_error if c.planner_error is not None else "-"]
-                    if planner else []))
-                 for c in report.cases])  # fmt: skip
+    print_table(
+        f"Validation against {report.backend} on this host, calibration {calibration}",
+        [
+            "case",
+            "threads",
+            "batch",
+            "measured ms",
+            "spread %",
+            "dlrmsim ms",
+            "dlrmsim error %",
+            *(["planner ms", "planner error %"] if planner else []),
+        ],
+        [
+            (
+                c.name,
+                c.threads,
+                c.batch,
+                c.measured_s * 1e3,
+                100 * c.spread,
+                c.predicted_s * 1e3,
+                100 * c.error,
+                *(
+                    [c.planner_s * 1e3 if c.planner_s else "-", 100 * c.planner_error if c.planner_error is not None else "-"]
+                    if planner
+                    else []
+                ),
+            )
+            for c in report.cases
+        ],
+    )
     line = f"dlrmsim: median |error| {100 * report.median_abs_error:.1f}%, max |error| {100 * report.max_abs_error:.1f}%"
     if planner:
         errs = sorted(abs(c.planner_error) for c in report.cases if c.planner_error is not None)
@@ -164,17 +283,24 @@ def _print_target(report: ValidationReport, calibration: Path, json_out: bool) -
 def _print_drift(rounds: list[list[DriftSample]]) -> None:
     """The probe table, and a warning when the host drifted far enough to count in the errors."""
     from dlrmsim.calibration.drift import DRIFT_WARN, worst
+
     if not rounds:
         return
     names = [d.name for d in rounds[0]]
-    print_table("Host drift: probe time now / at calibration",
-                ["benchmark", *[f"round {i + 1}" for i in range(len(rounds))]],
-                [(n, *[next((d.ratio for d in r if d.name == n), float("nan")) for r in rounds]) for n in names])
+    print_table(
+        "Host drift: probe time now / at calibration",
+        ["benchmark", *[f"round {i + 1}" for i in range(len(rounds))]],
+        [(n, *[next((d.ratio for d in r if d.name == n), float("nan")) for r in rounds]) for n in names],
+    )
     w = worst([d for r in rounds for d in r])
     if w is not None and abs(w.ratio - 1) > DRIFT_WARN:
-        err_console.print(f"[bold yellow]warning:[/] the host drifted since calibration ({w.name} ran at {w.ratio:.2f}x its "
-                          "calibrated time): part of each error above is the host's, not the model's (fix: calibrate and "
-                          "validate back to back on an idle host)", highlight=False, soft_wrap=True)
+        err_console.print(
+            f"[bold yellow]warning:[/] the host drifted since calibration ({w.name} ran at {w.ratio:.2f}x its "
+            "calibrated time): part of each error above is the host's, not the model's (fix: calibrate and "
+            "validate back to back on an idle host)",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def register(app: typer.Typer) -> None:

@@ -26,8 +26,15 @@ def fit_quality(measurements: Sequence[Measurement], model: FittedModel) -> list
         pred = predict_s(m, model)
         if pred is None or pred <= 0:
             continue
-        rows.append(FitRow(benchmark=m.benchmark, name=m.name, measured_s=float(f"{m.time_s:.6g}"),
-                           predicted_s=float(f"{pred:.6g}"), error_pct=round(100.0 * (pred - m.time_s) / m.time_s, 2)))
+        rows.append(
+            FitRow(
+                benchmark=m.benchmark,
+                name=m.name,
+                measured_s=float(f"{m.time_s:.6g}"),
+                predicted_s=float(f"{pred:.6g}"),
+                error_pct=round(100.0 * (pred - m.time_s) / m.time_s, 2),
+            )
+        )
     return rows
 
 
@@ -38,11 +45,19 @@ def eq_check(measurements: Sequence[Measurement], collectives: Sequence[Collecti
         if not m.name.startswith("eq ") or m.benchmark not in fits:
             continue
         model = predict_collective_s(fits[m.benchmark], m.bytes)
-        rows.append(EqCheckRow(
-            workload=str(m.params["workload"]), collective=m.benchmark, scale=str(m.params["scale"]),  # type: ignore[arg-type]
-            equation_bytes=float(m.params["equation_bytes"]), moved_bytes=float(m.params["moved_bytes"]),
-            cross_rank_bytes=float(m.params["cross_rank_bytes"]), measured_s=float(f"{m.time_s:.6g}"),
-            model_s=float(f"{model:.6g}"), error_pct=round(100.0 * (model - m.time_s) / m.time_s, 2)))
+        rows.append(
+            EqCheckRow(
+                workload=str(m.params["workload"]),
+                collective=m.benchmark,
+                scale=str(m.params["scale"]),  # type: ignore[arg-type]
+                equation_bytes=float(m.params["equation_bytes"]),
+                moved_bytes=float(m.params["moved_bytes"]),
+                cross_rank_bytes=float(m.params["cross_rank_bytes"]),
+                measured_s=float(f"{m.time_s:.6g}"),
+                model_s=float(f"{model:.6g}"),
+                error_pct=round(100.0 * (model - m.time_s) / m.time_s, 2),
+            )
+        )
     return rows
 
 

@@ -1,7 +1,8 @@
 """A real DLRM training iteration on this host: NumPy or PyTorch CPU, 1 or more processes, timed per phase.
 
 Hybrid parallelism as in the DLRM paper (Naumov et al. 2019, arXiv:1906.00091, section 4.2): MLPs data parallel
-(each rank takes N/R samples, weight gradients allreduced), embedding tables model parallel (table t lives on rank t mod R and is looked up for
+(each rank takes N/R samples, weight gradients allreduced), embedding tables model parallel (table t lives on rank t
+mod R and is looked up for
 the global minibatch; an alltoall turns "my tables, all samples" into "all tables, my samples" and back for
 the gradients). Blocking mode: every phase waits for the previous one, so the phase times add up to the
 iteration. Inputs are random (dense features, labels, indices drawn from the workload's distribution).
@@ -119,7 +120,9 @@ def new_mlp(ops: Ops, widths: Sequence[int], rng: np.random.Generator) -> list[l
     layers = []
     for fi, fo in zip(widths, widths[1:], strict=False):
         bound = np.sqrt(6.0 / (fi + fo))
-        layers.append([ops.tensor(rng.uniform(-bound, bound, (fo, fi)).astype(np.float32)), ops.tensor(np.zeros(fo, dtype=np.float32))])
+        layers.append(
+            [ops.tensor(rng.uniform(-bound, bound, (fo, fi)).astype(np.float32)), ops.tensor(np.zeros(fo, dtype=np.float32))]
+        )
     return layers
 
 
@@ -134,8 +137,9 @@ def mlp_forward(ops: Ops, layers: list[list[Any]], x: Any, sigmoid_last: bool, g
     return acts[-1], acts
 
 
-def mlp_backward(ops: Ops, layers: list[list[Any]], acts: list[Any], dz_last: Any, need_dx: bool,
-                 gemm: GemmCall = _call) -> tuple[Any, list[Any]]:
+def mlp_backward(
+    ops: Ops, layers: list[list[Any]], acts: list[Any], dz_last: Any, need_dx: bool, gemm: GemmCall = _call
+) -> tuple[Any, list[Any]]:
     """An MLP's backward from ``dz_last``, the gradient before its last activation, in autograd's order (each layer
     from the last: weight gradient, bias gradient, input gradient, ReLU gradient): (input gradient or None, [dW, db, ...])."""
     grads: list[Any] = [None] * (2 * len(layers))
@@ -180,9 +184,16 @@ class _Rank:
         # sizes (3 batches x 4 tables x 2 MiB of rows < the 32 MiB last-level cache) they could stay cached, a
         # reuse training over large tables does not have beyond its index distribution's own (a Zipf's hot
         # rows). Measured here, the change was within the host's noise (64 lookups/sample: update 17.7 ms both ways).
-        idx_steps = [make_indices(w.table_rows[t], self.n_global * w.lookups_per_sample * steps, w.index_distribution.kind,
-                                  exponent, np.random.default_rng(rng.integers(1 << 62))).reshape(steps, self.n_global, -1)
-                     for t in self.owned]
+        idx_steps = [
+            make_indices(
+                w.table_rows[t],
+                self.n_global * w.lookups_per_sample * steps,
+                w.index_distribution.kind,
+                exponent,
+                np.random.default_rng(rng.integers(1 << 62)),
+            ).reshape(steps, self.n_global, -1)
+            for t in self.owned
+        ]
         self.inputs = []
         for step in range(steps):
             dense = ops.tensor(rng.standard_normal((self.n, w.bottom_mlp[0])).astype(np.float32))
@@ -281,8 +292,9 @@ class _Rank:
         return t, last - start
 
 
-def _run_rank(comm: Any, w: Workload, global_batch: int, backend: str, threads: int, iterations: int, warmup: int,
-              seed: int) -> dict[str, Any]:
+def _run_rank(
+    comm: Any, w: Workload, global_batch: int, backend: str, threads: int, iterations: int, warmup: int, seed: int
+) -> dict[str, Any]:
     ops = get_ops(backend)
     with ops.threads(threads):
         model = _Rank(w, global_batch, ops, comm, seed, warmup + iterations)
@@ -298,8 +310,7 @@ def _run_rank(comm: Any, w: Workload, global_batch: int, backend: str, threads: 
                 phases.append(t)
                 totals.append(total)
                 calls.append(model.calls)
-    return {"phases": phases, "totals": totals, "calls": calls, "allreduce_bytes": model.allreduce_bytes,
-            "loss": model.last_loss}
+    return {"phases": phases, "totals": totals, "calls": calls, "allreduce_bytes": model.allreduce_bytes, "loss": model.last_loss}
 
 
 def iteration_phases(results: list[dict[str, Any]], i: int) -> dict[str, float]:
@@ -321,18 +332,27 @@ def iteration_phases(results: list[dict[str, Any]], i: int) -> dict[str, float]:
 
 def _validate(w: Workload, global_batch: int, ranks: int, iterations: int) -> None:
     if ranks < 1 or global_batch < ranks or global_batch % ranks:
-        raise DlrmsimError(f"global batch {global_batch} must be a positive multiple of ranks {ranks}", field="batch",
-                           fix="choose a batch divisible by the rank count")
+        raise DlrmsimError(
+            f"global batch {global_batch} must be a positive multiple of ranks {ranks}",
+            field="batch",
+            fix="choose a batch divisible by the rank count",
+        )
     if ranks > w.num_tables:
-        raise DlrmsimError(f"{ranks} ranks exceed the {w.num_tables} tables (whole-table placement)", field="ranks",
-                           fix="use at most as many ranks as tables")
+        raise DlrmsimError(
+            f"{ranks} ranks exceed the {w.num_tables} tables (whole-table placement)",
+            field="ranks",
+            fix="use at most as many ranks as tables",
+        )
     if iterations < 1:
         raise DlrmsimError("iterations must be at least 1", field="iterations", fix="give a positive count")
     need = tables_bytes(w) * (2.2 if w.index_distribution.kind == "zipf" else 1.1)
     have = read_host().memory_B
     if need > 0.8 * have:
-        raise DlrmsimError(f"workload '{w.name}' needs {need / 1e9:.1f} GB of tables, this host has {have / 1e9:.1f} GB",
-                           field="tables", fix="scale the workload down (fewer rows) for a host run")
+        raise DlrmsimError(
+            f"workload '{w.name}' needs {need / 1e9:.1f} GB of tables, this host has {have / 1e9:.1f} GB",
+            field="tables",
+            fix="scale the workload down (fewer rows) for a host run",
+        )
 
 
 def run_dlrm_iteration(
@@ -360,15 +380,26 @@ def run_dlrm_iteration(
         impl = "none"
     else:
         impl = implementation_for(backend)
-        results = run_ranks(_run_rank, ranks, impl, args=(workload, batch, backend, threads, iterations, warmup, seed),
-                            threads_per_rank=threads, timeout_s=3600)
+        results = run_ranks(
+            _run_rank,
+            ranks,
+            impl,
+            args=(workload, batch, backend, threads, iterations, warmup, seed),
+            threads_per_rank=threads,
+            timeout_s=3600,
+        )
     per_iter = [iteration_phases(results, i) for i in range(iterations)]
     totals = [max(r["totals"][i] for r in results) for i in range(iterations)]
     per_rank_tables = -(-workload.num_tables // ranks)
     moved_a2a = alltoall_bytes(workload, batch, tables=per_rank_tables * ranks) if ranks > 1 else 0.0
     return IterationMeasurement(
-        workload=workload.name, backend=backend, ranks=ranks, threads=threads, global_batch=batch,
-        iterations=iterations, warmup=warmup,
+        workload=workload.name,
+        backend=backend,
+        ranks=ranks,
+        threads=threads,
+        global_batch=batch,
+        iterations=iterations,
+        warmup=warmup,
         iteration_s=statistics.median(totals),
         phases_s={ph: statistics.median(it[ph] for it in per_iter) for ph in PHASES},
         iteration_samples_s=totals,

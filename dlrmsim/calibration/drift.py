@@ -61,8 +61,9 @@ def probe_tasks(cal: Calibration, ops: Ops) -> list[BenchTask]:
     emb = [m for m in mine if m.benchmark == "embedding" and m.params["op"] == "update" and m.params["distribution"] == "uniform"]
     if emb:
         p = min(emb, key=lambda m: (int(m.params["rows"]) * int(m.params["dim"]), int(m.params["pooling"]))).params
-        cfg = EmbeddingConfig(int(p["rows"]), int(p["dim"]), int(p["pooling"]), str(p["distribution"]), int(p["batch"]),
-                              int(p.get("tables", 0)))
+        cfg = EmbeddingConfig(
+            int(p["rows"]), int(p["dim"]), int(p["pooling"]), str(p["distribution"]), int(p["batch"]), int(p.get("tables", 0))
+        )
         tasks += [embedding_task(ops, cfg, c, QUICK_POLICY) for c in sorted({1, cores})]
     return tasks
 

@@ -108,12 +108,15 @@ def _binned_table(points: Sequence[tuple[float, float]], decades: float) -> list
     bins: dict[int, list[tuple[float, float]]] = defaultdict(list)
     for size, value in points:
         bins[math.floor(math.log10(size) / decades)].append((size, value))
-    return [(_sig(float(np.exp(np.mean([math.log(x) for x, _ in bins[b]])))), _sig(float(np.median([v for _, v in bins[b]])), 4))
-            for b in sorted(bins)]
+    return [
+        (_sig(float(np.exp(np.mean([math.log(x) for x, _ in bins[b]])))), _sig(float(np.median([v for _, v in bins[b]])), 4))
+        for b in sorted(bins)
+    ]
 
 
-def fit_gemm(measurements: Sequence[Measurement], host: HostInfo, memory: MemoryFit | None = None,
-             overhead: OverheadFit | None = None) -> GemmFit:
+def fit_gemm(
+    measurements: Sequence[Measurement], host: HostInfo, memory: MemoryFit | None = None, overhead: OverheadFit | None = None
+) -> GemmFit:
     """Per core count, the cubes' efficiency against flops and, from the other shapes timed in a warm loop, the
     aspect factor (median efficiency over the cubes' at the same flops, per tenth of a decade of aspect). With
     ``memory``, from the GEMMs timed in training-step order, what a GEMM costs there beyond its warm time
@@ -127,8 +130,9 @@ def fit_gemm(measurements: Sequence[Measurement], host: HostInfo, memory: Memory
         raise ValueError("no GEMM measurements to fit")
     over = [m.name for m in usable if gemm_efficiency(m, host) > 1 + PEAK_ROUNDING]
     if over:  # never clip: an efficiency above 1 means the peak is wrong, and the host record must say so
-        raise ValueError(f"{over[0]} ran above the host's peak {host.peak_fp32_GFLOPs:g} GFLOP/s: "
-                         "bound the peak first (fit.peak_bound_host)")
+        raise ValueError(
+            f"{over[0]} ran above the host's peak {host.peak_fp32_GFLOPs:g} GFLOP/s: bound the peak first (fit.peak_bound_host)"
+        )
     tables = []
     achieved = []
     for cores in sorted(by_cores):
@@ -139,7 +143,9 @@ def fit_gemm(measurements: Sequence[Measurement], host: HostInfo, memory: Memory
         points = [(f, min(1.0, e)) for f, e in _binned_table([(m.flops, gemm_efficiency(m, host)) for m in cubes], BIN_DECADES)]
         flops_table = EfficiencyTable(tuple(points))
         # The cubes define aspect 1 (factor 1); a shape of aspect 1 or more runs as a cube does.
-        ratios = [(a, gemm_efficiency(m, host) / flops_table(m.flops)) for m in by_cores[cores] if (a := measured_aspect(m)) < 1.0]
+        ratios = [
+            (a, gemm_efficiency(m, host) / flops_table(m.flops)) for m in by_cores[cores] if (a := measured_aspect(m)) < 1.0
+        ]
         aspect = [*_binned_table(ratios, ASPECT_BIN_DECADES), (1.0, 1.0)] if ratios else []
         tables.append(GemmTable(cores=cores, peak_GFLOPs=_sig(peak_gflops(host, cores)), points=points, aspect_points=aspect))
         achieved.append((cores, _sig(max(m.flops / m.time_s for m in by_cores[cores]) / 1e9)))
@@ -160,7 +166,9 @@ def fit_gemm(measurements: Sequence[Measurement], host: HostInfo, memory: Memory
     return fit.model_copy(update={"tables": cold})
 
 
-def fit_cold_gemm(step: Sequence[Measurement], fit: GemmFit, memory: MemoryFit, overhead: OverheadFit | None) -> tuple[float, float]:
+def fit_cold_gemm(
+    step: Sequence[Measurement], fit: GemmFit, memory: MemoryFit, overhead: OverheadFit | None
+) -> tuple[float, float]:
     """(fixed time per call in s, overlap) of GEMMs timed in training-step order, beyond their warm (roofline) time
     and a first op's dispatch: measured - max(arithmetic, traffic) - dispatch = cold call + (1 - overlap) x the
     shorter of the two, by least squares on relative error, both terms non-negative and the overlap at least 0
@@ -316,6 +324,7 @@ def run_start_s(measurements: Sequence[Measurement]) -> float:
     """Extra time (s) of the first call of a run over the later calls of the same run: the median over
     configurations of first - rest (rows paired by cores, bytes and parameters), at least 0; 0 without
     first-call rows."""
+
     def key(m: Measurement) -> tuple[object, ...]:
         return (m.cores, m.bytes, *sorted((k, str(v)) for k, v in m.params.items() if k != "position"))
 
@@ -329,8 +338,9 @@ def run_start_s(measurements: Sequence[Measurement]) -> float:
 NO_BYTE_TERM_GBPS = 1e6
 
 
-def fit_embedding(measurements: Sequence[Measurement], memory: MemoryFit, overhead: OverheadFit | None = None,
-                  host: HostInfo | None = None) -> list[EmbeddingFit]:
+def fit_embedding(
+    measurements: Sequence[Measurement], memory: MemoryFit, overhead: OverheadFit | None = None, host: HostInfo | None = None
+) -> list[EmbeddingFit]:
     """Per (op, distribution, cores): the fixed, per-row, page-walk and bandwidth terms of the later calls of a
     run, once the op's cold start (the dispatch fit's first-op cost, which the simulator charges each task) is
     taken off, and what the first call of a run costs beyond them (:func:`run_start_s`)."""
@@ -346,10 +356,20 @@ def fit_embedding(measurements: Sequence[Measurement], memory: MemoryFit, overhe
         work = np.array([max(m.time_s - start, 0.5 * m.time_s) for m in ms])
         fixed, a, walk, reload, inv_bw = fit_embedding_terms(np.stack([embedding_features(m, host) for m in ms]), work)
         bw = 1.0 / max(float(inv_bw), 1.0 / (NO_BYTE_TERM_GBPS * 1e9))
-        out.append(EmbeddingFit(op=op, distribution=dist, cores=cores, bandwidth_GBps=_sig(bw / 1e9),  # type: ignore[arg-type]
-                                stream_fraction=_sig(bw / 1e9 / memory.bandwidth_GBps, 4), row_time_ns=_sig(a * 1e9),
-                                walk_time_ns=_sig(walk * 1e9), reload_time_ns=_sig(reload * 1e9), fixed_us=_sig(fixed * 1e6),
-                                run_start_us=_sig(run_start_s(rows) * 1e6)))
+        out.append(
+            EmbeddingFit(
+                op=op,
+                distribution=dist,
+                cores=cores,
+                bandwidth_GBps=_sig(bw / 1e9),  # type: ignore[arg-type]
+                stream_fraction=_sig(bw / 1e9 / memory.bandwidth_GBps, 4),
+                row_time_ns=_sig(a * 1e9),
+                walk_time_ns=_sig(walk * 1e9),
+                reload_time_ns=_sig(reload * 1e9),
+                fixed_us=_sig(fixed * 1e6),
+                run_start_us=_sig(run_start_s(rows) * 1e6),
+            )
+        )
     return out
 
 
@@ -393,8 +413,16 @@ def nonnegative_least_squares(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return best
 
 
-def interaction_time_s(fixed_s: float, sample_s: float, flop_rate: float, bandwidth: float, batch: float, flops: float,
-                       nbytes: float, dispatch: float) -> float:
+def interaction_time_s(
+    fixed_s: float,
+    sample_s: float,
+    flop_rate: float,
+    bandwidth: float,
+    batch: float,
+    flops: float,
+    nbytes: float,
+    dispatch: float,
+) -> float:
     """The simulator's time of one interaction task alone (s): dispatch + fixed + batch x per-sample time, then
     the roofline max(flops / flop_rate, bytes / bandwidth)."""
     return dispatch + fixed_s + batch * sample_s + max(flops / flop_rate, nbytes / bandwidth)
@@ -403,8 +431,9 @@ def interaction_time_s(fixed_s: float, sample_s: float, flop_rate: float, bandwi
 RATE_GRID_POINTS = 161  # log-spaced flop rates tried by the interaction fit, 1e-3 x peak .. peak
 
 
-def fit_interaction(measurements: Sequence[Measurement], memory: MemoryFit, host: HostInfo,
-                    overhead: OverheadFit | None = None) -> list[InteractionFit]:
+def fit_interaction(
+    measurements: Sequence[Measurement], memory: MemoryFit, host: HostInfo, overhead: OverheadFit | None = None
+) -> list[InteractionFit]:
     """Per (direction, cores): the flop rate (searched on a log grid up to the physical peak) and, for each
     rate, the fixed and per-sample times (non-negative least squares) that minimise the relative error of
     :func:`interaction_time_s` over the measured shapes. Bytes stream at the memory fit's bandwidth."""
@@ -430,14 +459,29 @@ def fit_interaction(measurements: Sequence[Measurement], memory: MemoryFit, host
             if err < best[0]:
                 best = (err, float(c[0]), float(c[1]), float(rate))
         _, fixed, sample, rate = best
-        out.append(InteractionFit(direction=direction, cores=cores, fixed_us=_sig(fixed * 1e6), sample_time_ns=_sig(sample * 1e9),  # type: ignore[arg-type]
-                                  GFLOPs=_sig(rate / 1e9)))
+        out.append(
+            InteractionFit(
+                direction=direction,
+                cores=cores,
+                fixed_us=_sig(fixed * 1e6),
+                sample_time_ns=_sig(sample * 1e9),  # type: ignore[arg-type]
+                GFLOPs=_sig(rate / 1e9),
+            )
+        )
     return out
 
 
 def predict_interaction_s(fit: InteractionFit, m: Measurement, memory: MemoryFit, overhead: OverheadFit | None) -> float:
-    return interaction_time_s(fit.fixed_us * 1e-6, fit.sample_time_ns * 1e-9, fit.GFLOPs * 1e9, memory_bandwidth_GBps(memory, m.cores) * 1e9,
-                              float(m.params["batch"]), m.flops, m.bytes, dispatch_s(overhead, m.cores, float(m.params["ops"])))  # fmt: skip
+    return interaction_time_s(
+        fit.fixed_us * 1e-6,
+        fit.sample_time_ns * 1e-9,
+        fit.GFLOPs * 1e9,
+        memory_bandwidth_GBps(memory, m.cores) * 1e9,
+        float(m.params["batch"]),
+        m.flops,
+        m.bytes,
+        dispatch_s(overhead, m.cores, float(m.params["ops"])),
+    )
 
 
 # --- collectives ---------------------------------------------------------------------------------------------
@@ -485,9 +529,18 @@ def fit_collectives(measurements: Sequence[Measurement]) -> list[CollectiveFit]:
     out = []
     for (op, ranks, impl), ms in sorted(groups.items()):
         alpha, beta = fit_alpha_beta([m.bytes for m in ms], [m.time_s for m in ms])
-        out.append(CollectiveFit(op=op, ranks=ranks, implementation=impl, alpha_us=_sig(alpha * 1e6),  # type: ignore[arg-type]
-                                 beta_GBps=_sig(beta / 1e9), bus_bandwidth_GBps=_sig(beta / 1e9 * bus_factor(op, ranks)),
-                                 min_bytes=min(m.bytes for m in ms), max_bytes=max(m.bytes for m in ms)))
+        out.append(
+            CollectiveFit(
+                op=op,
+                ranks=ranks,
+                implementation=impl,
+                alpha_us=_sig(alpha * 1e6),  # type: ignore[arg-type]
+                beta_GBps=_sig(beta / 1e9),
+                bus_bandwidth_GBps=_sig(beta / 1e9 * bus_factor(op, ranks)),
+                min_bytes=min(m.bytes for m in ms),
+                max_bytes=max(m.bytes for m in ms),
+            )
+        )
     return out
 
 
@@ -520,7 +573,15 @@ def predict_s(m: Measurement, model: FittedModel) -> float | None:
         return m.bytes / (memory_bandwidth_GBps(memory, m.cores) * 1e9)
     if m.benchmark == "embedding":
         e = select_embedding_fit(model.embedding, str(m.params["op"]), str(m.params["distribution"]), m.cores)
-        coef = np.array([e.fixed_us * 1e-6, e.row_time_ns * 1e-9, e.walk_time_ns * 1e-9, e.reload_time_ns * 1e-9, 1.0 / (e.bandwidth_GBps * 1e9)])
+        coef = np.array(
+            [
+                e.fixed_us * 1e-6,
+                e.row_time_ns * 1e-9,
+                e.walk_time_ns * 1e-9,
+                e.reload_time_ns * 1e-9,
+                1.0 / (e.bandwidth_GBps * 1e9),
+            ]
+        )
         first = e.run_start_us * 1e-6 if _is_run_start(m) else 0.0
         return dispatch_s(overhead, m.cores, 1.0) + float(embedding_features(m, model.host) @ coef) + first
     if m.benchmark == "interaction":

@@ -39,16 +39,22 @@ class HostInfo(StrictModel):
     threads: Annotated[int, Field(gt=0)] = Field(description="hardware threads online")
     sockets: Annotated[int, Field(gt=0)] = 1
     memory_GB: Positive
-    clock_GHz: Positive = Field(description="the clock peaks use: the highest reported clock, raised where the FMA probe or a "
-                                "measured kernel shows the core runs faster (a VM reports its nominal clock)")
+    clock_GHz: Positive = Field(
+        description="the clock peaks use: the highest reported clock, raised where the FMA probe or a "
+        "measured kernel shows the core runs faster (a VM reports its nominal clock)"
+    )
     reported_clock_GHz: Positive | None = Field(None, description="highest clock /proc or cpufreq reports")
-    clock_source: str = Field("reported", description="what set clock_GHz: a reported source, 'fma probe', or 'measured: <kernel>'")
+    clock_source: str = Field(
+        "reported", description="what set clock_GHz: a reported source, 'fma probe', or 'measured: <kernel>'"
+    )
     flops_per_cycle_fp32: Positive = Field(description="per core, from the ISA flags (see dlrmsim.host.isa_peak)")
     isa: str = Field(description="widest vector ISA seen in the flags")
     peak_fp32_GFLOPs: Positive = Field(description="cores x clock x flops/cycle: the physical fp32 peak")
     memory_bound_GBps: Positive = Field(description="generous physical bound on any memory stream (see host.py)")
     page_bytes: Annotated[int, Field(gt=0)] = Field(4096, description="virtual memory page size (bytes)")
-    l2_bytes: Annotated[int, Field(gt=0)] = Field(1 << 20, description="a core's level-2 cache (bytes): where page-table walks hit or miss")
+    l2_bytes: Annotated[int, Field(gt=0)] = Field(
+        1 << 20, description="a core's level-2 cache (bytes): where page-table walks hit or miss"
+    )
     llc_bytes: Annotated[int, Field(gt=0)] = Field(32 << 20, description="the last-level cache all cores share (bytes)")
     libraries: dict[str, str]
     backend: Literal["numpy", "torch"]
@@ -57,7 +63,6 @@ class HostInfo(StrictModel):
         0.0, description="highest 1-minute load average seen at the start and end of the run (above cores: shared, noisy)"
     )
     quick: bool
-
 
 
 def probe_fp32_GFLOPs_per_core(seconds: float = 0.15) -> float:
@@ -132,12 +137,14 @@ def raise_peak_to(host: HostInfo, gflops_per_core: float, why: str) -> HostInfo:
         soft_wrap=True,
     )
     clock = math.nextafter(clock, math.inf)  # so the measurement's efficiency is 1 at most after rounding
-    return host.model_copy(update={
-        "clock_GHz": clock,
-        "clock_source": f"measured: {why}",
-        "peak_fp32_GFLOPs": host.cores * clock * host.flops_per_cycle_fp32,
-        "memory_bound_GBps": max(host.memory_bound_GBps, host.cores * clock * L1_BYTES_PER_CYCLE),
-    })
+    return host.model_copy(
+        update={
+            "clock_GHz": clock,
+            "clock_source": f"measured: {why}",
+            "peak_fp32_GFLOPs": host.cores * clock * host.flops_per_cycle_fp32,
+            "memory_bound_GBps": max(host.memory_bound_GBps, host.cores * clock * L1_BYTES_PER_CYCLE),
+        }
+    )
 
 
 def steady_allocator() -> bool:
@@ -203,6 +210,15 @@ def host_key(host: HostInfo) -> str:
     # training-step order, streams sampled five times and combined by their median, fresh embedding indices
     # every cycle, a first table shape also cycled over four tables); partial results of another method are
     # not reused.
-    parts = ["run-v9", host.cpu_model, host.vendor, str(host.cores), host.isa, f"{host.memory_GB:.0f}", host.backend, str(host.quick)]
+    parts = [
+        "run-v9",
+        host.cpu_model,
+        host.vendor,
+        str(host.cores),
+        host.isa,
+        f"{host.memory_GB:.0f}",
+        host.backend,
+        str(host.quick),
+    ]
     parts += [f"{k}={v}" for k, v in sorted(host.libraries.items())]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]

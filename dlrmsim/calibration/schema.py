@@ -35,7 +35,9 @@ class GemmTable(StrictModel):
 
     cores: Annotated[int, Field(gt=0)]
     peak_GFLOPs: Positive = Field(description="physical fp32 peak of these cores")
-    points: list[tuple[Positive, Fraction]] = Field(min_length=1, description="[[flops, efficiency], ...] of cubic GEMMs, flops increasing")
+    points: list[tuple[Positive, Fraction]] = Field(
+        min_length=1, description="[[flops, efficiency], ...] of cubic GEMMs, flops increasing"
+    )
     aspect_points: list[tuple[Positive, Positive]] = Field(
         default_factory=list,
         description="[[aspect, factor], ...], aspect increasing: a non-cubic GEMM's efficiency over the cubes' at its "
@@ -97,20 +99,24 @@ class EmbeddingFit(StrictModel):
         0.0, description="time per looked-up row that grows neither with its width nor with the tables (per-row kernel calls)"
     )
     walk_time_ns: Annotated[float, Field(ge=0)] = Field(
-        0.0, description="time per lookup whose page-table walk misses L2, charged as lookups x the miss share of the "
-        "op's tables (engine.costs.page_walk_miss_share); the backward never reads the table"
+        0.0,
+        description="time per lookup whose page-table walk misses L2, charged as lookups x the miss share of the "
+        "op's tables (engine.costs.page_walk_miss_share); the backward never reads the table",
     )
     reload_time_ns: Annotated[float, Field(ge=0)] = Field(
-        0.0, description="update only: time per lookup whose rows the forward and backward left in the last-level cache "
-        "but the rest of the cycle pushed out, charged as lookups x the cycle's miss share (engine.costs.cache_miss_share)"
+        0.0,
+        description="update only: time per lookup whose rows the forward and backward left in the last-level cache "
+        "but the rest of the cycle pushed out, charged as lookups x the cycle's miss share (engine.costs.cache_miss_share)",
     )
     fixed_us: Annotated[float, Field(ge=0)] = Field(
-        0.0, description="time per op that grows with neither lookups nor bytes, beyond the dispatch fit's first-op cost "
-        "(the framework's bag offsets, autograd and sparse-gradient set-up, the thread pool's parallel regions)"
+        0.0,
+        description="time per op that grows with neither lookups nor bytes, beyond the dispatch fit's first-op cost "
+        "(the framework's bag offsets, autograd and sparse-gradient set-up, the thread pool's parallel regions)",
     )
     run_start_us: Annotated[float, Field(ge=0)] = Field(
-        0.0, description="time the first op of a run of this op pays beyond the later ones: its code and framework "
-        "state gone cold while other work ran (benchmarks.timing.POSITIONS); charged once per run (simulator Task.run_start)"
+        0.0,
+        description="time the first op of a run of this op pays beyond the later ones: its code and framework "
+        "state gone cold while other work ran (benchmarks.timing.POSITIONS); charged once per run (simulator Task.run_start)",
     )
 
 
@@ -175,7 +181,9 @@ class Measurement(StrictModel):
     statistic: Literal["median", "min"] = "median"
     spread_pct: Annotated[float, Field(ge=0)] = Field(0.0, description="(max - min) / median over repeats, %")
     repeats: Annotated[int, Field(gt=0)]
-    passes: Annotated[int, Field(gt=0)] = Field(1, description="passes of the plan that measured it; time_s is the fastest pass's (streams: the median pass's)")
+    passes: Annotated[int, Field(gt=0)] = Field(
+        1, description="passes of the plan that measured it; time_s is the fastest pass's (streams: the median pass's)"
+    )
     slowest_pass_s: Positive | None = Field(None, description="the slowest pass's time when passes > 1: how far the host moved")
 
     @property
@@ -203,7 +211,8 @@ class EqCheckRow(StrictModel):
     equation_bytes: Positive = Field(description="Eq. 1 (per rank) or Eq. 2 (all ranks, one direction)")
     moved_bytes: Positive = Field(description="bytes the collective was handed, counted by the implementation, same convention")
     cross_rank_bytes: Annotated[float, Field(ge=0)] = Field(
-        description="bytes that must cross ranks: 2(R-1)/R of the buffer per rank for a ring allreduce, the off-rank blocks of an alltoall"
+        description="bytes that must cross ranks: 2(R-1)/R of the buffer per rank for a ring allreduce, "
+        "the off-rank blocks of an alltoall"
     )
     measured_s: Positive
     model_s: Positive = Field(description="fitted alpha + n / beta for the bytes per rank")
@@ -220,7 +229,9 @@ class Calibration(StrictModel):
     embedding: list[EmbeddingFit] = Field(min_length=1)
     collectives: list[CollectiveFit] = Field(min_length=1)
     overhead: OverheadFit | None = None
-    interaction: list[InteractionFit] = Field(default_factory=list, description="empty: a calibration from before the interaction benchmark")
+    interaction: list[InteractionFit] = Field(
+        default_factory=list, description="empty: a calibration from before the interaction benchmark"
+    )
     measurements: list[Measurement] = []
     fit_quality: list[FitRow] = []
     eq_check: list[EqCheckRow] = []

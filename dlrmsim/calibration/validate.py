@@ -84,6 +84,12 @@ class CaseResult:
     # TorchRec's own planner estimate of the same step (EmbeddingPerfEstimator; tables only) and its error
     planner_s: float | None = None
 
+    @classmethod
+    def of(cls, case: ValidationCase, measured_s: float, predicted_s: float, **rest: Any) -> CaseResult:
+        """The result of ``case``: its error is (predicted - measured) / measured."""
+        error = (predicted_s - measured_s) / measured_s
+        return cls(case.name, measured_s, predicted_s, error, case.ranks, case.threads, case.batch, **rest)
+
     @property
     def planner_error(self) -> float | None:
         return None if self.planner_s is None else (self.planner_s - self.measured_s) / self.measured_s
@@ -139,8 +145,11 @@ def check_case_names(only: list[str] | None, path: Path = CASES_FILE) -> None:
         if name not in names:
             guess = closest(name, names)
             hint = f"did you mean '{guess}'? " if guess else ""
-            raise DlrmsimError(f"unknown validation case '{name}'", field="--case",
-                               fix=f"{hint}cases: {', '.join(names)} (dlrmsim validate --list-cases)")
+            raise DlrmsimError(
+                f"unknown validation case '{name}'",
+                field="--case",
+                fix=f"{hint}cases: {', '.join(names)} (dlrmsim validate --list-cases)",
+            )
 
 
 def load_cases(path: Path = CASES_FILE, only: list[str] | None = None) -> list[ValidationCase]:
@@ -202,7 +211,18 @@ def predict(case: ValidationCase, cal: Calibration, fuse_backward_update: bool =
     df = records_frame(res.records)
     phases: dict[str, float] = {}
     if not df.empty:
-        kinds = ["gemm", "elementwise", "embedding", "embedding_bwd", "interaction", "interaction_bwd", "update", "optimizer", "copy", "conflicts"]
+        kinds = [
+            "gemm",
+            "elementwise",
+            "embedding",
+            "embedding_bwd",
+            "interaction",
+            "interaction_bwd",
+            "update",
+            "optimizer",
+            "copy",
+            "conflicts",
+        ]
         tasks = df[df["kind"].isin(kinds) & df["rank"].eq(0)]
         for (name, cat), part in tasks.groupby(["name", "category"]):
             ph = sim_phase(str(name), str(cat))
@@ -214,8 +234,9 @@ def predict(case: ValidationCase, cal: Calibration, fuse_backward_update: bool =
 
 
 def measure(case: ValidationCase, backend: str, iterations: int, warmup: int) -> tuple[float, dict[str, float]]:
-    m = run_dlrm_iteration(case.workload, case.batch, ranks=case.ranks, threads=case.threads, backend=backend,
-                           iterations=iterations, warmup=warmup)  # fmt: skip
+    m = run_dlrm_iteration(
+        case.workload, case.batch, ranks=case.ranks, threads=case.threads, backend=backend, iterations=iterations, warmup=warmup
+    )
     phases = dict(m.phases_s)
     merged = {"alltoall": phases.pop("alltoall_fwd", 0.0) + phases.pop("alltoall_bwd", 0.0)}
     merged.update(phases)
@@ -230,13 +251,19 @@ def measure_target(case: ValidationCase, against: str, reference: Path | None, s
     planner estimate (s) when the target is TorchRec."""
     if against == "torchrec":
         if case.ranks != 1:
-            raise DlrmsimError(f"case {case.name}: the TorchRec target runs one rank", field="--case",
-                               fix="pick 1-rank cases (multi-rank TorchRec needs DistributedModelParallel, not built yet)")  # fmt: skip
+            raise DlrmsimError(
+                f"case {case.name}: the TorchRec target runs one rank",
+                field="--case",
+                fix="pick 1-rank cases (multi-rank TorchRec needs DistributedModelParallel, not built yet)",
+            )
         m = measure_step(case.workload, case.batch, case.threads, "fused", samples=samples)
         return list(m.samples_s), planner_estimate(case.workload, case.batch).step_s
     if reference is None:
-        raise DlrmsimError("--against reference needs --reference PATH", field="--reference",
-                           fix="clone https://github.com/facebookresearch/dlrm into a temporary directory and pass its path")  # fmt: skip
+        raise DlrmsimError(
+            "--against reference needs --reference PATH",
+            field="--reference",
+            fix="clone https://github.com/facebookresearch/dlrm into a temporary directory and pass its path",
+        )
     m = measure_reference(reference, case.workload, case.batch, ranks=case.ranks, threads=case.threads, iterations=10 * samples)
     return list(m.samples_s), None
 
@@ -293,14 +320,24 @@ def run_validation(
         measured, mphases = runs[case.name][kept]
         predicted, pphases = predictions[case.name]
         probe_worst = drift.worst(drift_rounds[kept]) if drift_rounds else None
-        results.append(CaseResult(case.name, measured, predicted, (predicted - measured) / measured, case.ranks,
-                                  case.threads, case.batch, mphases, pphases, [t for t, _ in runs[case.name]], kept,
-                                  probe_worst.ratio if probe_worst is not None else None))  # fmt: skip
+        results.append(
+            CaseResult.of(
+                case,
+                measured,
+                predicted,
+                measured_phases_s=mphases,
+                predicted_phases_s=pphases,
+                measured_rounds_s=[t for t, _ in runs[case.name]],
+                kept_round=kept,
+                drift_ratio=probe_worst.ratio if probe_worst is not None else None,
+            )
+        )
     return ValidationReport(results, str(calibration_path), backend, drift_rounds)
 
 
-def _validate_target(cal: Calibration, path: Path, against: str, reference: Path | None, only: list[str] | None, samples: int,
-                     progress: bool) -> ValidationReport:  # fmt: skip
+def _validate_target(
+    cal: Calibration, path: Path, against: str, reference: Path | None, only: list[str] | None, samples: int, progress: bool
+) -> ValidationReport:
     """Each case run by another implementation (samples of whole steps, median kept) against the prediction."""
     cases = load_cases(only=only)
     if against == "torchrec":
@@ -314,15 +351,42 @@ def _validate_target(cal: Calibration, path: Path, against: str, reference: Path
             measured = statistics.median(runs)
             # TorchRec's fused embedding updates rows inside backward: no gradient rows are written and read back.
             predicted, pphases = predict(case, cal, fuse_backward_update=against == "torchrec")
-            results.append(CaseResult(case.name, measured, predicted, (predicted - measured) / measured, case.ranks, case.threads,
-                                      case.batch, {}, pphases, runs, 0, None, against, planner))  # fmt: skip
+            results.append(
+                CaseResult.of(
+                    case,
+                    measured,
+                    predicted,
+                    predicted_phases_s=pphases,
+                    measured_rounds_s=runs,
+                    target=against,
+                    planner_s=planner,
+                )
+            )
             bar.advance(task)
     return ValidationReport(results, str(path), against, [])
 
 
-RESULT_COLUMNS = ("date", "host", "cpu_model", "cores", "load_average", "versions", "calibration", "target", "case", "ranks",
-                  "threads", "batch", "measured_median_s", "measured_spread", "measured_samples_s", "predicted_s", "error",
-                  "planner_s", "planner_error")  # fmt: skip
+RESULT_COLUMNS = (
+    "date",
+    "host",
+    "cpu_model",
+    "cores",
+    "load_average",
+    "versions",
+    "calibration",
+    "target",
+    "case",
+    "ranks",
+    "threads",
+    "batch",
+    "measured_median_s",
+    "measured_spread",
+    "measured_samples_s",
+    "predicted_s",
+    "error",
+    "planner_s",
+    "planner_error",
+)
 
 
 def write_results_csv(report: ValidationReport, directory: Path) -> Path:
@@ -346,10 +410,27 @@ def write_results_csv(report: ValidationReport, directory: Path) -> Path:
         out.writerow(RESULT_COLUMNS)
         for c in report.cases:
             runs = c.measured_rounds_s or [c.measured_s]
-            out.writerow([now.isoformat(), platform.node(), host.model, host.cores, f"{load:.2f}",
-                          ";".join(f"{k}={v}" for k, v in sorted(versions.items())), report.calibration, report.backend,
-                          c.name, c.ranks, c.threads, c.batch, f"{c.measured_s:.6g}", f"{c.spread:.4f}",
-                          ";".join(f"{t:.6g}" for t in runs), f"{c.predicted_s:.6g}", f"{c.error:.4f}",
-                          "" if c.planner_s is None else f"{c.planner_s:.6g}",
-                          "" if c.planner_error is None else f"{c.planner_error:.4f}"])  # fmt: skip
+            out.writerow(
+                [
+                    now.isoformat(),
+                    platform.node(),
+                    host.model,
+                    host.cores,
+                    f"{load:.2f}",
+                    ";".join(f"{k}={v}" for k, v in sorted(versions.items())),
+                    report.calibration,
+                    report.backend,
+                    c.name,
+                    c.ranks,
+                    c.threads,
+                    c.batch,
+                    f"{c.measured_s:.6g}",
+                    f"{c.spread:.4f}",
+                    ";".join(f"{t:.6g}" for t in runs),
+                    f"{c.predicted_s:.6g}",
+                    f"{c.error:.4f}",
+                    "" if c.planner_s is None else f"{c.planner_s:.6g}",
+                    "" if c.planner_error is None else f"{c.planner_error:.4f}",
+                ]
+            )
     return path

@@ -42,7 +42,12 @@ def matrix_efficiency(spec: ComputeSpec, flops: float, nbytes: float, precision:
 
 
 def task_flop_rate(
-    spec: ComputeSpec, flops: float, cores: float, precision: str = "fp32", share: float = 1.0, kind: str = "gemm",
+    spec: ComputeSpec,
+    flops: float,
+    cores: float,
+    precision: str = "fp32",
+    share: float = 1.0,
+    kind: str = "gemm",
     nbytes: float = 0.0,
 ) -> float:
     """Achieved flop/s of a task on ``cores`` of ``spec``: cores/spec.cores * peak * efficiency * share.
@@ -140,8 +145,15 @@ def page_walk_miss_share(tables_bytes: float, page_bytes: float, l2_bytes: float
     return cache_miss_share(tables_bytes / page_bytes * PAGE_TABLE_ENTRY_BYTES, l2_bytes)
 
 
-def fixed_time_s(spec: ComputeSpec, kind: str, ops: float, rows: float, tables_bytes: float = 0.0, reuse_bytes: float = 0.0,
-                 run_start: bool = False) -> float:
+def fixed_time_s(
+    spec: ComputeSpec,
+    kind: str,
+    ops: float,
+    rows: float,
+    tables_bytes: float = 0.0,
+    reuse_bytes: float = 0.0,
+    run_start: bool = False,
+) -> float:
     """Time (s) of a task that neither flops nor bytes explain: dispatch of its ``ops`` framework ops, the
     kind's fixed time per task, its run-start time when it is the first of a run of its kind (``run_start``),
     and per item of its ``rows``: the kind's time per item, the share of lookups into ``tables_bytes`` of
@@ -201,7 +213,9 @@ class ProgressThreadInterference:
     comm_slowdown: float
 
 
-def progress_thread_interference(stolen_cores: float, compute_cores: float, barrier_synchronized: bool) -> ProgressThreadInterference:
+def progress_thread_interference(
+    stolen_cores: float, compute_cores: float, barrier_synchronized: bool
+) -> ProgressThreadInterference:
     """The interference formula: an unpinned progress thread takes ``stolen_cores`` (0..1 of one core when it
     time-slices one core with a compute thread; 0.5 for a fair OS scheduler) from ``compute_cores`` compute cores.
 

@@ -263,7 +263,16 @@ class FluidScheduler:
                 self._push_delayed(d, sub)
 
     def add_one(
-        self, work: float, cap: float, cap_slow: float, trig: int, rank_a: int, rank_b: int, tag: int, res: int, owner: int,
+        self,
+        work: float,
+        cap: float,
+        cap_slow: float,
+        trig: int,
+        rank_a: int,
+        rank_b: int,
+        tag: int,
+        res: int,
+        owner: int,
         share: float = 1.0,
     ) -> None:
         """Start one activity now (the common case of a compute task): ``res`` the one resource it draws
@@ -488,7 +497,9 @@ class FluidScheduler:
             owners, tags, issued = owners[order], tags[order], issued[order]
             uniq, starts = np.unique(owners, return_index=True)
             bounds = starts.tolist() + [len(owners)]
-            groups = [(oid, tags[bounds[k] : bounds[k + 1]], issued[bounds[k] : bounds[k + 1]]) for k, oid in enumerate(uniq.tolist())]
+            groups = [
+                (oid, tags[bounds[k] : bounds[k + 1]], issued[bounds[k] : bounds[k + 1]]) for k, oid in enumerate(uniq.tolist())
+            ]
         for oid, tg, iss in groups:
             owner = self._owners[oid]
             self._owner_left[oid] -= len(tg)
@@ -574,7 +585,9 @@ class FluidScheduler:
     def load(self) -> np.ndarray:
         """Current load of every resource (units/s): what the latest rates draw."""
         m = self._m
-        return np.bincount(self._E[1, :m], weights=self._EW[:m] * self._F[_RATE, : self._n][self._E[0, :m]], minlength=len(self.res_cap))
+        return np.bincount(
+            self._E[1, :m], weights=self._EW[:m] * self._F[_RATE, : self._n][self._E[0, :m]], minlength=len(self.res_cap)
+        )
 
 
 def _subset_packed(packed: tuple, mask: np.ndarray) -> tuple:
@@ -598,7 +611,17 @@ def _subset(b: Batch, mask: np.ndarray) -> Batch:
     newpos[idx] = np.arange(len(idx))
     em = mask[b.e_act]
     return Batch(
-        work=b.work[idx], cap=b.cap[idx], cap_slow=b.cap_slow[idx], trig=b.trig[idx], rank_a=b.rank_a[idx],
-        rank_b=b.rank_b[idx], tag=b.tag[idx], e_act=newpos[b.e_act[em]], e_res=b.e_res[em], e_w=b.e_w[em],
-        owner=b.owner, t_issue=b.t_issue, share=None if b.share is None else b.share[idx],
+        work=b.work[idx],
+        cap=b.cap[idx],
+        cap_slow=b.cap_slow[idx],
+        trig=b.trig[idx],
+        rank_a=b.rank_a[idx],
+        rank_b=b.rank_b[idx],
+        tag=b.tag[idx],
+        e_act=newpos[b.e_act[em]],
+        e_res=b.e_res[em],
+        e_w=b.e_w[em],
+        owner=b.owner,
+        t_issue=b.t_issue,
+        share=None if b.share is None else b.share[idx],
     )

@@ -244,8 +244,14 @@ class Network:
         res = np.fromiter((p[0] for p in flat), dtype=np.int32, count=len(flat))
         w = np.fromiter((p[1] for p in flat), dtype=np.float64, count=len(flat))
         return SourceRoutes(
-            ptr=ptr, res=res, w=w, latency=np.asarray(latency), overhead=np.asarray(overhead),
-            lane_cap=np.asarray(lanecap), nic=np.asarray(nic), reachable=np.zeros(0, dtype=bool),
+            ptr=ptr,
+            res=res,
+            w=w,
+            latency=np.asarray(latency),
+            overhead=np.asarray(overhead),
+            lane_cap=np.asarray(lanecap),
+            nic=np.asarray(nic),
+            reachable=np.zeros(0, dtype=bool),
         )
 
     def _hashed_routes(self, src: int, order: list[int], preds: list[list[tuple[int, int]]]) -> SourceRoutes:
@@ -265,8 +271,14 @@ class Network:
         paths[src] = [((src,), (), 0.0, 0.0, math.inf, False)]
 
         def ext(p: Path, x: int, y: int, rid: int) -> Path:
-            return (p[0] + (y,), p[1] + (rid,), p[2] + lat[rid] + (nlat[x] if x != src else 0.0), max(p[3], ovh[rid]),
-                    min(p[4], lane[rid]), p[5] or not one[rid])
+            return (
+                p[0] + (y,),
+                p[1] + (rid,),
+                p[2] + lat[rid] + (nlat[x] if x != src else 0.0),
+                max(p[3], ovh[rid]),
+                min(p[4], lane[rid]),
+                p[5] or not one[rid],
+            )
 
         def get(y: int) -> list[Path]:
             if paths[y] is None:
@@ -304,7 +316,9 @@ class Network:
         np.cumsum(lens, out=ptr[1:])
         res = np.fromiter(chain.from_iterable(rids), dtype=np.int32, count=int(ptr[-1]))
         return SourceRoutes(
-            ptr=ptr, res=res, w=np.ones(len(res)),
+            ptr=ptr,
+            res=res,
+            w=np.ones(len(res)),
             latency=np.fromiter((c[2] for c in chosen), dtype=float, count=n),
             overhead=np.fromiter((c[3] for c in chosen), dtype=float, count=n),
             lane_cap=np.fromiter((c[4] for c in chosen), dtype=float, count=n),

@@ -61,8 +61,16 @@ class RecordLog:
         self._n_buf += 1
 
     def add_many(
-        self, kind: str, name: str, category: str, collective_id: int | None, rank: np.ndarray, peer: np.ndarray | None,
-        nbytes: np.ndarray, start: np.ndarray, end: float,
+        self,
+        kind: str,
+        name: str,
+        category: str,
+        collective_id: int | None,
+        rank: np.ndarray,
+        peer: np.ndarray | None,
+        nbytes: np.ndarray,
+        start: np.ndarray,
+        end: float,
     ) -> None:
         """Records of a batch of flows or reductions that ended together at ``end`` (arrays per record)."""
         self._buf.append((None, kind, name, category, collective_id, rank, peer, nbytes, start, end))
@@ -86,9 +94,20 @@ class RecordLog:
                     _, kind, name, cat, cid, rank, peer, nbytes, start, end = item
                     n = len(rank)
                     out.extend(
-                        map(Record, rank.tolist(), repeat(kind, n), repeat(name, n), repeat(cat, n), start.tolist(), repeat(end, n),
-                            nbytes.tolist(), repeat(0.0, n), repeat(-1, n) if peer is None else peer.tolist(), repeat(None, n),
-                            repeat(cid, n))
+                        map(
+                            Record,
+                            rank.tolist(),
+                            repeat(kind, n),
+                            repeat(name, n),
+                            repeat(cat, n),
+                            start.tolist(),
+                            repeat(end, n),
+                            nbytes.tolist(),
+                            repeat(0.0, n),
+                            repeat(-1, n) if peer is None else peer.tolist(),
+                            repeat(None, n),
+                            repeat(cid, n),
+                        )
                     )
             finally:
                 if paused:

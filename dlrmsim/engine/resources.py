@@ -45,7 +45,9 @@ class CommSettings(StrictModel):
         2.0, ge=0, description="memory bytes per network byte at each end when the path crosses a NIC stack (a copy: read+write)"
     )
     reduce_traffic_factor: float = Field(3.0, ge=0, description="memory bytes per reduced byte (read two operands, write one)")
-    reduction_cores: float | None = Field(None, gt=0, description="cores doing reduction arithmetic; default max(pinned_cores, 1)")
+    reduction_cores: float | None = Field(
+        None, gt=0, description="cores doing reduction arithmetic; default max(pinned_cores, 1)"
+    )
     rendezvous: bool = Field(
         True,
         description="a collective step's flow starts when both ends have reached that step (large-message rendezvous); "
@@ -135,7 +137,9 @@ class RankResources:
         }
         # Share of each compute core left to compute threads while the unpinned progress thread is busy.
         if comm.progress_thread_unpinned:
-            self.interfered_share = progress_thread_interference(comm.stolen_cores, self.compute_cores, comm.barrier_synchronized).compute_share
+            self.interfered_share = progress_thread_interference(
+                comm.stolen_cores, self.compute_cores, comm.barrier_synchronized
+            ).compute_share
         else:
             self.interfered_share = 1.0
 

@@ -139,7 +139,9 @@ class Simulation:
             )
         if overhead_s < 0:
             raise DlrmsimError(f"task '{name}' has a negative overhead", field="overhead_s")
-        return self.env.process(self._compute(rank, name, float(flops), float(bytes), kind, precision, c, category, pool, overhead_s))
+        return self.env.process(
+            self._compute(rank, name, float(flops), float(bytes), kind, precision, c, category, pool, overhead_s)
+        )
 
     def _compute(self, rank, name, flops, nbytes, kind, precision, cores, category, pool, overhead_s=0.0):  # noqa: ANN001, ANN202
         container = self.rank_resources[rank].pool(pool)
@@ -191,7 +193,9 @@ class Simulation:
         self._task_cache[key] = got
         return got
 
-    def task_batch(self, rank: int, flops: float, nbytes: float, precision: str, cores: float, interferable: bool = True) -> Batch:
+    def task_batch(
+        self, rank: int, flops: float, nbytes: float, precision: str, cores: float, interferable: bool = True
+    ) -> Batch:
         """The fluid activity of one task (rate caps from the roofline; see :mod:`dlrmsim.engine.costs`)."""
         work, cap, cap_s, trig, res = self._task_params(rank, flops, nbytes, precision, cores, interferable)
         if res >= 0:
@@ -199,9 +203,17 @@ class Simulation:
         else:
             e_act, e_res, e_w = _I0, _I0, np.zeros(0)
         return Batch(
-            work=np.array([work]), cap=np.array([cap]), cap_slow=np.array([cap_s]),
-            trig=np.array([trig]), rank_a=np.array([rank]), rank_b=np.array([-1]),
-            tag=np.zeros(1, dtype=np.int64), e_act=e_act, e_res=e_res, e_w=e_w, share=np.array([float(cores)]),
+            work=np.array([work]),
+            cap=np.array([cap]),
+            cap_slow=np.array([cap_s]),
+            trig=np.array([trig]),
+            rank_a=np.array([rank]),
+            rank_b=np.array([-1]),
+            tag=np.zeros(1, dtype=np.int64),
+            e_act=e_act,
+            e_res=e_res,
+            e_w=e_w,
+            share=np.array([float(cores)]),
         )
 
     def reduction_cap(self, rank: int, nbytes: float, cores: float) -> float:
@@ -214,7 +226,9 @@ class Simulation:
         return got
 
     # ---- flows ----------------------------------------------------------------------------------------
-    def flow_batch(self, src_nodes: np.ndarray, dst_nodes: np.ndarray, nbytes: np.ndarray, tags: np.ndarray) -> tuple[Batch, np.ndarray]:
+    def flow_batch(
+        self, src_nodes: np.ndarray, dst_nodes: np.ndarray, nbytes: np.ndarray, tags: np.ndarray
+    ) -> tuple[Batch, np.ndarray]:
         """Fluid activities (and their start delays, s) for flows between node ids."""
         net = self.network
         fa = net.build_flows(src_nodes, dst_nodes, nbytes)
@@ -222,12 +236,22 @@ class Simulation:
         rb = net.node_rank[dst_nodes]
         slow = self.comm.comm_slowdown if self.comm.progress_thread_unpinned else 1.0
         batch = Batch(
-            work=fa.work, cap=fa.cap, cap_slow=fa.cap / slow, trig=np.full(len(fa.work), TRIG_COMM, dtype=np.int64),
-            rank_a=ra, rank_b=rb, tag=np.asarray(tags, dtype=np.int64), e_act=fa.e_act, e_res=fa.e_res, e_w=fa.e_w,
+            work=fa.work,
+            cap=fa.cap,
+            cap_slow=fa.cap / slow,
+            trig=np.full(len(fa.work), TRIG_COMM, dtype=np.int64),
+            rank_a=ra,
+            rank_b=rb,
+            tag=np.asarray(tags, dtype=np.int64),
+            e_act=fa.e_act,
+            e_res=fa.e_res,
+            e_w=fa.e_w,
         )
         return batch, fa.delay
 
-    def transfer(self, src_rank: int, dst_rank: int, nbytes: float, *, name: str, kind: str = "p2p", category: str = "comm") -> simpy.Event:
+    def transfer(
+        self, src_rank: int, dst_rank: int, nbytes: float, *, name: str, kind: str = "p2p", category: str = "comm"
+    ) -> simpy.Event:
         """Send ``nbytes`` from one rank to another; the event fires when the last byte has arrived.
 
         Time alone: path latency + per-message overheads + nbytes / bottleneck bandwidth. Recorded as one
@@ -239,7 +263,9 @@ class Simulation:
         ev = self._transfer(int(net.rank_node[src_rank]), int(net.rank_node[dst_rank]), nbytes, name, kind, category)
         return self._ordered(ev, [src_rank, dst_rank])
 
-    def transfer_nodes(self, src_node: str, dst_node: str, nbytes: float, *, name: str, kind: str = "p2p", category: str = "comm") -> simpy.Event:
+    def transfer_nodes(
+        self, src_node: str, dst_node: str, nbytes: float, *, name: str, kind: str = "p2p", category: str = "comm"
+    ) -> simpy.Event:
         """Like :meth:`transfer` between any two graph nodes (a host CPU, a switch-attached device, a rank)."""
         net = self.network
         for n in (src_node, dst_node):
@@ -257,7 +283,9 @@ class Simulation:
         done = self.env.event()
         src_rank, dst_rank = int(net.node_rank[s]), int(net.node_rank[d])
         res = None if (src_rank >= 0 and dst_rank >= 0) else f"{net.nodes[s]}->{net.nodes[d]}"
-        owner = _TransferOwner(self, done, Record(src_rank, kind, name, category, 0.0, 0.0, float(nbytes), peer=dst_rank, resource=res))
+        owner = _TransferOwner(
+            self, done, Record(src_rank, kind, name, category, 0.0, 0.0, float(nbytes), peer=dst_rank, resource=res)
+        )
         batch, delay = self.flow_batch(np.array([s]), np.array([d]), np.array([float(nbytes)]), np.zeros(1, dtype=np.int64))
         batch.owner = self.fluid.register(owner, 1)
         self.fluid.add(batch, delay)
@@ -373,7 +401,15 @@ class _CollectiveRun:
     """
 
     def __init__(
-        self, sim: Simulation, op: str, ranks: list[int], phases: list[Phase], name: str, category: str, cid: int, nbytes: float,
+        self,
+        sim: Simulation,
+        op: str,
+        ranks: list[int],
+        phases: list[Phase],
+        name: str,
+        category: str,
+        cid: int,
+        nbytes: float,
         algo: str,
     ) -> None:
         self.sim = sim
@@ -426,8 +462,15 @@ class _CollectiveRun:
         if self.skip_on:
             red_k = self.red.reshape(K, p) > 0 if self.reduce_on else np.zeros((K, p), dtype=bool)
             self.own = np.asarray(counts) + red_k.sum(axis=1)  # activities each phase starts in all
-            sig = [(self.fsrc[self.fk == k].tobytes(), self.fdst[self.fk == k].tobytes(), self.fnb[self.fk == k].tobytes(),
-                    self.red[k * p : (k + 1) * p].tobytes()) for k in range(K)]  # fmt: skip
+            sig = [
+                (
+                    self.fsrc[self.fk == k].tobytes(),
+                    self.fdst[self.fk == k].tobytes(),
+                    self.fnb[self.fk == k].tobytes(),
+                    self.red[k * p : (k + 1) * p].tobytes(),
+                )
+                for k in range(K)
+            ]
             # run[k]: how many phases from k on have phase k's exact flows and reductions
             self.run = np.ones(K, dtype=np.int64)
             for k in range(K - 2, -1, -1):
@@ -556,9 +599,18 @@ class _CollectiveRun:
         cap = np.array([sim.reduction_cap(r, w, cores) for r, w in zip(g.tolist(), work.tolist(), strict=True)])
         mem = sim.network.mem[self.nodes[rs]]
         batch = Batch(
-            work=work, cap=cap, cap_slow=cap, trig=np.full(n, TRIG_NONE, dtype=np.int64), rank_a=g,
-            rank_b=np.full(n, -1, dtype=np.int64), tag=-(rs + 1), e_act=np.arange(n, dtype=np.int64), e_res=mem.astype(np.int64),
-            e_w=np.ones(n), owner=self.oid, share=np.full(n, float(cores)),  # reduced on `cores` cores
+            work=work,
+            cap=cap,
+            cap_slow=cap,
+            trig=np.full(n, TRIG_NONE, dtype=np.int64),
+            rank_a=g,
+            rank_b=np.full(n, -1, dtype=np.int64),
+            tag=-(rs + 1),
+            e_act=np.arange(n, dtype=np.int64),
+            e_res=mem.astype(np.int64),
+            e_w=np.ones(n),
+            owner=self.oid,
+            share=np.full(n, float(cores)),  # reduced on `cores` cores
         )
         sim.fluid.add(batch)
 
@@ -573,7 +625,9 @@ class _CollectiveRun:
             if self.sim.record_flows:
                 f = self.sim.comm.reduce_traffic_factor
                 rb = self.red[self.cur[rs] * p + rs]
-                self.sim._log.add_many("reduce", self.name, self.category, self.cid, self.g[rs], None, rb * f, t_issue[is_red], now)
+                self.sim._log.add_many(
+                    "reduce", self.name, self.category, self.cid, self.g[rs], None, rb * f, t_issue[is_red], now
+                )
             advance.append(rs)
             keep = ~is_red
             ft, ti = tags[keep], t_issue[keep]
@@ -605,7 +659,19 @@ class _CollectiveRun:
         now = self.env.now
         for r in rs.tolist():
             self.sim._log.add(
-                (self.global_ranks[r], self.op, self.name, self.category, self.start_t, now, self.nbytes, 0.0, -1, self.algo, self.cid)
+                (
+                    self.global_ranks[r],
+                    self.op,
+                    self.name,
+                    self.category,
+                    self.start_t,
+                    now,
+                    self.nbytes,
+                    0.0,
+                    -1,
+                    self.algo,
+                    self.cid,
+                )
             )
             self.rank_events[r].succeed(now)
         self.n_done += len(rs)

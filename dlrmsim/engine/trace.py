@@ -83,8 +83,16 @@ def _us(ns: int) -> float:
 
 def _slice(rec: Record, span: tuple[int, int], pid: int, tid: int, args: dict) -> dict:
     start, end = span
-    return {"ph": "X", "name": rec.name, "cat": rec.category, "pid": pid, "tid": tid, "ts": _us(start),
-            "dur": _us(end - start), "args": args}  # fmt: skip
+    return {
+        "ph": "X",
+        "name": rec.name,
+        "cat": rec.category,
+        "pid": pid,
+        "tid": tid,
+        "ts": _us(start),
+        "dur": _us(end - start),
+        "args": args,
+    }
 
 
 def _meta(kind: str, pid: int, name: str, tid: int | None = None, sort: int | None = None) -> list[dict]:
@@ -94,7 +102,9 @@ def _meta(kind: str, pid: int, name: str, tid: int | None = None, sort: int | No
     out = [ev]
     if sort is not None:
         key = "thread_sort_index" if tid is not None else "process_sort_index"
-        out.append({"ph": "M", "name": key, "pid": pid, **({"tid": tid} if tid is not None else {}), "args": {"sort_index": sort}})
+        out.append(
+            {"ph": "M", "name": key, "pid": pid, **({"tid": tid} if tid is not None else {}), "args": {"sort_index": sort}}
+        )
     return out
 
 
@@ -127,7 +137,13 @@ def trace_events(records: list[Record], topology: Topology | None = None, max_li
                 suffix = f" {lane + 1}" if lane else ""
                 events += _meta("thread_name", pid, f"{label.split(' (')[0]}: {track}{suffix}", tid=tid, sort=tid)
             for rec, span, lane in zip(recs, spans, lanes, strict=True):
-                args = {"kind": rec.kind, "bytes": rec.bytes, "flops": rec.flops, "peer": rec.peer, "collective_id": rec.collective_id}
+                args = {
+                    "kind": rec.kind,
+                    "bytes": rec.bytes,
+                    "flops": rec.flops,
+                    "peer": rec.peer,
+                    "collective_id": rec.collective_id,
+                }
                 events.append(_slice(rec, span, pid, base + lane * _LANE_STRIDE, args))
     flowish = [rec for (_, track), recs in groups.items() if track == "flows" for rec in recs]
     if topology is not None and flowish:

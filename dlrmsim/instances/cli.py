@@ -31,7 +31,9 @@ def _syncs(text: str) -> list[str]:
         return list(SYNC_SCHEMES[:3])
     for name in names or [text]:
         if name not in SYNC_SCHEMES:
-            raise DlrmsimError(f"unknown sync scheme '{name}'", field="--sync", fix=f"use {', '.join(SYNC_SCHEMES)} or all (comma-separated)")
+            raise DlrmsimError(
+                f"unknown sync scheme '{name}'", field="--sync", fix=f"use {', '.join(SYNC_SCHEMES)} or all (comma-separated)"
+            )
     return names
 
 
@@ -56,14 +58,29 @@ def _rows(points: list[InstancePoint]) -> list[tuple]:
     ]
 
 
-COLUMNS = ["per socket", "per node", "cores/inst", "batch/inst", "samples/s", "vs first", "iter ms", "mem BW util",
-           "core busy", "flop util", "sync ms", "sync cores"]
+COLUMNS = [
+    "per socket",
+    "per node",
+    "cores/inst",
+    "batch/inst",
+    "samples/s",
+    "vs first",
+    "iter ms",
+    "mem BW util",
+    "core busy",
+    "flop util",
+    "sync ms",
+    "sync cores",
+]
 
 
 def print_result(res: InstancesResult) -> None:
     sync = res.points[0].sync if res.points else ""
-    title = (f"{res.workload} ({res.workload_kind}) on {res.topology}: {res.sockets} sockets, batch {res.batch_per_socket} per socket, "
-             f"sync {sync}, model {res.model_bytes / 1e6:.1f} MB")
+    title = (
+        f"{res.workload} ({res.workload_kind}) on {res.topology}: {res.sockets} sockets, batch {res.batch_per_socket} "
+        f"per socket, "
+        f"sync {sync}, model {res.model_bytes / 1e6:.1f} MB"
+    )
     print_table(title, COLUMNS, _rows(res.points))
 
 
@@ -73,15 +90,24 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def instances(
         topology: str = typer.Option("clx-2s-56c", "--topology", "-t", help="topology preset or YAML path (one rank per socket)"),
-        workload: str = typer.Option("small", "--workload", "-w", help="DLRM preset (small, ...), layer-list preset (resnet-like, mlp-like) or YAML"),
+        workload: str = typer.Option(
+            "small", "--workload", "-w", help="DLRM preset (small, ...), layer-list preset (resnet-like, mlp-like) or YAML"
+        ),
         instances: str = typer.Option("1,2,4,7,14,28", "--instances", "-k", help="comma-separated instance counts (see --per)"),
-        per: str = typer.Option("socket", "--per", help="socket: counts are per socket (NUMA node); node: per node (all sockets)"),
-        sync: str = typer.Option("gradient_server", "--sync",
-                                 help="gradient_server | parameter_server | ring_allreduce | none, comma-separated, or all"),
+        per: str = typer.Option(
+            "socket", "--per", help="socket: counts are per socket (NUMA node); node: per node (all sockets)"
+        ),
+        sync: str = typer.Option(
+            "gradient_server",
+            "--sync",
+            help="gradient_server | parameter_server | ring_allreduce | none, comma-separated, or all",
+        ),
         batch: int | None = typer.Option(None, "--batch", help="samples per socket per iteration (default: the workload's)"),
         settings: str = typer.Option("default", "--settings", help="instance settings preset or YAML (delay, jitter, ...)"),
         settings_set: list[str] = typer.Option([], "--settings-set", help="PATH=VALUE on the settings YAML"),
-        sockets: int | None = typer.Option(None, "--sockets", help="scale the topology's fabric to N sockets (as --topology-set fabric.endpoints=N)"),
+        sockets: int | None = typer.Option(
+            None, "--sockets", help="scale the topology's fabric to N sockets (as --topology-set fabric.endpoints=N)"
+        ),
         topo_set: list[str] = typer.Option([], "--topology-set", help="what-if: PATH=VALUE on the topology YAML"),
         wl_set: list[str] = typer.Option([], "--workload-set", help="what-if: PATH=VALUE on the workload YAML"),
         json_out: bool = typer.Option(False, "--json", help="print one JSON document"),
@@ -98,9 +124,16 @@ def register(app: typer.Typer) -> None:
             cfg = validate(
                 InstancesConfig,
                 {
-                    "topology": topology, "workload": workload, "instances": counts, "per": per, "sync": s, "batch": batch,
-                    "settings": settings, "settings_overrides": parse_sets(settings_set, "--settings-set"),
-                    "topology_overrides": topology_overrides, "workload_overrides": parse_sets(wl_set, "--workload-set"),
+                    "topology": topology,
+                    "workload": workload,
+                    "instances": counts,
+                    "per": per,
+                    "sync": s,
+                    "batch": batch,
+                    "settings": settings,
+                    "settings_overrides": parse_sets(settings_set, "--settings-set"),
+                    "topology_overrides": topology_overrides,
+                    "workload_overrides": parse_sets(wl_set, "--workload-set"),
                 },
                 "command line",
             )

@@ -158,7 +158,9 @@ class InstanceWorkload:
             if self.kind == "layers":
                 self._cache[key] = _layer_tasks(self.source, batch)
             else:
-                self._cache[key] = _dlrm_tasks(self.source, batch, key[1], spec.memory_bandwidth_Bps / (spec.saturation_cores or spec.cores))
+                self._cache[key] = _dlrm_tasks(
+                    self.source, batch, key[1], spec.memory_bandwidth_Bps / (spec.saturation_cores or spec.cores)
+                )
         return self._cache[key]
 
     def sparse_bytes(self, batch: int) -> float:
@@ -234,8 +236,11 @@ def make_layout(k: int, per: Per, sockets: int, cores: int, reserved: int = 0) -
     """The layout of ``k`` instances per socket or per node; a one-line error names the valid counts."""
     ok = valid_counts(per, sockets, cores)
     if k not in ok:
-        what = (f"{k} instances per socket do not divide its {cores} cores evenly" if per == "socket"
-                else f"{k} instances per node cannot be spread evenly over {sockets} sockets of {cores} cores")
+        what = (
+            f"{k} instances per socket do not divide its {cores} cores evenly"
+            if per == "socket"
+            else f"{k} instances per node cannot be spread evenly over {sockets} sockets of {cores} cores"
+        )
         raise DlrmsimError(
             what,
             field="--instances",
@@ -325,7 +330,9 @@ def per_core_topology(topo: Topology, cores: float) -> Topology:
         spec: ComputeSpec = g.nodes[node]["compute"]
         scale = cores / spec.cores
         g.nodes[node]["compute"] = replace(
-            spec, gemm_efficiency=_scaled_table(spec.gemm_efficiency, scale), memory_efficiency=_scaled_table(spec.memory_efficiency, scale)
+            spec,
+            gemm_efficiency=_scaled_table(spec.gemm_efficiency, scale),
+            memory_efficiency=_scaled_table(spec.memory_efficiency, scale),
         )
     return Topology(topo.name, g, topo.ranks, source=topo.source, hosts=topo.hosts, description=topo.description)
 
@@ -374,8 +381,10 @@ class _Run:
         self.compute_end = [[0.0] * len(self.parts) for _ in range(self.n_iter)]
         self.delays: list[float] = []
         self.cores_of: dict[str, float] = {}
-        self.alone = {i: sum(costs.task_time(t.flops, t.bytes, self.spec, lay.cores, self._prec(t), kind=t.kind) for t in ps[0].tasks)
-                      for i, ps in self.by_instance.items()}
+        self.alone = {
+            i: sum(costs.task_time(t.flops, t.bytes, self.spec, lay.cores, self._prec(t), kind=t.kind) for t in ps[0].tasks)
+            for i, ps in self.by_instance.items()
+        }
         self._seq = 0
 
     # -- helpers -----------------------------------------------------------------------------------------
@@ -386,12 +395,23 @@ class _Run:
         self._seq += 1
         return f"{base}#{self._seq}"
 
-    def task(self, rank: int, base: str, nbytes: float, cores: float, flops: float = 0.0, kind: str = "copy",
-             category: str = "sync", pool: str = "compute", precision: str = "fp32") -> simpy.Process:
+    def task(
+        self,
+        rank: int,
+        base: str,
+        nbytes: float,
+        cores: float,
+        flops: float = 0.0,
+        kind: str = "copy",
+        category: str = "sync",
+        pool: str = "compute",
+        precision: str = "fp32",
+    ) -> simpy.Process:
         name = self._name(base)
         self.cores_of[name] = cores
-        return self.sim.compute(rank, name, flops=flops, bytes=nbytes, kind=kind, precision=precision, cores=cores,
-                                category=category, pool=pool)
+        return self.sim.compute(
+            rank, name, flops=flops, bytes=nbytes, kind=kind, precision=precision, cores=cores, category=category, pool=pool
+        )
 
     def split_task(self, rank: int, base: str, nbytes: float, flops: float = 0.0) -> simpy.Event:
         """Work shared evenly by the instance parts on ``rank`` (each on its own cores)."""
@@ -418,8 +438,9 @@ class _Run:
         t0 = self.env.now
         name = self._name(f"it{n}.i{p.instance}.r{p.rank}.{t.name}")
         self.cores_of[name] = self.lay.cores
-        yield self.sim.compute(p.rank, name, flops=t.flops * f, bytes=t.bytes * f, kind=t.kind, precision=self._prec(t),
-                               cores=self.lay.cores)
+        yield self.sim.compute(
+            p.rank, name, flops=t.flops * f, bytes=t.bytes * f, kind=t.kind, precision=self._prec(t), cores=self.lay.cores
+        )
         if t.serial_s * f > self.env.now - t0:
             # Conflicting row updates serialise; more cores cannot shorten the chain (see taskgraph).
             yield self.env.timeout(t.serial_s * f - (self.env.now - t0))
@@ -477,6 +498,7 @@ class _Run:
                 yield from self.cross_allreduce(n, ranks, G, lambda r, nb, fl: self.split_task(r, f"it{n}.gs_xreduce", nb, fl))
             yield simpy.AllOf(env, [self.split_task(r, f"it{n}.gs_sgd", 3 * G, 2 * G / 4) for r in ranks])
         elif self.sync == "parameter_server" and G > 0:
+
             def server(r: int, nb: float, fl: float) -> simpy.Process:
                 return self.task(r, f"it{n}.server.xreduce", nb, 1, flops=fl, pool="comm")
 
@@ -492,20 +514,28 @@ class _Run:
         S = len(ranks)
         chunk = nbytes / S
         for _ in range(S - 1):  # reduce-scatter
-            arrivals = [self.sim.transfer(ranks[a], ranks[(a + 1) % S], chunk, name=f"it{n}.xnuma", kind="numa_rs", category="sync")
-                        for a in range(S)]
+            arrivals = [
+                self.sim.transfer(ranks[a], ranks[(a + 1) % S], chunk, name=f"it{n}.xnuma", kind="numa_rs", category="sync")
+                for a in range(S)
+            ]
             yield simpy.AllOf(self.env, arrivals)
             yield simpy.AllOf(self.env, [reduce(r, 3 * chunk, chunk / 4) for r in ranks])
         for _ in range(S - 1):  # allgather: one-sided stores into the other node
-            arrivals = [self.sim.transfer(ranks[a], ranks[(a + 1) % S], chunk, name=f"it{n}.xnuma", kind="numa_ag", category="sync")
-                        for a in range(S)]
+            arrivals = [
+                self.sim.transfer(ranks[a], ranks[(a + 1) % S], chunk, name=f"it{n}.xnuma", kind="numa_ag", category="sync")
+                for a in range(S)
+            ]
             yield simpy.AllOf(self.env, arrivals)
 
     def sparse_sync(self, n: int, ranks: list[int]) -> Any:
         """Touched embedding rows of each NUMA replica go to every other replica and are applied there."""
-        yield simpy.AllOf(self.env, [ev for row in self.compute_done[n:n + 1] for ev in row])
-        sends = [self.sim.transfer(a, b, self.sparse, name=f"it{n}.emb_rows", kind="emb_rows", category="sync")
-                 for a in ranks for b in ranks if a != b]
+        yield simpy.AllOf(self.env, [ev for row in self.compute_done[n : n + 1] for ev in row])
+        sends = [
+            self.sim.transfer(a, b, self.sparse, name=f"it{n}.emb_rows", kind="emb_rows", category="sync")
+            for a in ranks
+            for b in ranks
+            if a != b
+        ]
         yield simpy.AllOf(self.env, sends)
         yield simpy.AllOf(self.env, [self.split_task(r, f"it{n}.emb_apply", 3 * self.sparse * (len(ranks) - 1)) for r in ranks])
 
@@ -530,16 +560,21 @@ class _Run:
                 if tag == "ag" and self.lay.sockets > 1:
                     # Instance j's reduced chunk is allreduced with instance j of the other sockets: G per socket.
                     yield simpy.AllOf(env, [e for row in done for e in row])
-                    yield from self.cross_allreduce(n, ranks, G, lambda r, nb, fl: self.split_task(r, f"it{n}.ring_xreduce", nb, fl))
+                    yield from self.cross_allreduce(
+                        n, ranks, G, lambda r, nb, fl: self.split_task(r, f"it{n}.ring_xreduce", nb, fl)
+                    )
                     done = [[env.event().succeed() for _ in ps] for ps in socket_parts]
                 for _ in range(m - 1):
-                    done = [[env.process(step(p, row[j], row[(j - 1) % m], nbytes, flops, tag)) for j, p in enumerate(ps)]
-                            for ps, row in zip(socket_parts, done, strict=True)]
+                    done = [
+                        [env.process(step(p, row[j], row[(j - 1) % m], nbytes, flops, tag)) for j, p in enumerate(ps)]
+                        for ps, row in zip(socket_parts, done, strict=True)
+                    ]
             yield simpy.AllOf(env, [e for row in done for e in row])
-            yield simpy.AllOf(env, [self.task(p.rank, f"it{n}.i{p.instance}.sgd", 3 * G, self.lay.cores, flops=2 * G / 4)
-                                    for p in self.parts])
+            yield simpy.AllOf(
+                env, [self.task(p.rank, f"it{n}.i{p.instance}.sgd", 3 * G, self.lay.cores, flops=2 * G / 4) for p in self.parts]
+            )
         else:
-            yield simpy.AllOf(env, [e for row in self.compute_done[n:n + 1] for e in row])
+            yield simpy.AllOf(env, [e for row in self.compute_done[n : n + 1] for e in row])
         if jobs:
             yield simpy.AllOf(env, jobs)
 
@@ -575,7 +610,7 @@ class _Run:
         sync_s = [self.start_time[n + 1] - self.compute_end[n][p.pid] for n in range(w0, self.n_iter) for p in self.parts]
         comp_s = [self.compute_end[n][p.pid] - self.start_time[n] for n in range(w0, self.n_iter) for p in self.parts]
         per_inst = self.lay.instances
-        delays = self.delays[w0 * per_inst:]
+        delays = self.delays[w0 * per_inst :]
         delay = sum(delays) / len(delays) if delays else 0.0
         cores_total = S * spec.cores
         return InstancePoint(
@@ -621,20 +656,32 @@ def load_inputs(cfg: InstancesConfig) -> Inputs:
     st = load_settings(cfg.settings, cfg.settings_overrides or None)
     specs = [topo.compute(r) for r in range(topo.num_ranks)]
     if any(s.kind != "socket" for s in specs) or len({s.cores for s in specs}) != 1:
-        raise DlrmsimError("the instance model needs ranks that are CPU sockets of one core count", source=topo.source,
-                           field="fabric", fix="use a CPU topology such as clx-2s-56c")
+        raise DlrmsimError(
+            "the instance model needs ranks that are CPU sockets of one core count",
+            source=topo.source,
+            field="fabric",
+            fix="use a CPU topology such as clx-2s-56c",
+        )
     domains = [s.memory_domain or topo.node(r) for r, s in enumerate(specs)]
     if len(set(domains)) != len(domains):
-        raise DlrmsimError("the instance model needs one memory domain per socket rank", source=topo.source, field="fabric",
-                           fix="use a topology with one rank per socket (NUMA node)")
+        raise DlrmsimError(
+            "the instance model needs one memory domain per socket rank",
+            source=topo.source,
+            field="fabric",
+            fix="use a topology with one rank per socket (NUMA node)",
+        )
     batch = cfg.batch or wl.batch
     if wl.kind == "dlrm":
         tables = model.tables_bytes(wl.source)
         if tables > specs[0].memory_capacity_B:
             raise DlrmsimError(
-                f"{wl.name}'s tables ({tables / 2**30:.0f} GiB) do not fit one NUMA node ({specs[0].memory_capacity_B / 1e9:.0f} GB); "
+                f"{wl.name}'s tables ({tables / 2**30:.0f} GiB) do not fit one NUMA node "
+                f"({specs[0].memory_capacity_B / 1e9:.0f} GB); "
                 "the instance model keeps a table replica per NUMA node",
-                source=cfg.workload, field="tables", fix="use a workload whose tables fit one socket's memory (e.g. small)")
+                source=cfg.workload,
+                field="tables",
+                fix="use a workload whose tables fit one socket's memory (e.g. small)",
+            )
     return Inputs(topo, wl, st, batch)
 
 
@@ -646,8 +693,11 @@ def simulate_point(inp: Inputs, k: int, per: Per = "socket", sync: str = "gradie
     reserved = 1 if sync == "parameter_server" else 0
     lay = make_layout(k, per, inp.topology.num_ranks, spec.cores, reserved)
     if inp.batch < lay.instances_per_socket:
-        raise DlrmsimError(f"batch {inp.batch} per socket is smaller than {lay.instances_per_socket} instances per socket",
-                           field="--batch", fix=f"use a batch of at least {lay.instances_per_socket} samples per socket")
+        raise DlrmsimError(
+            f"batch {inp.batch} per socket is smaller than {lay.instances_per_socket} instances per socket",
+            field="--batch",
+            fix=f"use a batch of at least {lay.instances_per_socket} samples per socket",
+        )
     return _Run(inp.topology, inp.workload, lay, sync, inp.settings, inp.batch).run()
 
 
@@ -658,11 +708,21 @@ def run_instances(cfg: InstancesConfig) -> InstancesResult:
     for k in cfg.instances:  # refuse a bad count before simulating anything
         make_layout(k, cfg.per, inp.topology.num_ranks, spec.cores)
     points = [simulate_point(inp, k, cfg.per, cfg.sync) for k in cfg.instances]
-    return InstancesResult(inp.topology.name, inp.workload.name, inp.workload.kind, inp.batch, inp.topology.num_ranks, cfg.per,
-                           inp.workload.model_bytes, points)
+    return InstancesResult(
+        inp.topology.name,
+        inp.workload.name,
+        inp.workload.kind,
+        inp.batch,
+        inp.topology.num_ranks,
+        cfg.per,
+        inp.workload.model_bytes,
+        points,
+    )
 
 
-def bandwidth_scaling(topo: Topology, threads: list[int], nbytes: float = 1e9, rank: int = 0, single_core_tasks: bool = False) -> list[float]:
+def bandwidth_scaling(
+    topo: Topology, threads: list[int], nbytes: float = 1e9, rank: int = 0, single_core_tasks: bool = False
+) -> list[float]:
     """Achieved memory bandwidth (B/s) of a stream on 1..n threads of one socket.
 
     ``single_core_tasks=False``: one task on ``c`` cores; True: ``c`` concurrent one-core tasks of nbytes/c

@@ -132,7 +132,9 @@ def serving_spec(spec: ComputeSpec, a: Assumptions) -> ComputeSpec:
 def split_cores(cores: int, lookup_fraction: float) -> tuple[int, int]:
     """(lookup cores, dense cores): round(f x cores) for lookups, at least one core each."""
     if cores < 2:
-        raise DlrmsimError(f"a unit with {cores} core cannot split lookup and dense cores", field="partitioning.lookup_core_fraction")
+        raise DlrmsimError(
+            f"a unit with {cores} core cannot split lookup and dense cores", field="partitioning.lookup_core_fraction"
+        )
     k = min(max(round(lookup_fraction * cores), 1), cores - 1)
     return k, cores - k
 
@@ -200,7 +202,10 @@ def place_tables(w: ServingWorkload, cards: int, capacity_bytes: float, unit_nam
     for t in order:
         fits = np.flatnonzero(held + sizes[t] <= room)
         if fits.size == 0:
-            raise refuse(f"; table {t} ({ts[t].group}, {sizes[t] / GB:.2f} GB) fits on no {unit_name} (most room left on one: {(room - held.min()) / GB:.2f} GB)")
+            raise refuse(
+                f"; table {t} ({ts[t].group}, {sizes[t] / GB:.2f} GB) fits on no {unit_name} (most room left on one: "
+                f"{(room - held.min()) / GB:.2f} GB)"
+            )
         if w.partitioning.placement == "size":
             c = int(fits[np.argmin(held[fits])])
         else:

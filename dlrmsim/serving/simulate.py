@@ -90,10 +90,16 @@ class ServeOptions:
             if expected > MAX_REQUESTS:
                 raise DlrmsimError(
                     f"--qps {self.qps:g} for {self.duration_s:g} s is {expected:.3g} requests, more than the {MAX_REQUESTS:,} "
-                    "one run simulates", field="--qps", fix=f"lower --qps or --duration so that QPS x duration <= {MAX_REQUESTS:,}")
+                    "one run simulates",
+                    field="--qps",
+                    fix=f"lower --qps or --duration so that QPS x duration <= {MAX_REQUESTS:,}",
+                )
         elif len(self.arrival_times) > MAX_REQUESTS:
-            raise DlrmsimError(f"{len(self.arrival_times):,} arrivals, more than the {MAX_REQUESTS:,} one run simulates",
-                               field="--arrivals", fix="replay a shorter slice of the trace")
+            raise DlrmsimError(
+                f"{len(self.arrival_times):,} arrivals, more than the {MAX_REQUESTS:,} one run simulates",
+                field="--arrivals",
+                fix="replay a shorter slice of the trace",
+            )
         if not 0 <= self.warmup_s < self.duration_s:
             raise DlrmsimError(f"warm-up {self.warmup_s} s must be in [0, duration {self.duration_s} s)", field="--warmup")
         if self.nodes is not None and self.nodes < 1:
@@ -191,7 +197,11 @@ class ServeResult:
 
     def host_link_bytes(self) -> float:
         """Bytes that crossed host <-> PCIe-switch links (both directions) in the window."""
-        return sum(lk.bytes_uv + lk.bytes_vu for lk in self.links if lk.kind == "pcie" and (lk.u.endswith(".host") or lk.v.endswith(".host")))
+        return sum(
+            lk.bytes_uv + lk.bytes_vu
+            for lk in self.links
+            if lk.kind == "pcie" and (lk.u.endswith(".host") or lk.v.endswith(".host"))
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -214,14 +224,25 @@ class ServeResult:
             "utilization": {
                 "cards": [{"rank": c.rank, "node": c.node, "lookup": c.lookup, "dense": c.dense} for c in self.cards],
                 "links": [
-                    {"link": f"{lk.u}<->{lk.v}", "kind": lk.kind, "util": lk.util, "util_fwd": lk.util_uv, "util_rev": lk.util_vu,
-                     "bytes_fwd": lk.bytes_uv, "bytes_rev": lk.bytes_vu}
+                    {
+                        "link": f"{lk.u}<->{lk.v}",
+                        "kind": lk.kind,
+                        "util": lk.util,
+                        "util_fwd": lk.util_uv,
+                        "util_rev": lk.util_vu,
+                        "bytes_fwd": lk.bytes_uv,
+                        "bytes_rev": lk.bytes_vu,
+                    }
                     for lk in self.links
                 ],
             },
             "host_link_bytes": self.host_link_bytes(),
             "memory": [
-                {"card_table_GB": [b / 1e9 for b in p.table_bytes], "dense_GB": p.dense_bytes / 1e9, "capacity_GB": p.capacity_bytes / 1e9}
+                {
+                    "card_table_GB": [b / 1e9 for b in p.table_bytes],
+                    "dense_GB": p.dense_bytes / 1e9,
+                    "capacity_GB": p.capacity_bytes / 1e9,
+                }
                 for p in self.placements[:1]
             ],
         }
@@ -233,8 +254,11 @@ class ServeResult:
 def host_topology(topo: Topology) -> Topology:
     """The topology's host CPUs as stand-alone socket ranks (for the CPU-only baseline on an accelerator node)."""
     if not topo.hosts:
-        raise DlrmsimError(f"topology '{topo.name}' has no host CPUs for a CPU baseline", field="--cpu-baseline",
-                           fix="use a topology whose ranks are sockets (e.g. skx-8s-upi) instead")
+        raise DlrmsimError(
+            f"topology '{topo.name}' has no host CPUs for a CPU baseline",
+            field="--cpu-baseline",
+            fix="use a topology whose ranks are sockets (e.g. skx-8s-upi) instead",
+        )
     g = nx.Graph()
     for h in topo.hosts:
         attrs = dict(topo.graph.nodes[h])
@@ -293,8 +317,11 @@ def _units(topo: Topology, w: ServingWorkload, env: simpy.Environment, nodes: in
         raise DlrmsimError(f"topology '{topo.name}' mixes cards and sockets as ranks", source=topo.source)
     if nodes is not None:
         if nodes > len(groups):
-            raise DlrmsimError(f"{nodes} nodes asked but topology '{topo.name}' has {len(groups)}", field="--nodes",
-                               fix=f"use at most {len(groups)}")
+            raise DlrmsimError(
+                f"{nodes} nodes asked but topology '{topo.name}' has {len(groups)}",
+                field="--nodes",
+                fix=f"use at most {len(groups)}",
+            )
         groups = groups[:nodes]
     units: list[_Unit] = []
     for i, (host, ranks) in enumerate(groups):
@@ -302,10 +329,17 @@ def _units(topo: Topology, w: ServingWorkload, env: simpy.Environment, nodes: in
         placement = place_tables(w, len(ranks), spec.memory_capacity_B, "card" if mode == "accelerator" else "socket")
         units.append(
             _Unit(
-                index=i, host=host, ranks=ranks, nodes=[topo.ranks[r] for r in ranks], placement=placement,
+                index=i,
+                host=host,
+                ranks=ranks,
+                nodes=[topo.ranks[r] for r in ranks],
+                placement=placement,
                 tables_on=[np.array(placement.tables_on(c), dtype=np.int64) for c in range(len(ranks))],
-                lookup_server=[simpy.Resource(env, 1) for _ in ranks], dense_server=[simpy.Resource(env, 1) for _ in ranks],
-                pending_dense=[0] * len(ranks), preprocess=simpy.Resource(env, a.host_threads), queue=simpy.Store(env),
+                lookup_server=[simpy.Resource(env, 1) for _ in ranks],
+                dense_server=[simpy.Resource(env, 1) for _ in ranks],
+                pending_dense=[0] * len(ranks),
+                preprocess=simpy.Resource(env, a.host_threads),
+                queue=simpy.Store(env),
             )
         )
     return units, mode
@@ -345,8 +379,12 @@ def read_arrivals_csv(path: Path) -> tuple[float, ...]:
     except OSError as exc:
         raise DlrmsimError(f"cannot read arrivals ({exc.strerror})", source=path, fix="check the path") from None
     except UnicodeDecodeError as exc:
-        raise DlrmsimError(f"not a text file (byte {exc.start} is not UTF-8)", source=path, field="--arrivals",
-                           fix="one time in seconds per line") from None
+        raise DlrmsimError(
+            f"not a text file (byte {exc.start} is not UTF-8)",
+            source=path,
+            field="--arrivals",
+            fix="one time in seconds per line",
+        ) from None
     times: list[float] = []
     for i, line in enumerate(lines):
         cell = line.split(",")[0].strip()
@@ -425,7 +463,9 @@ class _Server:
             return 0.0
         path = self.topo.node_routes(src, dst)[0]
         links = self.topo.path_links(path)
-        per = max((lk.overhead_s for lk in links), default=0.0) + self.sim.comm.message_overhead_s + self.topo.path_latency_s(path)
+        per = (
+            max((lk.overhead_s for lk in links), default=0.0) + self.sim.comm.message_overhead_s + self.topo.path_latency_s(path)
+        )
         return (messages - 1) * per
 
     def _send(self, src: str, dst: str, nbytes: float, messages: int, name: str) -> simpy.Process:
@@ -444,7 +484,9 @@ class _Server:
 
     def _compute(self, rank: int, name: str, flops: float, nbytes: float, precision: str, cores: int) -> simpy.Process:
         """An engine task of ``flops`` and ``nbytes`` on ``cores`` cores of ``rank`` (recorded by the engine)."""
-        return self.sim.compute(rank, name, flops=flops, bytes=nbytes, kind=name, precision=precision, cores=cores, category="serving")
+        return self.sim.compute(
+            rank, name, flops=flops, bytes=nbytes, kind=name, precision=precision, cores=cores, category="serving"
+        )
 
     def run(self) -> None:
         self.env.process(self._arrivals())
@@ -459,7 +501,13 @@ class _Server:
         for i, t in enumerate(self.arrivals):
             if t > self.env.now:
                 yield self.env.timeout(t - self.env.now)
-            self.env.process(self._preprocess(self.units[i % n_units], i, a.preprocess_us_per_request * 1e-6 + a.preprocess_us_per_item * 1e-6 * self.items[i]))
+            self.env.process(
+                self._preprocess(
+                    self.units[i % n_units],
+                    i,
+                    a.preprocess_us_per_request * 1e-6 + a.preprocess_us_per_item * 1e-6 * self.items[i],
+                )
+            )
 
     def _preprocess(self, u: _Unit, i: int, t: float):  # noqa: ANN202
         if t > 0:
@@ -497,7 +545,9 @@ class _Server:
         now = self.env.now
         for i in batch:
             self.done[i] = now
-            self.sim.records.append(Record(rank, "request", f"req{i}", "serving", float(self.arrivals[i]), now, flops=float(self.items[i])))
+            self.sim.records.append(
+                Record(rank, "request", f"req{i}", "serving", float(self.arrivals[i]), now, flops=float(self.items[i]))
+            )
             lim = self.opts.stop_when_late_s
             if lim is not None and now - self.arrivals[i] > lim and self.arrivals[i] >= self.opts.warmup_s:
                 self.late += 1
@@ -525,24 +575,37 @@ class _Server:
         fixed = part.transfer_size == "fixed_max"
         cap_items = w.batching.max_requests * w.requests.items_high  # the fixed tensors hold the largest batch
         staged: list[float] = []
-        parts = [self.env.process(self._card_part(u, c, d, items, lookups, fixed, cap_items, staged)) for c in range(len(u.ranks))]
+        parts = [
+            self.env.process(self._card_part(u, c, d, items, lookups, fixed, cap_items, staged)) for c in range(len(u.ranks))
+        ]
         yield self.env.all_of(parts)
         if self.mode == "accelerator" and part.transfer == "host_staged" and staged:
             assert u.host is not None
-            yield self._send(u.host, u.nodes[d], sum(staged), sum(int(s > 0) for s in staged) if part.command_batching else
-                             sum(len(u.tables_on[c]) for c in range(len(u.ranks)) if c != d), "stage_in")
+            yield self._send(
+                u.host,
+                u.nodes[d],
+                sum(staged),
+                sum(int(s > 0) for s in staged)
+                if part.command_batching
+                else sum(len(u.tables_on[c]) for c in range(len(u.ranks)) if c != d),
+                "stage_in",
+            )
         rank = u.ranks[d]
         prec = m.dense_precision
         with u.dense_server[d].request() as req:
             yield req
-            yield self._compute(rank, "dense", dense_flops(m, items), dense_bytes(m, items, w.batching.dense_batch_items), prec, self.k_dense)
+            yield self._compute(
+                rank, "dense", dense_flops(m, items), dense_bytes(m, items, w.batching.dense_batch_items), prec, self.k_dense
+            )
         u.pending_dense[d] -= 1
         if self.mode == "accelerator":
             assert u.host is not None
             yield self._send(u.nodes[d], u.host, items * SCORE_BYTES, 1, "scores")
         self._finish(batch, rank)
 
-    def _card_part(self, u: _Unit, c: int, d: int, items: int, lookups: np.ndarray, fixed: bool, cap_items: int, staged: list[float]):  # noqa: ANN202
+    def _card_part(
+        self, u: _Unit, c: int, d: int, items: int, lookups: np.ndarray, fixed: bool, cap_items: int, staged: list[float]
+    ):  # noqa: ANN202
         m = self.w.model
         tabs = u.tables_on[c]
         n_t = len(tabs)
@@ -594,7 +657,8 @@ class _Server:
         link_bytes = serving_link_bytes(self.sim.records, self.topo, t0, t1)
         cards = [
             CardUtilization(rank, node, busy.get((rank, "lookup"), 0.0) / window, busy.get((rank, "dense"), 0.0) / window)
-            for u in self.units for rank, node in zip(u.ranks, u.nodes, strict=True)
+            for u in self.units
+            for rank, node in zip(u.ranks, u.nodes, strict=True)
         ]
         links: list[LinkUtilization] = []
         unit_nodes = {n for u in self.units for n in u.nodes} | {u.host for u in self.units if u.host}
@@ -606,16 +670,31 @@ class _Server:
             cap = lk.bandwidth_Bps * window
             links.append(LinkUtilization(a, b, lk.kind, bab, bba, bab / cap, bba / cap))
         return ServeResult(
-            workload=self.w.name, topology=self.topo.name, mode=self.mode,
+            workload=self.w.name,
+            topology=self.topo.name,
+            mode=self.mode,
             offered_qps=float(opts.qps) if opts.qps is not None else len(arr) / max(float(arr.max()), 1e-9),
-            achieved_qps=completed / window, latencies_s=lat, window_s=(t0, t1), cards=cards, links=links,
-            placements=[u.placement for u in self.units], lookup_cores=self.k_lookup, dense_cores=self.k_dense,
-            requests=len(arr), batches=self.batches, records=self.sim.records, sim_stats=self.sim.stats,
-            stopped_early=self.stopped_early, arrived=arrived, arrivals_s=np.asarray(arr[measured], dtype=float),
+            achieved_qps=completed / window,
+            latencies_s=lat,
+            window_s=(t0, t1),
+            cards=cards,
+            links=links,
+            placements=[u.placement for u in self.units],
+            lookup_cores=self.k_lookup,
+            dense_cores=self.k_dense,
+            requests=len(arr),
+            batches=self.batches,
+            records=self.sim.records,
+            sim_stats=self.sim.stats,
+            stopped_early=self.stopped_early,
+            arrived=arrived,
+            arrivals_s=np.asarray(arr[measured], dtype=float),
         )
 
 
-def serving_link_bytes(records: Sequence[Record], topo: Topology, t0: float = 0.0, t1: float = math.inf) -> dict[tuple[str, str], float]:
+def serving_link_bytes(
+    records: Sequence[Record], topo: Topology, t0: float = 0.0, t1: float = math.inf
+) -> dict[tuple[str, str], float]:
     """Bytes each directed link (u, v) carried during [t0, t1) from the serving transfers in ``records``.
 
     A transfer's bytes are spread evenly over its [start, end] span and counted on every hop of its route
@@ -760,8 +839,9 @@ def find_max_qps(
     min_qps = 1.0 / options.duration_s  # below one request per run there is nothing to measure
 
     def probe(q: float, seed: int) -> bool:
-        res = simulate_serving(make_topology(), workload,
-                               replace(options, qps=q, seed=seed, arrival_times=None, stop_when_late_s=budget_ms * 1e-3))
+        res = simulate_serving(
+            make_topology(), workload, replace(options, qps=q, seed=seed, arrival_times=None, stop_when_late_s=budget_ms * 1e-3)
+        )
         why = sustained(res, budget_ms, throughput_tol)
         probes.append(Probe(q, seed, res.p99_ms, res.late_p99_ms(), res.throughput_ratio, not why, why))
         if not why and (seed not in results or q > results[seed].offered_qps):
@@ -813,17 +893,23 @@ def find_max_qps(
     ci = (max(float(mids.mean()) - half, 0.0), min(float(mids.mean()) + half, bound))
     at_bound = [seed for seed, lo, _ in per_seed if lo >= bound]
     if at_bound and answer >= bound:
-        warnings.append(f"stopped at the memory-bandwidth capacity bound {bound:,.0f} QPS: every seed sustained the bound itself, "
-                        "so the answer is the bound, not a measured limit")
+        warnings.append(
+            f"stopped at the memory-bandwidth capacity bound {bound:,.0f} QPS: every seed sustained the bound itself, "
+            "so the answer is the bound, not a measured limit"
+        )
     elif at_bound:
-        warnings.append(f"seed {', '.join(map(str, at_bound))} stopped at the capacity bound {bound:,.0f} QPS (sustained it in a "
-                        f"{options.duration_s:g} s run; no rate above the bound is sustainable in a long one)")
+        warnings.append(
+            f"seed {', '.join(map(str, at_bound))} stopped at the capacity bound {bound:,.0f} QPS (sustained it in a "
+            f"{options.duration_s:g} s run; no rate above the bound is sustainable in a long one)"
+        )
     if answer <= 0:
         warnings.append(f"no rate down to {min_qps:g} QPS was sustained within {budget_ms:g} ms")
     if len(probes) >= max_probes and any(math.isinf(hi) or hi - lo > rel_tol * lo for _, lo, hi in per_seed):
         warnings.append(f"stopped after {max_probes} probes before the bracket narrowed to {rel_tol:.0%}")
-    criteria = (f"sustained = p99 <= {budget_ms:g} ms over the window and over its second half, completed >= "
-                f"{1 - throughput_tol:.0%} of arrivals, not cut short; {options.duration_s:g} s runs, first "
-                f"{options.warmup_s:g} s left out; {seeds} seed{'s' if seeds > 1 else ''}, bisected to {rel_tol:.0%}; "
-                "answer = lowest rate every seed sustained")
+    criteria = (
+        f"sustained = p99 <= {budget_ms:g} ms over the window and over its second half, completed >= "
+        f"{1 - throughput_tol:.0%} of arrivals, not cut short; {options.duration_s:g} s runs, first "
+        f"{options.warmup_s:g} s left out; {seeds} seed{'s' if seeds > 1 else ''}, bisected to {rel_tol:.0%}; "
+        "answer = lowest rate every seed sustained"
+    )
     return MaxQpsResult(answer, results.get(worst), budget_ms, probes, per_seed, ci, bound, criteria, warnings)

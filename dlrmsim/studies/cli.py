@@ -34,8 +34,16 @@ def sweep_cmd(
     evaluator = plan.evaluator()
     if plan.infeasible and not json_out:
         err_console.print(f"{plan.infeasible} grid points left out: their placement cannot hold their rank count")
-    summary = run_sweep(plan.points, out, evaluator, scheduler=scheduler, workers=workers, serial=serial,
-                        progress=progress and not json_out, retry_failed=retry_failed)  # fmt: skip
+    summary = run_sweep(
+        plan.points,
+        out,
+        evaluator,
+        scheduler=scheduler,
+        workers=workers,
+        serial=serial,
+        progress=progress and not json_out,
+        retry_failed=retry_failed,
+    )
     record = asdict(summary) | {"results": str(summary.results), "infeasible": plan.infeasible, "spec": str(spec)}
     if json_out:
         print_json(record)
@@ -61,8 +69,9 @@ def report_cmd(
         check_output_file(out, "--out")
     df = load_results(folder)
     figs, notes = topology_figures(df)
-    path = build_report(df, out or Path(folder) / "report.html", topology_figures=figs, title=title or f"dlrmsim sweep: {folder}",
-                        notes=notes)  # fmt: skip
+    path = build_report(
+        df, out or Path(folder) / "report.html", topology_figures=figs, title=title or f"dlrmsim sweep: {folder}", notes=notes
+    )
     typer.echo(str(path))
 
 
@@ -80,9 +89,14 @@ def scaling_cmd(
     comm_cores: int | None = typer.Option(None),
     calibration: str | None = typer.Option(None),
     rank_sockets: str | None = typer.Option(None, "--rank-sockets", help=RANK_SOCKETS_HELP),
-    sockets: int | None = typer.Option(None, "--sockets", help="scale the topology to N sockets (its generator's endpoint count), e.g. 1024"),
-    baseline_ranks: int | None = typer.Option(None, "--baseline-ranks", help="rank count speedups are measured against "
-                                                "(default: the fewest ranks whose sockets hold the workload)"),
+    sockets: int | None = typer.Option(
+        None, "--sockets", help="scale the topology to N sockets (its generator's endpoint count), e.g. 1024"
+    ),
+    baseline_ranks: int | None = typer.Option(
+        None,
+        "--baseline-ranks",
+        help="rank count speedups are measured against (default: the fewest ranks whose sockets hold the workload)",
+    ),
     topo_set: list[str] = typer.Option([], "--topology-set"),
     wl_set: list[str] = typer.Option([], "--workload-set"),
     json_out: bool = typer.Option(False, "--json"),
@@ -113,8 +127,19 @@ def scaling_cmd(
         df_report = df.assign(topology=topology, workload=workload, backend=backend, blocking=blocking, status="ok")
         build_report(df_report, html, title=f"{workload} {scaling} scaling on {topology}", notes=[baseline_note(df_report)])
     if json_out:
-        cols = ["ranks", "sockets", "iteration_s", "speedup", "efficiency", "ranks_base", "baseline", "compute_s", "prepost_s",
-                "exposed_allreduce_s", "exposed_alltoall_s"]  # fmt: skip
+        cols = [
+            "ranks",
+            "sockets",
+            "iteration_s",
+            "speedup",
+            "efficiency",
+            "ranks_base",
+            "baseline",
+            "compute_s",
+            "prepost_s",
+            "exposed_allreduce_s",
+            "exposed_alltoall_s",
+        ]
         print_json(df[df["ranks"].isin(counts)][cols].to_dict(orient="records"))
         return
     print_scaling_table(df, f"{workload} {scaling} scaling on {topology} ({backend})")
@@ -130,8 +155,12 @@ def study_cmd(
     workers: int = typer.Option(2, "--workers", min=1, help="simulation processes (1: in this process)"),
     experiments: str | None = typer.Option(None, "--experiments", help="comma-separated experiment names to run (default: all)"),
     list_only: bool = typer.Option(False, "--list", help="list the study's experiments and their point counts, run nothing"),
-    baseline_ranks: list[str] = typer.Option([], "--baseline-ranks", help="WORKLOAD=RANKS: the scaling baseline for a workload "
-                                             "(default: the study's, else the fewest ranks that fit); repeatable"),
+    baseline_ranks: list[str] = typer.Option(
+        [],
+        "--baseline-ranks",
+        help="WORKLOAD=RANKS: the scaling baseline for a workload "
+        "(default: the study's, else the fewest ranks that fit); repeatable",
+    ),
 ) -> None:
     """Run a built-in study's experiment grid, e.g. the CPU-cluster paper's: tables, CSV/JSON and an HTML report."""
     from dlrmsim.studies.paper import console_table, json_rows, load_study, parse_baselines, plan, run_study
@@ -159,8 +188,15 @@ def study_cmd(
 
         build_study_report(result, html)
     if json_out:
-        print_json({"study": result.study.name, "title": result.study.title, "wall_s": result.wall_s,
-                    "simulations": result.simulations, "rows": json_rows(result.rows)})  # fmt: skip
+        print_json(
+            {
+                "study": result.study.name,
+                "title": result.study.title,
+                "wall_s": result.wall_s,
+                "simulations": result.simulations,
+                "rows": json_rows(result.rows),
+            }
+        )
         return
     by_name = {e.name: e for e in result.study.experiments}
     for exp_name, part in result.rows.groupby("experiment", sort=False):

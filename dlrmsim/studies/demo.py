@@ -57,7 +57,9 @@ def demo_points(topologies: tuple[str, ...] = TOPOLOGIES, workloads: tuple[str, 
     return points
 
 
-def run_demo(out: Path = Path("out"), topologies: tuple[str, ...] = TOPOLOGIES, workloads: tuple[str, ...] = WORKLOADS) -> pd.DataFrame:
+def run_demo(
+    out: Path = Path("out"), topologies: tuple[str, ...] = TOPOLOGIES, workloads: tuple[str, ...] = WORKLOADS
+) -> pd.DataFrame:
     """Simulate every demo point, print one table per topology and workload, and write ``out/report.html``."""
     points = demo_points(topologies, workloads)
     rows = []
@@ -73,15 +75,33 @@ def run_demo(out: Path = Path("out"), topologies: tuple[str, ...] = TOPOLOGIES, 
             sockets = format_sockets(inputs.mapping.sockets) if inputs.mapping else ""
             if (pt.topology, pt.workload) not in why:
                 why[pt.topology, pt.workload] = choose_baseline(cfg).reason  # the first rank count (rank_counts)
-            rows.append({"topology": pt.topology, "workload": pt.workload, "scaling": "strong", "backend": cfg.backend,
-                         "placement": cfg.placement.strategy, "blocking": pt.blocking, "ranks": pt.ranks, "sockets": sockets,
-                         "baseline": why[pt.topology, pt.workload], "status": "ok", **res.to_row()})  # fmt: skip
+            rows.append(
+                {
+                    "topology": pt.topology,
+                    "workload": pt.workload,
+                    "scaling": "strong",
+                    "backend": cfg.backend,
+                    "placement": cfg.placement.strategy,
+                    "blocking": pt.blocking,
+                    "ranks": pt.ranks,
+                    "sockets": sockets,
+                    "baseline": why[pt.topology, pt.workload],
+                    "status": "ok",
+                    **res.to_row(),
+                }
+            )
             bar.advance(task)
     df = derive_scaling(pd.DataFrame(rows), group_columns=["topology", "workload", "scaling", "backend", "placement", "blocking"])
     for (topo, wl), part in df[~df.blocking].groupby(["topology", "workload"], sort=False):
         print_scaling_table(part, f"{wl} strong scaling on {topo} (ccl, table-wise, overlapping)")
     out.mkdir(parents=True, exist_ok=True)
     figs, notes = topology_figures(df)
-    path = build_report(df, out / "report.html", topology_figures=figs, title="dlrmsim: DLRM strong scaling on CLX-64S OPA and SKX-8S UPI", notes=notes)
+    path = build_report(
+        df,
+        out / "report.html",
+        topology_figures=figs,
+        title="dlrmsim: DLRM strong scaling on CLX-64S OPA and SKX-8S UPI",
+        notes=notes,
+    )
     console.print(f"report written to {path}")
     return df

@@ -22,7 +22,9 @@ def config_keys(df: pd.DataFrame, columns: Sequence[str]) -> pd.Series:
     return df[list(columns)].map(str).agg("\x1f".join, axis=1)
 
 
-def derive_scaling(df: pd.DataFrame, time_column: str = "iteration_s", group_columns: Sequence[str] | None = None) -> pd.DataFrame:
+def derive_scaling(
+    df: pd.DataFrame, time_column: str = "iteration_s", group_columns: Sequence[str] | None = None
+) -> pd.DataFrame:
     """A copy of ``df`` with ``ranks_base``, ``speedup`` and ``efficiency`` columns.
 
     Per configuration (``group_columns``, default every swept parameter but ``ranks``) the baseline is the smallest

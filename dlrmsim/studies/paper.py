@@ -38,9 +38,33 @@ EMBEDDING_KINDS = frozenset({"embedding", "embedding_bwd", "update", "conflicts"
 MLP_KINDS = frozenset({"gemm", "elementwise"})
 COLLECTIVE_CATEGORIES = ("alltoall", "allreduce")
 MS = 1e3
-TABLE_COLUMNS = ("workload", "ranks", "sockets", "scaling", "backend", "comm", "blocking", "update_strategy", "index_distribution", "loader",
-                 "iteration_s", "speedup", "efficiency", "ranks_base", "baseline", "compute_s", "prepost_s", "exposed_allreduce_s",
-                 "exposed_alltoall_s", "alltoall_time_s", "allreduce_time_s", "embedding_s", "mlp_s", "status", "error")  # fmt: skip
+TABLE_COLUMNS = (
+    "workload",
+    "ranks",
+    "sockets",
+    "scaling",
+    "backend",
+    "comm",
+    "blocking",
+    "update_strategy",
+    "index_distribution",
+    "loader",
+    "iteration_s",
+    "speedup",
+    "efficiency",
+    "ranks_base",
+    "baseline",
+    "compute_s",
+    "prepost_s",
+    "exposed_allreduce_s",
+    "exposed_alltoall_s",
+    "alltoall_time_s",
+    "allreduce_time_s",
+    "embedding_s",
+    "mlp_s",
+    "status",
+    "error",
+)
 
 
 class Experiment(StrictModel):
@@ -206,7 +230,9 @@ def _cost(cfg: TrainingConfig) -> float:
     return cfg.ranks**2 * (2.0 if cfg.backend == "mpi" else 1.0)
 
 
-def run_configs(configs: Sequence[TrainingConfig], workers: int = 1, on_done: Callable[[], None] | None = None) -> dict[str, dict[str, Any]]:
+def run_configs(
+    configs: Sequence[TrainingConfig], workers: int = 1, on_done: Callable[[], None] | None = None
+) -> dict[str, dict[str, Any]]:
     """Rows by config key; each distinct config simulated once, in ``workers`` processes (1: in this process)."""
     unique = {_key(c): c for c in configs}
     order = sorted(unique, key=lambda k: -_cost(unique[k]))
@@ -262,7 +288,9 @@ def plan(
     if only:
         unknown = [n for n in only if n not in names]
         if unknown:
-            raise DlrmsimError(f"no experiment '{unknown[0]}' in {study.name}", field="--experiments", fix=f"choose from {', '.join(names)}")
+            raise DlrmsimError(
+                f"no experiment '{unknown[0]}' in {study.name}", field="--experiments", fix=f"choose from {', '.join(names)}"
+            )
     exps = [e for e in study.experiments if not only or e.name in only]
     points: list[Point] = []
     baselines: dict[tuple[str, str], Baseline] = {}
@@ -297,8 +325,16 @@ def run_study(
     records = []
     for p in points:
         cfg = p.config
-        settings = {"topology": cfg.topology, "workload": cfg.workload, "ranks": cfg.ranks, "scaling": cfg.scaling,
-                    "backend": cfg.backend, "comm": cfg.comm, "blocking": cfg.blocking, "update_strategy": cfg.update_strategy}  # fmt: skip
+        settings = {
+            "topology": cfg.topology,
+            "workload": cfg.workload,
+            "ranks": cfg.ranks,
+            "scaling": cfg.scaling,
+            "backend": cfg.backend,
+            "comm": cfg.comm,
+            "blocking": cfg.blocking,
+            "update_strategy": cfg.update_strategy,
+        }
         records.append({"experiment": p.experiment, "series": p.series, **settings, **p.labels, **rows_by_key[_key(cfg)]})
     df = pd.DataFrame(records)
     frames = []
@@ -323,7 +359,9 @@ def experiment_table(df: pd.DataFrame) -> pd.DataFrame:
     for c in cols:
         if c.endswith("_s"):
             out[c.removesuffix("_s") + "_ms"] = pd.to_numeric(out.pop(c), errors="coerce") * MS
-    constant = [c for c in out.columns if c not in ("workload", "ranks", "status") and out[c].astype(str).nunique() <= 1 and c != "error"]
+    constant = [
+        c for c in out.columns if c not in ("workload", "ranks", "status") and out[c].astype(str).nunique() <= 1 and c != "error"
+    ]
     if "error" in out and not out["error"].astype(str).str.strip().any():
         constant.append("error")
     return out.drop(columns=constant)
@@ -331,7 +369,15 @@ def experiment_table(df: pd.DataFrame) -> pd.DataFrame:
 
 # Console columns per figure kind (beyond the workload, ranks and the experiment's varied settings), in ms.
 CONSOLE_OUTPUTS: dict[str, tuple[str, ...]] = {
-    "scaling": ("iteration_ms", "speedup", "efficiency", "compute_ms", "prepost_ms", "exposed_allreduce_ms", "exposed_alltoall_ms"),
+    "scaling": (
+        "iteration_ms",
+        "speedup",
+        "efficiency",
+        "compute_ms",
+        "prepost_ms",
+        "exposed_allreduce_ms",
+        "exposed_alltoall_ms",
+    ),
     "breakdown": ("iteration_ms", "compute_ms", "prepost_ms", "exposed_allreduce_ms", "exposed_alltoall_ms"),
     "communication": ("iteration_ms", "alltoall_time_ms", "allreduce_time_ms", "exposed_alltoall_ms", "exposed_allreduce_ms"),
     "single_socket": ("iteration_ms", "embedding_ms", "mlp_ms"),

@@ -18,18 +18,30 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
+from dlrmsim.output import write_page
 from dlrmsim.studies.paper import Experiment, StudyResult, experiment_table
 from dlrmsim.studies.report import PLOT_CONFIG
 
 MS = 1e3
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
-BREAKDOWN = (("compute_s", "compute", "#4c78a8"), ("prepost_s", "pre/post-processing", "#9ecae9"),
-             ("exposed_allreduce_s", "exposed allreduce", "#f58518"), ("exposed_alltoall_s", "exposed alltoall", "#e45756"),
-             ("other_s", "idle (waiting for slower ranks)", "#bab0ac"))  # fmt: skip
-COMMUNICATION = (("alltoall_time_s", "alltoall in flight", "#e45756"), ("allreduce_time_s", "allreduce in flight", "#f58518"),
-                 ("exposed_alltoall_s", "exposed alltoall", "#b22222"), ("exposed_allreduce_s", "exposed allreduce", "#8b4513"))  # fmt: skip
-SINGLE = (("embedding_s", "embeddings (lookup, backward, update)", "#54a24b"), ("mlp_s", "MLPs (GEMMs, activations)", "#4c78a8"),
-          ("other_compute_s", "interaction, optimizer, other", "#bab0ac"))  # fmt: skip
+BREAKDOWN = (
+    ("compute_s", "compute", "#4c78a8"),
+    ("prepost_s", "pre/post-processing", "#9ecae9"),
+    ("exposed_allreduce_s", "exposed allreduce", "#f58518"),
+    ("exposed_alltoall_s", "exposed alltoall", "#e45756"),
+    ("other_s", "idle (waiting for slower ranks)", "#bab0ac"),
+)
+COMMUNICATION = (
+    ("alltoall_time_s", "alltoall in flight", "#e45756"),
+    ("allreduce_time_s", "allreduce in flight", "#f58518"),
+    ("exposed_alltoall_s", "exposed alltoall", "#b22222"),
+    ("exposed_allreduce_s", "exposed allreduce", "#8b4513"),
+)
+SINGLE = (
+    ("embedding_s", "embeddings (lookup, backward, update)", "#54a24b"),
+    ("mlp_s", "MLPs (GEMMs, activations)", "#4c78a8"),
+    ("other_compute_s", "interaction, optimizer, other", "#bab0ac"),
+)
 
 
 def _ok(df: pd.DataFrame) -> pd.DataFrame:
@@ -49,13 +61,33 @@ def scaling_figure(exp: Experiment, df: pd.DataFrame) -> go.Figure:
         part = part.sort_values("ranks")
         color = COLORS[i % len(COLORS)]
         base = int(part["ranks_base"].iloc[0])
-        hover = [f"{series}<br>{r} ranks on sockets {s}<br>baseline {base} ranks" for r, s in zip(part["ranks"], part["sockets"], strict=True)]
-        common = {"mode": "lines+markers", "line": {"color": color}, "legendgroup": series, "hovertext": hover, "hoverinfo": "text+y"}
+        hover = [
+            f"{series}<br>{r} ranks on sockets {s}<br>baseline {base} ranks"
+            for r, s in zip(part["ranks"], part["sockets"], strict=True)
+        ]
+        common = {
+            "mode": "lines+markers",
+            "line": {"color": color},
+            "legendgroup": series,
+            "hovertext": hover,
+            "hoverinfo": "text+y",
+        }
         fig.add_trace(go.Scatter(x=part["ranks"], y=part["speedup"], name=f"{series} (base {base})", **common), row=1, col=1)
         fig.add_trace(go.Scatter(x=part["ranks"], y=part["efficiency"], name=series, showlegend=False, **common), row=1, col=2)
         ideal = part["ranks"] / base
-        fig.add_trace(go.Scatter(x=part["ranks"], y=ideal, mode="lines", line={"color": color, "dash": "dot", "width": 1},
-                                 legendgroup=series, showlegend=False, hoverinfo="skip"), row=1, col=1)  # fmt: skip
+        fig.add_trace(
+            go.Scatter(
+                x=part["ranks"],
+                y=ideal,
+                mode="lines",
+                line={"color": color, "dash": "dot", "width": 1},
+                legendgroup=series,
+                showlegend=False,
+                hoverinfo="skip",
+            ),
+            row=1,
+            col=1,
+        )
     fig.add_hline(y=1.0, line={"dash": "dot", "color": "#888"}, row=1, col=2)
     fig.update_xaxes(type="log", dtick=0.30102999566, title_text="ranks (sockets)")
     fig.update_yaxes(title_text="speedup (dotted: ideal)", row=1, col=1)
@@ -63,7 +95,9 @@ def scaling_figure(exp: Experiment, df: pd.DataFrame) -> go.Figure:
     return _layout(fig, exp.title)
 
 
-def _stacked(exp: Experiment, df: pd.DataFrame, parts: tuple[tuple[str, str, str], ...], ytitle: str, stack: bool = True) -> go.Figure:
+def _stacked(
+    exp: Experiment, df: pd.DataFrame, parts: tuple[tuple[str, str, str], ...], ytitle: str, stack: bool = True
+) -> go.Figure:
     """Bars per workload panel: x = (rank count, variant); ``parts`` stacked (or grouped) in ms."""
     ok = _ok(df).copy()
     workloads = list(dict.fromkeys(ok["workload"]))
@@ -75,8 +109,19 @@ def _stacked(exp: Experiment, df: pd.DataFrame, parts: tuple[tuple[str, str, str
         for col, name, color in parts:
             if col not in part:
                 continue
-            fig.add_trace(go.Bar(x=x, y=pd.to_numeric(part[col], errors="coerce") * MS, name=name, marker_color=color, legendgroup=name,
-                                 showlegend=c == 1, hovertemplate=f"{name}: %{{y:.3f}} ms<extra>%{{x}}</extra>"), row=1, col=c)  # fmt: skip
+            fig.add_trace(
+                go.Bar(
+                    x=x,
+                    y=pd.to_numeric(part[col], errors="coerce") * MS,
+                    name=name,
+                    marker_color=color,
+                    legendgroup=name,
+                    showlegend=c == 1,
+                    hovertemplate=f"{name}: %{{y:.3f}} ms<extra>%{{x}}</extra>",
+                ),
+                row=1,
+                col=c,
+            )
         fig.update_yaxes(title_text=ytitle if c == 1 else None, row=1, col=c)
     fig.update_layout(barmode="stack" if stack else "group")
     fig.update_xaxes(tickangle=-60)
@@ -95,13 +140,23 @@ def single_socket_figure(exp: Experiment, df: pd.DataFrame) -> go.Figure:
     return _stacked(exp, df, SINGLE, "ms per iteration (one socket)")
 
 
-FIGURES = {"scaling": scaling_figure, "breakdown": breakdown_figure, "communication": communication_figure,
-           "single_socket": single_socket_figure}  # fmt: skip
+FIGURES = {
+    "scaling": scaling_figure,
+    "breakdown": breakdown_figure,
+    "communication": communication_figure,
+    "single_socket": single_socket_figure,
+}
 
 
 def _layout(fig: go.Figure, title: str) -> go.Figure:
-    fig.update_layout(title={"text": title}, template="plotly_white", margin={"t": 80, "b": 120}, height=520,
-                      legend={"orientation": "h", "y": -0.35}, hovermode="closest")  # fmt: skip
+    fig.update_layout(
+        title={"text": title},
+        template="plotly_white",
+        margin={"t": 80, "b": 120},
+        height=520,
+        legend={"orientation": "h", "y": -0.35},
+        hovermode="closest",
+    )
     return fig
 
 
@@ -127,8 +182,11 @@ def build_study_report(result: StudyResult, out: Path) -> Path:
     for name, part in result.rows.groupby("experiment", sort=False):
         exp = by_name[str(name)]
         body.append(f'<h2 id="{html.escape(exp.name)}">{html.escape(exp.title)}</h2>')
-        notes = [f"{series}: baseline {b.ranks} rank{'s' if b.ranks > 1 else ''} - {b.reason}."
-                 for (e, series), b in result.baselines.items() if e == exp.name]  # fmt: skip
+        notes = [
+            f"{series}: baseline {b.ranks} rank{'s' if b.ranks > 1 else ''} - {b.reason}."
+            for (e, series), b in result.baselines.items()
+            if e == exp.name
+        ]
         refused = part[~part["status"].eq("ok")]
         for msg in dict.fromkeys(refused["error"].astype(str)):
             notes.append(f"not simulated: {msg}")
@@ -140,7 +198,10 @@ def build_study_report(result: StudyResult, out: Path) -> Path:
         body.append(f'<div class="tablewrap">{_html_table(experiment_table(part))}</div>')
     study = result.study
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    toc = "".join(f'<li><a href="#{html.escape(e)}">{html.escape(by_name[e].title)}</a></li>' for e in dict.fromkeys(result.rows["experiment"]))
+    toc = "".join(
+        f'<li><a href="#{html.escape(e)}">{html.escape(by_name[e].title)}</a></li>'
+        for e in dict.fromkeys(result.rows["experiment"])
+    )
     page = f"""<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -154,14 +215,12 @@ def build_study_report(result: StudyResult, out: Path) -> Path:
 <body>
 <h1>{html.escape(study.title)}</h1>
 <p>Setups from {html.escape(study.source or study.name)}; every number is simulated by dlrmsim from its YAML specs (none is
-taken from the paper). {len(result.rows)} points, {result.simulations} distinct simulations, {result.wall_s:.1f} s. Written {stamp}.
+taken from the paper). {len(result.rows)} points, {result.simulations} distinct simulations, {result.wall_s:.1f} s.
+Written {stamp}.
 Times are per training iteration.</p>
 <ol>{toc}</ol>
 {"".join(body)}
 </body>
 </html>
 """
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(page, encoding="utf-8")
-    return out
+    return write_page(out, page)

@@ -24,6 +24,7 @@ from plotly.colors import qualitative
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
+from dlrmsim.output import write_page
 from dlrmsim.studies.derive import config_columns, config_keys, derive_scaling
 from dlrmsim.studies.spec import OVERRIDE_PREFIXES
 from dlrmsim.topologies import figure, load_topology
@@ -206,15 +207,23 @@ def faceted_lines(
     cols = _facet_values(df, facet_col)
     line_cols = [c for c in _varying(df, config_columns(df)) if c not in (x, facet_col, facet_row, *exclude)]
     titles = ["<br>".join(t for t in (_facet_title(facet_row, r), _facet_title(facet_col, c)) if t) for r in rows for c in cols]
-    fig = make_subplots(rows=len(rows), cols=len(cols), subplot_titles=titles if any(titles) else None,
-                        shared_yaxes=shared_y, shared_xaxes=True, horizontal_spacing=0.04 if shared_y else 0.06,
-                        vertical_spacing=min(0.12, 0.3 / max(1, len(rows))))  # fmt: skip
+    fig = make_subplots(
+        rows=len(rows),
+        cols=len(cols),
+        subplot_titles=titles if any(titles) else None,
+        shared_yaxes=shared_y,
+        shared_xaxes=True,
+        horizontal_spacing=0.04 if shared_y else 0.06,
+        vertical_spacing=min(0.12, 0.3 / max(1, len(rows))),
+    )
     df = df.sort_values(x, key=lambda v: pd.to_numeric(v, errors="coerce"), kind="stable")
     # subplot of each row, computed once (text keys, as the facet values are compared as text)
     row_of = {str(v): i for i, v in enumerate(rows)}
     col_of = {str(v): j for j, v in enumerate(cols)}
-    df = df.assign(_facet_i=df[facet_row].map(str).map(row_of) if facet_row else 0,
-                   _facet_j=df[facet_col].map(str).map(col_of) if facet_col else 0)  # fmt: skip
+    df = df.assign(
+        _facet_i=df[facet_row].map(str).map(row_of) if facet_row else 0,
+        _facet_j=df[facet_col].map(str).map(col_of) if facet_col else 0,
+    )
     configs = _configs(df, exclude=[c for c in config_columns(df) if c not in line_cols])
     labels = [label for label, _ in configs]
     traces: list[go.Scatter] = []
@@ -228,9 +237,18 @@ def faceted_lines(
     if ideal is not None:
         for i, j, _rv, _cv, cell in facets(df):
             for name, xs, ys in ideal(sorted({float(v) for v in cell[x]}), cell):
-                traces.append(go.Scatter(x=xs, y=ys, mode="lines", name=name, legendgroup=name, showlegend=name not in shown,
-                                         line={"dash": "dash", "color": "gray"},
-                                         hovertemplate=f"{html.escape(name)}<br>{x_title} %{{x}}<br>%{{y:.3g}} {y_unit}<extra></extra>"))  # fmt: skip
+                traces.append(
+                    go.Scatter(
+                        x=xs,
+                        y=ys,
+                        mode="lines",
+                        name=name,
+                        legendgroup=name,
+                        showlegend=name not in shown,
+                        line={"dash": "dash", "color": "gray"},
+                        hovertemplate=f"{html.escape(name)}<br>{x_title} %{{x}}<br>%{{y:.3g}} {y_unit}<extra></extra>",
+                    )
+                )
                 where.append((i, j))
                 shown.add(name)
     for k, (label, line) in enumerate(configs):
@@ -238,13 +256,20 @@ def faceted_lines(
             where_text = " ".join(t for t in (_facet_title(facet_row, rv), _facet_title(facet_col, cv)) if t)
             traces.append(
                 go.Scatter(
-                    x=cell[x].astype(float).tolist(), y=cell[y].astype(float).tolist(), mode="lines+markers", name=label,
-                    legendgroup=label, showlegend=label not in shown, line=_line_style(k),
+                    x=cell[x].astype(float).tolist(),
+                    y=cell[y].astype(float).tolist(),
+                    mode="lines+markers",
+                    name=label,
+                    legendgroup=label,
+                    showlegend=label not in shown,
+                    line=_line_style(k),
                     customdata=list(zip((cell["iteration_s"] * MS).tolist(), cell["ranks"].astype(int).tolist(), strict=True)),
-                    hovertemplate=(f"{html.escape(label)}<br>{html.escape(where_text)}<br>{html.escape(x_title)} %{{x}}<br>"
-                                   f"%{{y:.4g}} {y_unit}<br>iteration %{{customdata[0]:.3f}} ms at %{{customdata[1]}} ranks<extra></extra>"),
+                    hovertemplate=(
+                        f"{html.escape(label)}<br>{html.escape(where_text)}<br>{html.escape(x_title)} %{{x}}<br>"
+                        f"%{{y:.4g}} {y_unit}<br>iteration %{{customdata[0]:.3f}} ms at %{{customdata[1]}} ranks<extra></extra>"
+                    ),
                 )
-            )  # fmt: skip
+            )
             where.append((i, j))
             shown.add(label)
     if traces:
@@ -254,8 +279,13 @@ def faceted_lines(
         fig.update_xaxes(title={"text": x_title}, row=len(rows), col=j + 1)
     fig.update_yaxes(title={"text": y_title}, col=1)
     fig.update_yaxes(rangemode="tozero")
-    _layout(fig, title, y_title, height=max(450, 120 + FACET_HEIGHT_PX * len(rows)),
-            legend={"title": {"text": "configuration" if line_cols else ""}, "groupclick": "togglegroup"})  # fmt: skip
+    _layout(
+        fig,
+        title,
+        y_title,
+        height=max(450, 120 + FACET_HEIGHT_PX * len(rows)),
+        legend={"title": {"text": "configuration" if line_cols else ""}, "groupclick": "togglegroup"},
+    )
     fig.update_layout(yaxis={"title": {"text": y_title}})
     fig.update_annotations(font_size=12)  # subplot titles
     fig.update_layout(meta={"facets": len(rows) * len(cols), "lines": labels, "facet_row": facet_row, "facet_col": facet_col})
@@ -294,10 +324,19 @@ def swept_figures(df: pd.DataFrame) -> list[go.Figure]:
     figs = []
     for column in swept_columns(ok):
         row = "scaling" if "scaling" in _varying(ok, ["scaling"]) and column != "scaling" else None
-        figs.append(faceted_lines(
-            ok, column, "_iteration_ms", facet_col="ranks" if ok["ranks"].nunique() > 1 else None, facet_row=row,
-            title=f"Iteration time against {_pretty(column)}", x_title=_pretty(column), y_title="time per iteration (ms)", y_unit="ms",
-        ))  # fmt: skip
+        figs.append(
+            faceted_lines(
+                ok,
+                column,
+                "_iteration_ms",
+                facet_col="ranks" if ok["ranks"].nunique() > 1 else None,
+                facet_row=row,
+                title=f"Iteration time against {_pretty(column)}",
+                x_title=_pretty(column),
+                y_title="time per iteration (ms)",
+                y_unit="ms",
+            )
+        )
     return figs
 
 
@@ -316,9 +355,19 @@ def speedup_figure(df: pd.DataFrame) -> go.Figure | None:
         return out
 
     col, row = _scaling_facets(ok)
-    return faceted_lines(ok, "ranks", "speedup", facet_col=col, facet_row=row, ideal=ideal, shared_y=True, y_unit="x",
-                         title="Speedup against ranks (strong: t_base / t; weak: throughput ratio)",
-                         x_title=RANKS_TITLE, y_title="speedup (x, vs the fewest ranks)")  # fmt: skip
+    return faceted_lines(
+        ok,
+        "ranks",
+        "speedup",
+        facet_col=col,
+        facet_row=row,
+        ideal=ideal,
+        shared_y=True,
+        y_unit="x",
+        title="Speedup against ranks (strong: t_base / t; weak: throughput ratio)",
+        x_title=RANKS_TITLE,
+        y_title="speedup (x, vs the fewest ranks)",
+    )
 
 
 def efficiency_figure(df: pd.DataFrame) -> go.Figure | None:
@@ -328,10 +377,19 @@ def efficiency_figure(df: pd.DataFrame) -> go.Figure | None:
         return None
     ok = ok[ok["efficiency"].notna()].assign(_efficiency_pct=lambda d: d["efficiency"] * 100)
     col, row = _scaling_facets(ok)
-    return faceted_lines(ok, "ranks", "_efficiency_pct", facet_col=col, facet_row=row, shared_y=True, y_unit="%",
-                         ideal=lambda xs, _part: [("ideal", xs, [100.0] * len(xs))],
-                         title="Parallel efficiency against ranks (speedup / rank ratio)", x_title=RANKS_TITLE,
-                         y_title="efficiency (%)")  # fmt: skip
+    return faceted_lines(
+        ok,
+        "ranks",
+        "_efficiency_pct",
+        facet_col=col,
+        facet_row=row,
+        shared_y=True,
+        y_unit="%",
+        ideal=lambda xs, _part: [("ideal", xs, [100.0] * len(xs))],
+        title="Parallel efficiency against ranks (speedup / rank ratio)",
+        x_title=RANKS_TITLE,
+        y_title="efficiency (%)",
+    )
 
 
 def breakdown_figures(df: pd.DataFrame, per_figure: int = BREAKDOWN_ROWS_PER_FIGURE) -> list[go.Figure]:
@@ -357,8 +415,14 @@ def breakdown_figures(df: pd.DataFrame, per_figure: int = BREAKDOWN_ROWS_PER_FIG
         page = facets[first : first + per_page]
         nrows = math.ceil(len(page) / ncols)
         titles = [f"{label}<br>{mode}" if mode else label for label, mode in page]
-        fig = make_subplots(rows=nrows, cols=ncols, subplot_titles=titles, shared_yaxes="rows" if len(modes) > 1 else False,
-                            horizontal_spacing=0.05, vertical_spacing=min(0.1, 0.35 / max(1, nrows)))  # fmt: skip
+        fig = make_subplots(
+            rows=nrows,
+            cols=ncols,
+            subplot_titles=titles,
+            shared_yaxes="rows" if len(modes) > 1 else False,
+            horizontal_spacing=0.05,
+            vertical_spacing=min(0.1, 0.35 / max(1, nrows)),
+        )
         bars: list[go.Bar] = []
         where: list[tuple[int, int]] = []
         seen: set[str] = set()  # one legend entry per component, from its first bar
@@ -390,8 +454,14 @@ def breakdown_figures(df: pd.DataFrame, per_figure: int = BREAKDOWN_ROWS_PER_FIG
         title = "Where the time goes: iteration time breakdown per configuration"
         if pages > 1:
             title += f" ({first // per_page + 1} of {pages})"
-        _layout(fig, title, "time per iteration (ms)", barmode="stack", height=max(450, 120 + BREAKDOWN_ROW_PX * nrows),
-                legend={"title": {"text": "component"}, "traceorder": "normal"})  # fmt: skip
+        _layout(
+            fig,
+            title,
+            "time per iteration (ms)",
+            barmode="stack",
+            height=max(450, 120 + BREAKDOWN_ROW_PX * nrows),
+            legend={"title": {"text": "component"}, "traceorder": "normal"},
+        )
         fig.update_annotations(font_size=12)  # subplot titles
         fig.update_layout(meta={"facets": [f"{label}, {mode}" if mode else label for label, mode in page]})
         figs.append(fig)
@@ -401,13 +471,18 @@ def breakdown_figures(df: pd.DataFrame, per_figure: int = BREAKDOWN_ROWS_PER_FIG
 def _bar(x: list[str], y: pd.Series, name: str, color: str, part: pd.DataFrame, show: bool) -> go.Bar:
     total = pd.to_numeric(part["iteration_s"], errors="coerce") * MS
     return go.Bar(
-        x=x, y=y.astype(float).tolist(), name=name, marker_color=color, legendgroup=name, showlegend=show,
+        x=x,
+        y=y.astype(float).tolist(),
+        name=name,
+        marker_color=color,
+        legendgroup=name,
+        showlegend=show,
         customdata=list(zip(part["ranks"].astype(int).tolist(), part["_mode"].tolist(), total.tolist(), strict=True)),
         hovertemplate=(
             f"{name}: %{{y:.3f}} ms<br>%{{customdata[0]}} ranks, %{{customdata[1]}}<br>"
             "iteration %{customdata[2]:.3f} ms<extra></extra>"
         ),
-    )  # fmt: skip
+    )
 
 
 def communication_figure(df: pd.DataFrame) -> go.Figure | None:
@@ -422,8 +497,17 @@ def communication_figure(df: pd.DataFrame) -> go.Figure | None:
     long = long[long["_comm_ms"].notna()]
     order = {name: i for i, (_, name) in enumerate(present)}
     long = long.sort_values("_metric", key=lambda s: s.map(order), kind="stable")
-    fig = faceted_lines(long, "ranks", "_comm_ms", facet_col="_metric", facet_row=swept[0] if swept else None, y_unit="ms",
-                        title="Communication per iteration", x_title=RANKS_TITLE, y_title="time per iteration (ms)")  # fmt: skip
+    fig = faceted_lines(
+        long,
+        "ranks",
+        "_comm_ms",
+        facet_col="_metric",
+        facet_row=swept[0] if swept else None,
+        y_unit="ms",
+        title="Communication per iteration",
+        x_title=RANKS_TITLE,
+        y_title="time per iteration (ms)",
+    )
     return fig
 
 
@@ -432,8 +516,13 @@ def scaling_figures(df: pd.DataFrame) -> list[go.Figure]:
     communication."""
     if "speedup" not in df and "iteration_s" in df:
         df = derive_scaling(df)
-    figs: list[go.Figure | None] = [speedup_figure(df), efficiency_figure(df), *swept_figures(df), *breakdown_figures(df),
-                                    communication_figure(df)]  # fmt: skip
+    figs: list[go.Figure | None] = [
+        speedup_figure(df),
+        efficiency_figure(df),
+        *swept_figures(df),
+        *breakdown_figures(df),
+        communication_figure(df),
+    ]
     return [f for f in figs if f is not None]
 
 
@@ -511,8 +600,10 @@ def build_report(
     failed_html = ""
     if "status" in df and total - ok:
         failed = df[~df["status"].eq("ok")]
-        items = "".join(f"<li><code>{html.escape(str(r.get('point_id', '')))}</code>: {html.escape(str(r.get('error', '')))}</li>"
-                        for _, r in failed.head(50).iterrows())  # fmt: skip
+        items = "".join(
+            f"<li><code>{html.escape(str(r.get('point_id', '')))}</code>: {html.escape(str(r.get('error', '')))}</li>"
+            for _, r in failed.head(50).iterrows()
+        )
         failed_html = f"<h2>Failed points</h2><ul>{items}</ul>"
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     page = f"""<!DOCTYPE html>
@@ -538,7 +629,4 @@ count of each configuration. Written {stamp}.</p>
 </body>
 </html>
 """
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(page, encoding="utf-8")
-    return out
+    return write_page(out, page)

@@ -102,8 +102,11 @@ class ResultsStore:
         except BlockingIOError:
             os.close(self._lock_fd)
             self._lock_fd = None
-            raise DlrmsimError("another sweep is writing to this folder", source=self.path.parent,
-                               fix="wait for it to finish or use another --out") from None  # fmt: skip
+            raise DlrmsimError(
+                "another sweep is writing to this folder",
+                source=self.path.parent,
+                fix="wait for it to finish or use another --out",
+            ) from None
         header, rows = _read_rows(self.path)
         wanted = header or default_columns()
         missing = [c for c in self._wanted if c not in wanted]

@@ -123,8 +123,17 @@ def run_sweep(
 
 def quiet_dask() -> None:
     """Keep cluster start-up and shutdown chatter (INFO lines) off the user's terminal."""
-    for name in ("distributed", "distributed.scheduler", "distributed.nanny", "distributed.worker", "distributed.core",
-                 "distributed.http.proxy", "distributed.utils_perf", "bokeh", "tornado"):  # fmt: skip
+    for name in (
+        "distributed",
+        "distributed.scheduler",
+        "distributed.nanny",
+        "distributed.worker",
+        "distributed.core",
+        "distributed.http.proxy",
+        "distributed.utils_perf",
+        "bokeh",
+        "tornado",
+    ):
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
@@ -144,8 +153,9 @@ def _run_dask(
         try:
             client = Client(scheduler, timeout="10s")
         except (OSError, TimeoutError) as exc:
-            raise DlrmsimError(f"cannot reach the Dask scheduler ({exc})", field="--scheduler",
-                               fix="check the address, e.g. tcp://host:8786") from None  # fmt: skip
+            raise DlrmsimError(
+                f"cannot reach the Dask scheduler ({exc})", field="--scheduler", fix="check the address, e.g. tcp://host:8786"
+            ) from None
         n = max(1, len(client.scheduler_info().get("workers", {})))
         mode = f"dask scheduler {scheduler} ({n} workers)"
     else:
@@ -155,8 +165,9 @@ def _run_dask(
         main = threading.current_thread() is threading.main_thread()  # only the main thread may set handlers
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
         try:
-            cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
-                                   silence_logs=logging.ERROR)  # fmt: skip  (cancelled tasks warn on Ctrl-C)
+            cluster = LocalCluster(
+                n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=logging.ERROR
+            )  # fmt: skip  (cancelled tasks warn on Ctrl-C)
         finally:
             if main:
                 signal.signal(signal.SIGINT, previous)

@@ -50,7 +50,9 @@ def choose_baseline(cfg: TrainingConfig, user_ranks: int | None = None) -> Basel
     """``user_ranks`` when set, else the fewest ranks that fit (``baseline_ranks``)."""
     if user_ranks is not None:
         if user_ranks < 1:
-            raise DlrmsimError(f"--baseline-ranks {user_ranks} is not a rank count", field="--baseline-ranks", fix="give a positive number")
+            raise DlrmsimError(
+                f"--baseline-ranks {user_ranks} is not a rank count", field="--baseline-ranks", fix="give a positive number"
+            )
         return Baseline(user_ranks, "user-set")
     fewest = baseline_ranks(cfg)
     why = "1 rank: one socket holds the workload" if fewest == 1 else f"fewest ranks whose sockets hold the workload ({fewest})"
@@ -115,8 +117,16 @@ def scaling_study(
             on_point(res)
         mapping = inputs[r].mapping
         sockets = format_sockets(mapping.sockets) if mapping else ""
-        rows.append({"ranks": r, "scaling": base.scaling, "in_request": r in ranks, "sockets": sockets,
-                     "mapping": mapping.reason if mapping else "", **res.to_row()})  # fmt: skip
+        rows.append(
+            {
+                "ranks": r,
+                "scaling": base.scaling,
+                "in_request": r in ranks,
+                "sockets": sockets,
+                "mapping": mapping.reason if mapping else "",
+                **res.to_row(),
+            }
+        )
     df = scaling_frame(pd.DataFrame(rows), chosen)
     keep = df["in_request"] | (keep_baseline & df["ranks"].eq(chosen.ranks))
     return df[keep].drop(columns=["in_request"]).reset_index(drop=True)
@@ -153,6 +163,16 @@ def print_scaling_table(df: Any, title: str) -> None:
     ]
     print_table(
         f"{title}\n{baseline_note(df)}",
-        ["ranks", "sockets", "iter ms", "speedup", "efficiency", "compute ms", "exp. allreduce ms", "exp. alltoall ms", "pre/post ms"],
+        [
+            "ranks",
+            "sockets",
+            "iter ms",
+            "speedup",
+            "efficiency",
+            "compute ms",
+            "exp. allreduce ms",
+            "exp. alltoall ms",
+            "pre/post ms",
+        ],
         rows,
     )

@@ -183,9 +183,19 @@ def expand(spec: SweepSpec) -> list[SweepPoint]:
     work_combos = list(itertools.product(*(g.workload_overrides[p] for p in work_paths)))
     points: dict[str, SweepPoint] = {}
     for topology, workload, wvals, tvals, ranks, scaling, backend, placement, rbr, comm, precision, blocking in itertools.product(
-        g.topology, g.workload, work_combos, topo_combos, g.ranks, g.scaling, g.backend, g.placement,
-        g.replicate_below_rows, g.comm, g.precision, g.blocking,
-    ):  # fmt: skip
+        g.topology,
+        g.workload,
+        work_combos,
+        topo_combos,
+        g.ranks,
+        g.scaling,
+        g.backend,
+        g.placement,
+        g.replicate_below_rows,
+        g.comm,
+        g.precision,
+        g.blocking,
+    ):
         point = SweepPoint(
             topology=topology,
             workload=workload,
@@ -228,7 +238,8 @@ def plan_sweep(path: str | Path) -> SweepPlan:
 
     Refused with a one-line ``DlrmsimError`` naming the spec field of every problem found (not only the first):
     an empty grid list, an unknown preset, an override path that does not exist (or a value the schema refuses),
-    a rank count that no placement in the grid allows, or an evaluator that cannot be imported. Grid points whose own placement cannot hold their rank
+    a rank count that no placement in the grid allows, or an evaluator that cannot be imported. Grid points whose own
+    placement cannot hold their rank
     count (while another placement in the grid can) are left out and counted in ``infeasible``.
     """
     path = Path(path)
@@ -243,9 +254,7 @@ def plan_sweep(path: str | Path) -> SweepPlan:
     raise_all(errors, path)
     points = expand(spec)
     feasible = [
-        p
-        for p in points
-        if (p.workload, _key(p.workload_overrides), p.ranks, p.placement, p.replicate_below_rows) in allowed
+        p for p in points if (p.workload, _key(p.workload_overrides), p.ranks, p.placement, p.replicate_below_rows) in allowed
     ]
     return SweepPlan(spec=spec, source=path, points=tuple(feasible), infeasible=len(points) - len(feasible))
 
@@ -258,7 +267,9 @@ def raise_all(errors: list[DlrmsimError], source: Path) -> None:
         return
     if len(unique) == 1:
         raise unique[0]
-    parts = [DlrmsimError(e.message, field=e.field, fix=e.fix).one_line() if e.source == str(source) else e.one_line() for e in unique]
+    parts = [
+        DlrmsimError(e.message, field=e.field, fix=e.fix).one_line() if e.source == str(source) else e.one_line() for e in unique
+    ]
     raise DlrmsimError(f"{len(unique)} problems: " + "; ".join(f"({i}) {p}" for i, p in enumerate(parts, 1)), source=source)
 
 
@@ -266,13 +277,25 @@ def _refuse_empty(grid: dict[str, Any], source: Path) -> None:
     errors: list[DlrmsimError] = []
     for name, value in grid.items():
         if isinstance(value, list) and not value:
-            errors.append(DlrmsimError("empty list: a sweep needs at least one value", source=source, field=f"grid.{name}",
-                                       fix="give a value or remove the entry"))
+            errors.append(
+                DlrmsimError(
+                    "empty list: a sweep needs at least one value",
+                    source=source,
+                    field=f"grid.{name}",
+                    fix="give a value or remove the entry",
+                )
+            )
         if name.endswith("_overrides") and isinstance(value, dict):
             for dotted, values in value.items():
                 if isinstance(values, list) and not values:
-                    errors.append(DlrmsimError("empty list: a sweep needs at least one value", source=source,
-                                               field=f"grid.{name}.{dotted}", fix="give a value or remove the override"))
+                    errors.append(
+                        DlrmsimError(
+                            "empty list: a sweep needs at least one value",
+                            source=source,
+                            field=f"grid.{name}.{dotted}",
+                            fix="give a value or remove the override",
+                        )
+                    )
     raise_all(errors, source)
 
 
@@ -292,12 +315,20 @@ def resolve_evaluator(text: str, source: str | Path | None = None) -> Callable[[
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise DlrmsimError(f"cannot import evaluator module '{module_name}' ({exc})", source=source, field="evaluator",
-                           fix="put the module on PYTHONPATH") from None  # fmt: skip
+        raise DlrmsimError(
+            f"cannot import evaluator module '{module_name}' ({exc})",
+            source=source,
+            field="evaluator",
+            fix="put the module on PYTHONPATH",
+        ) from None
     func = getattr(module, func_name, None)
     if not callable(func):
-        raise DlrmsimError(f"module '{module_name}' has no function '{func_name}'", source=source, field="evaluator",
-                           fix="write the evaluator as module:function")  # fmt: skip
+        raise DlrmsimError(
+            f"module '{module_name}' has no function '{func_name}'",
+            source=source,
+            field="evaluator",
+            fix="write the evaluator as module:function",
+        )
     return func
 
 
@@ -317,7 +348,9 @@ def _load_workload(name: str, overrides: dict[str, Any], source: Path, field: st
         raise _rewrap(err, source, field, f"workload '{Path(name).name}'") from None
 
 
-def _allowed_rank_placements(spec: SweepSpec, source: Path) -> tuple[set[tuple[str, str, int, str, int | None]], list[DlrmsimError]]:
+def _allowed_rank_placements(
+    spec: SweepSpec, source: Path
+) -> tuple[set[tuple[str, str, int, str, int | None]], list[DlrmsimError]]:
     """(workload, overrides key, ranks, placement, replicate_below_rows) combinations a placement can hold, and
     every problem found on the way.
 
@@ -328,7 +361,9 @@ def _allowed_rank_placements(spec: SweepSpec, source: Path) -> tuple[set[tuple[s
     errors: list[DlrmsimError] = []
     broken: set[str] = set()  # workloads with a bad override: their variants would repeat the same error
     for w in g.workload:
-        checks = [("grid.workload", {})] + [(f"grid.workload_overrides.{d}", {d: v}) for d, values in g.workload_overrides.items() for v in values]
+        checks = [("grid.workload", {})] + [
+            (f"grid.workload_overrides.{d}", {d: v}) for d, values in g.workload_overrides.items() for v in values
+        ]
         for field, overrides in checks:
             try:
                 _load_workload(w, overrides, source, field)
@@ -358,12 +393,15 @@ def _allowed_rank_placements(spec: SweepSpec, source: Path) -> tuple[set[tuple[s
                     which = f"workload '{Path(w).name}'" + (f" with {overrides}" if overrides else "")
                     others = [s for s in STRATEGIES if s not in g.placement]
                     fix = f"use at most {best} ranks" + (f" or add placement {'/'.join(others)}" if others else "")
-                    errors.append(DlrmsimError(
-                        f"{ranks} ranks exceed the {best} a {best_spec.strategy} placement allows for {which}; no placement in the grid allows it",
-                        source=source,
-                        field="grid.ranks",
-                        fix=fix,
-                    ))
+                    errors.append(
+                        DlrmsimError(
+                            f"{ranks} ranks exceed the {best} a {best_spec.strategy} placement allows for {which}; no "
+                            f"placement in the grid allows it",
+                            source=source,
+                            field="grid.ranks",
+                            fix=fix,
+                        )
+                    )
                     continue
                 for ps in fits:
                     allowed.add((w, _key(overrides), ranks, ps.strategy, ps.replicate_below_rows))

@@ -76,9 +76,17 @@ def sockets_override(name_or_path: str | Path, sockets: int | None) -> dict[str,
     generator = str(fabric.get("generator")) if isinstance(fabric, dict) else "?"
     model = _GENERATOR_MODELS.get(generator)
     if model is None or model.count_field != "endpoints" or "endpoints" not in fabric:
-        other = f" (its size is fabric.{model.count_field}: use --topology-set fabric.{model.count_field}=N)" if model and model.count_field else ""
-        raise DlrmsimError(f"a {generator} fabric has no socket count to scale{other}", source=source, field="--sockets",
-                           fix="drop --sockets, or use a fat_tree, full_mesh, ring or single_switch topology such as clx-64s-opa")  # fmt: skip
+        other = (
+            f" (its size is fabric.{model.count_field}: use --topology-set fabric.{model.count_field}=N)"
+            if model and model.count_field
+            else ""
+        )
+        raise DlrmsimError(
+            f"a {generator} fabric has no socket count to scale{other}",
+            source=source,
+            field="--sockets",
+            fix="drop --sockets, or use a fat_tree, full_mesh, ring or single_switch topology such as clx-64s-opa",
+        )
     return {"fabric.endpoints": sockets}
 
 
@@ -113,8 +121,12 @@ def _resolve_likes(data: Any, source: str) -> Any:
         if parent not in links:
             raise unknown_name_error("link type", str(parent), [k for k in links if k != name], source=source, field=field)
         if parent in chain or parent == name:
-            raise DlrmsimError(f"link types refer to each other in a loop ({' -> '.join((*chain, name, parent))})",
-                               source=source, field=field, fix="make one of them a full definition")
+            raise DlrmsimError(
+                f"link types refer to each other in a loop ({' -> '.join((*chain, name, parent))})",
+                source=source,
+                field=field,
+                fix="make one of them a full definition",
+            )
         base = resolve(parent, (*chain, name))
         merged = {k: v for k, v in base.items() if k != "like"} if isinstance(base, dict) else {}
         if "bandwidth_GBps" in entry:  # a rate given here replaces the parent's, whichever form it used
@@ -182,7 +194,9 @@ def scaled_description(topo: Topology, spec: schema.TopologyFile) -> str:
     return f"{counted} ({spec.fabric.generator} fabric, {topo.num_ranks} ranks); unscaled preset: {spec.description}"
 
 
-def build_graph(name_or_path: str | Path | schema.TopologyFile, overrides: dict[str, Any] | None = None, **params: Any) -> nx.Graph:
+def build_graph(
+    name_or_path: str | Path | schema.TopologyFile, overrides: dict[str, Any] | None = None, **params: Any
+) -> nx.Graph:
     """The networkx graph of a topology: nodes have ``kind`` (and ``compute`` for endpoints), edges ``link``."""
     if isinstance(name_or_path, schema.TopologyFile):
         return build_topology(name_or_path, name_or_path.name).graph
@@ -254,8 +268,12 @@ def compute_spec(name: str, ctype: schema.Processor | schema.Card) -> tuple[Comp
         # (ComputeSpec.flops_rate), while the workload's bf16 bytes stay halved.
         fpc = {p: f for p, f in fpc.items() if p != "bf16"}
     elif ctype.bf16_arithmetic == "native" and "bf16" not in fpc:
-        raise DlrmsimError("bf16_arithmetic is native but the detected ISA has no bf16 units", source=name,
-                           field=f"compute.{name}.bf16_arithmetic", fix="set it to fp32 or leave it out")  # fmt: skip
+        raise DlrmsimError(
+            "bf16_arithmetic is native but the detected ISA has no bf16 units",
+            source=name,
+            field=f"compute.{name}.bf16_arithmetic",
+            fix="set it to fp32 or leave it out",
+        )
     cs = ComputeSpec(
         name=name,
         cores=cores,
@@ -301,7 +319,9 @@ def check_graph(w: Wiring, source: str) -> None:
     g = w.graph
     field = "fabric.edges" if w.spec.fabric.generator == "explicit" else "fabric"
     if not w.ranks:
-        raise DlrmsimError("the fabric has no ranks (socket or card nodes)", source=source, field="fabric", fix="add compute nodes")
+        raise DlrmsimError(
+            "the fabric has no ranks (socket or card nodes)", source=source, field="fabric", fix="add compute nodes"
+        )
     if g.number_of_nodes() > 1 and not nx.is_connected(g):
         anchor = w.ranks[0]
         reached = nx.node_connected_component(g, anchor)
@@ -357,12 +377,15 @@ def precision_note(name_or_path: str | Path, overrides: dict[str, Any] | None, p
     if not slow:
         return None
     which = "; ".join(f"{model} ({', '.join(names)})" for model, names in slow.items())
-    return (f"note: {which} has no bf16 units (bf16_arithmetic: fp32): bf16 halves the bytes of tables, activations "
-            f"and messages, but matrix math runs at the fp32 rate")
+    return (
+        f"note: {which} has no bf16 units (bf16_arithmetic: fp32): bf16 halves the bytes of tables, activations "
+        f"and messages, but matrix math runs at the fp32 rate"
+    )
 
 
-def rates_note(name_or_path: str | Path, overrides: dict[str, Any] | None, calibration: str | None = None,
-               measured: Any = None) -> str | None:
+def rates_note(
+    name_or_path: str | Path, overrides: dict[str, Any] | None, calibration: str | None = None, measured: Any = None
+) -> str | None:
     """One line saying which rates a run uses, for a topology with placeholder rates (``calibrated: false``, the host).
 
     With a calibration: the file, where and when it was measured (``measured``: its ``HostInfo``). Without: the peak
@@ -370,15 +393,22 @@ def rates_note(name_or_path: str | Path, overrides: dict[str, Any] | None, calib
     None for a topology whose rates all come from its file (datasheets and papers) and no calibration.
     """
     if calibration is not None:
-        when = f" (measured on {measured.name}, {measured.date}{', quick plan' if measured.quick else ''}, {measured.backend})" if measured else ""
+        when = (
+            f" (measured on {measured.name}, {measured.date}{', quick plan' if measured.quick else ''}, {measured.backend})"
+            if measured
+            else ""
+        )
         return f"rates: calibrated, from {calibration}{when}: compute, memory and shared-memory link rates are its fitted ones"
     spec, _ = load_spec(name_or_path, overrides)
     for name, ctype in spec.compute.items():
         if isinstance(ctype, schema.Processor) and not ctype.calibrated:
             cs, attrs = compute_spec(name, ctype)
             fpc = cs.peak_flops["fp32"] / (cs.cores * cs.clock_hz)
-            return (f"rates: uncalibrated defaults for {name} ({attrs['model']}): fp32 peak {cs.peak_flops['fp32'] / 1e12:.3g} TFLOPS "
-                    f"from the ISA ({cs.cores} cores x {cs.clock_hz / 1e9:.2f} GHz x {fpc:g} flop/cycle); memory "
-                    f"{cs.memory_bandwidth_Bps / 1e9:g} GB/s, GEMM efficiency and links are placeholders (dlrmsim calibrate "
-                    f"measures them; use the file with --calibration)")
+            return (
+                f"rates: uncalibrated defaults for {name} ({attrs['model']}): "
+                f"fp32 peak {cs.peak_flops['fp32'] / 1e12:.3g} TFLOPS "
+                f"from the ISA ({cs.cores} cores x {cs.clock_hz / 1e9:.2f} GHz x {fpc:g} flop/cycle); memory "
+                f"{cs.memory_bandwidth_Bps / 1e9:g} GB/s, GEMM efficiency and links are placeholders (dlrmsim calibrate "
+                f"measures them; use the file with --calibration)"
+            )
     return None

@@ -26,13 +26,32 @@ def list_cmd(json_out: bool = typer.Option(False, "--json", help="print one JSON
 
     summaries = [(name, summarize(load_topology(name))) for name in topology_names()]
     if json_out:
-        print_json({"topologies": [{"name": name, "description": load_topology(name).description, "ranks": s.ranks,
-                                     "rank_kind": s.rank_kind, "links": s.unique_links,
-                                     "aggregate_link_bandwidth_GBps": s.aggregate_link_bandwidth_GBps,
-                                     "bisection_bandwidth_GBps": s.bisection_bandwidth_GBps} for name, s in summaries]})  # fmt: skip
+        print_json(
+            {
+                "topologies": [
+                    {
+                        "name": name,
+                        "description": load_topology(name).description,
+                        "ranks": s.ranks,
+                        "rank_kind": s.rank_kind,
+                        "links": s.unique_links,
+                        "aggregate_link_bandwidth_GBps": s.aggregate_link_bandwidth_GBps,
+                        "bisection_bandwidth_GBps": s.bisection_bandwidth_GBps,
+                    }
+                    for name, s in summaries
+                ]
+            }
+        )
         return
-    rows = [(name, s.ranks, s.rank_kind, s.unique_links, s.aggregate_link_bandwidth_GBps, s.bisection_bandwidth_GBps) for name, s in summaries]
-    print_table("Topology presets (details: dlrmsim topology show NAME)", ["name", "ranks", "kind", "links", "aggr. GB/s", "bisect. GB/s"], rows)
+    rows = [
+        (name, s.ranks, s.rank_kind, s.unique_links, s.aggregate_link_bandwidth_GBps, s.bisection_bandwidth_GBps)
+        for name, s in summaries
+    ]
+    print_table(
+        "Topology presets (details: dlrmsim topology show NAME)",
+        ["name", "ranks", "kind", "links", "aggr. GB/s", "bisect. GB/s"],
+        rows,
+    )
 
 
 @app.command("show")
@@ -42,7 +61,9 @@ def show_cmd(
     html: Path | None = typer.Option(None, "--html", help="write an interactive plotly drawing to this file"),
     param: list[str] = typer.Option([], "--param", "-p", help="generator parameter KEY=VALUE, e.g. sockets=1024"),
     set_: list[str] = typer.Option([], "--set", help="dotted-path what-if edit KEY=VALUE, e.g. links.opa.bandwidth_GBps=25"),
-    sockets: int | None = typer.Option(None, "--sockets", help="scale the topology to N sockets (its generator's endpoint count), e.g. 1024"),
+    sockets: int | None = typer.Option(
+        None, "--sockets", help="scale the topology to N sockets (its generator's endpoint count), e.g. 1024"
+    ),
 ) -> None:
     """Summarise a topology: ranks, links, hop histogram from rank 0, aggregate and bisection bandwidth, peak flops, memory."""
     from dlrmsim.topologies import load_topology, summarize
@@ -57,7 +78,9 @@ def show_cmd(
         try:
             write_html(topo, html)  # plotly.js embedded: the page renders offline
         except OSError as exc:
-            raise DlrmsimError(f"cannot write the drawing ({exc.strerror})", source=str(html), fix="check the directory exists") from None
+            raise DlrmsimError(
+                f"cannot write the drawing ({exc.strerror})", source=str(html), fix="check the directory exists"
+            ) from None
     if json_out:
         print_json(s.to_json())
         return
@@ -83,7 +106,10 @@ def show_cmd(
         print_table(
             "Link types (per physical link and direction; latency includes the attached switches' halves)",
             ["type", "kind", "GB/s", "latency us", "overhead us", "one-sided"],
-            [(k, v["kind"], v["bandwidth_GBps"], v["latency_us"], v["overhead_us"], v["one_sided"]) for k, v in s.link_types.items()],
+            [
+                (k, v["kind"], v["bandwidth_GBps"], v["latency_us"], v["overhead_us"], v["one_sided"])
+                for k, v in s.link_types.items()
+            ],
         )
     if html is not None:
         console.print(f"wrote {html}")

@@ -118,8 +118,11 @@ def figure(topo: Topology) -> go.Figure:
                 x=[pos[n][0] for n in nodes],
                 y=[pos[n][1] for n in nodes],
                 mode="markers",
-                marker={"size": 12 if kind in ("switch", "nic") else 9, "color": _COLORS.get(kind, "#000000"),
-                        "symbol": "square" if kind in ("switch", "nic") else "circle"},
+                marker={
+                    "size": 12 if kind in ("switch", "nic") else 9,
+                    "color": _COLORS.get(kind, "#000000"),
+                    "symbol": "square" if kind in ("switch", "nic") else "circle",
+                },
                 hovertext=[_node_text(topo, n) for n in nodes],
                 hoverinfo="text",
                 name=kind,

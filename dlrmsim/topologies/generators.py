@@ -55,12 +55,16 @@ class Wiring:
         return self.spec.switches[type_name]
 
     # -- nodes and edges ----------------------------------------------------------------------------
-    def endpoint(self, name: str, type_name: str, field: str, *, rank: bool = True, spec: ComputeSpec | None = None, **attrs) -> None:
+    def endpoint(
+        self, name: str, type_name: str, field: str, *, rank: bool = True, spec: ComputeSpec | None = None, **attrs
+    ) -> None:
         """A compute node (socket, card or host); ``rank`` appends it to the rank order."""
         compute = spec or self._compute(type_name, field)
         self._new_node(name, field)
         kind = compute.kind
-        self.graph.add_node(name, kind=kind, compute=compute, compute_type=type_name, **self.compute_attrs.get(type_name, {}), **attrs)
+        self.graph.add_node(
+            name, kind=kind, compute=compute, compute_type=type_name, **self.compute_attrs.get(type_name, {}), **attrs
+        )
         if rank:
             self.ranks.append(name)
         if kind == "host":
@@ -82,7 +86,9 @@ class Wiring:
 
     def _new_node(self, name: str, field: str) -> None:
         if name in self.graph:
-            raise DlrmsimError(f"node '{name}' is defined twice", source=self.source, field=field, fix="give each node a unique name")
+            raise DlrmsimError(
+                f"node '{name}' is defined twice", source=self.source, field=field, fix="give each node a unique name"
+            )
 
     def connect(self, u: str, v: str, type_name: str, field: str, trunk: int = 1) -> None:
         """A full-duplex edge of ``trunk`` parallel links of ``type_name``; both nodes must exist."""
@@ -223,7 +229,10 @@ def fat_tree(f: schema.FatTree, w: Wiring) -> None:
         return
     if f.levels == 1:
         raise DlrmsimError(
-            f"{n_leaves} leaves need at least 2 switch levels", source=w.source, field="fabric.levels", fix="remove levels or set it to 2 or more"
+            f"{n_leaves} leaves need at least 2 switch levels",
+            source=w.source,
+            field="fabric.levels",
+            fix="remove levels or set it to 2 or more",
         )
     counters = {"agg": 0, "root": 0}
 
@@ -295,7 +304,10 @@ def host(f: schema.HostFabric, w: Wiring) -> None:
     base = w._compute(f.compute, "fabric.compute")
     if base.cores < f.ranks:
         raise DlrmsimError(
-            f"{f.ranks} ranks but this machine has {base.cores} cores", source=w.source, field="fabric.ranks", fix=f"use at most {base.cores} ranks"
+            f"{f.ranks} ranks but this machine has {base.cores} cores",
+            source=w.source,
+            field="fabric.ranks",
+            fix=f"use at most {base.cores} ranks",
         )
     per_rank = base.cores // f.ranks
     scale = per_rank / base.cores
@@ -321,7 +333,9 @@ def explicit(f: schema.Explicit, w: Wiring) -> None:
             sw = w.switch_type(node.switch, f"{field}.switch")
             if sw.kind != node.kind:
                 raise DlrmsimError(
-                    f"node kind '{node.kind}' but switch type '{node.switch}' is a {sw.kind}", source=w.source, field=f"{field}.kind"
+                    f"node kind '{node.kind}' but switch type '{node.switch}' is a {sw.kind}",
+                    source=w.source,
+                    field=f"{field}.kind",
                 )
             w.switch(node.name, node.switch, f"{field}.name")
         else:
@@ -341,12 +355,19 @@ def explicit(f: schema.Explicit, w: Wiring) -> None:
         for i, r in enumerate(f.ranks):
             if r not in w.graph:
                 raise DlrmsimError(
-                    f"rank '{r}' is not a node", source=w.source, field=f"fabric.ranks.{i}", fix=_did_you_mean(r, w.graph.nodes, "list a node name")
+                    f"rank '{r}' is not a node",
+                    source=w.source,
+                    field=f"fabric.ranks.{i}",
+                    fix=_did_you_mean(r, w.graph.nodes, "list a node name"),
                 )
             if w.graph.nodes[r].get("kind") not in ("socket", "card", "host"):
-                raise DlrmsimError(f"rank '{r}' is a {w.graph.nodes[r]['kind']}, not a compute node", source=w.source, field=f"fabric.ranks.{i}")
+                raise DlrmsimError(
+                    f"rank '{r}' is a {w.graph.nodes[r]['kind']}, not a compute node", source=w.source, field=f"fabric.ranks.{i}"
+                )
         if len(set(f.ranks)) != len(f.ranks):
-            raise DlrmsimError("a node is listed twice in ranks", source=w.source, field="fabric.ranks", fix="list each rank once")
+            raise DlrmsimError(
+                "a node is listed twice in ranks", source=w.source, field="fabric.ranks", fix="list each rank once"
+            )
         w.ranks = list(f.ranks)
 
 

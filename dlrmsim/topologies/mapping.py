@@ -98,20 +98,34 @@ def map_ranks(needs: Sequence[float], capacities: Sequence[float]) -> RankMappin
     return RankMapping(anywhere, "memory-aware") if anywhere is not None else None
 
 
-def check_explicit(needs: Sequence[float], capacities: Sequence[float], sockets: Sequence[int], source: str | None = None) -> RankMapping:
+def check_explicit(
+    needs: Sequence[float], capacities: Sequence[float], sockets: Sequence[int], source: str | None = None
+) -> RankMapping:
     """The user's endpoints for the first ``len(needs)`` ranks, checked: enough, distinct, in range, holding their shards."""
     p = len(needs)
     field = "rank_sockets"
     if len(set(sockets)) != len(sockets):
-        raise DlrmsimError(f"rank_sockets lists a socket twice ({_fmt(sockets)})", source=source, field=field,
-                           fix="give each socket once: one rank per socket")  # fmt: skip
+        raise DlrmsimError(
+            f"rank_sockets lists a socket twice ({_fmt(sockets)})",
+            source=source,
+            field=field,
+            fix="give each socket once: one rank per socket",
+        )
     if len(sockets) < p:
-        raise DlrmsimError(f"{p} ranks but rank_sockets lists only {len(sockets)} sockets", source=source, field=field,
-                           fix=f"list at least {p} sockets")  # fmt: skip
+        raise DlrmsimError(
+            f"{p} ranks but rank_sockets lists only {len(sockets)} sockets",
+            source=source,
+            field=field,
+            fix=f"list at least {p} sockets",
+        )
     bad = [s for s in sockets if s >= len(capacities)]
     if bad:
-        raise DlrmsimError(f"socket {bad[0]} does not exist: the topology has {len(capacities)} (0-{len(capacities) - 1})",
-                           source=source, field=field, fix=f"use sockets 0-{len(capacities) - 1}")  # fmt: skip
+        raise DlrmsimError(
+            f"socket {bad[0]} does not exist: the topology has {len(capacities)} (0-{len(capacities) - 1})",
+            source=source,
+            field=field,
+            fix=f"use sockets 0-{len(capacities) - 1}",
+        )
     chosen = tuple(sockets[:p])
     for r, (need, s) in enumerate(zip(needs, chosen, strict=True)):
         if need > capacities[s]:

@@ -93,8 +93,14 @@ class SparseUpdate(StrictModel):
 
 # Processors and cards alike default to 1, the roofline: no cited figure for the built-in machines; a host
 # calibration measures it (calibration.fit.fit_cold_gemm).
-GemmMemoryOverlap = Annotated[float, Field(ge=0, le=1, description="share of a GEMM's compulsory memory traffic hidden "
-                                           "under its arithmetic (1 = roofline max, 0 = sum)")]
+GemmMemoryOverlap = Annotated[
+    float,
+    Field(
+        ge=0,
+        le=1,
+        description="share of a GEMM's compulsory memory traffic hidden under its arithmetic (1 = roofline max, 0 = sum)",
+    ),
+]
 
 
 class Processor(StrictModel):
@@ -130,7 +136,9 @@ class Processor(StrictModel):
             if self.bf16_arithmetic == "native" and not has_bf16:
                 raise ValueError("bf16_arithmetic native needs a bf16 entry in flops_per_cycle_per_core (the bf16 units' rate)")
             if self.bf16_arithmetic == "fp32" and has_bf16:
-                raise ValueError("bf16_arithmetic fp32 (no bf16 units) contradicts the bf16 entry of flops_per_cycle_per_core: drop one")
+                raise ValueError(
+                    "bf16_arithmetic fp32 (no bf16 units) contradicts the bf16 entry of flops_per_cycle_per_core: drop one"
+                )
         return self
 
 

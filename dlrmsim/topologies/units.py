@@ -149,8 +149,7 @@ def normalize_units(data: Any, source: str, path: str = "") -> tuple[Any, dict[s
                         f"unknown unit '{unit_name}' in field name",
                         source=source,
                         field=here,
-                        fix=f"write it as {stem}_{_canonical_for_stem(stem)} or another known unit "
-                        f"({', '.join(sorted(UNITS))})",
+                        fix=f"write it as {stem}_{_canonical_for_stem(stem)} or another known unit ({', '.join(sorted(UNITS))})",
                     )
                 out[key] = value
                 continue

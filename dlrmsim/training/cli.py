@@ -15,7 +15,9 @@ from dlrmsim.topologies.mapping import parse_socket_list
 if TYPE_CHECKING:  # imported inside the commands: `dlrmsim --help` should not load the engine
     from dlrmsim.training.simulate import TrainingConfig, TrainingResult
 
-RANK_SOCKETS_HELP = "socket of each rank in rank order, e.g. 56-59 or 56,57,58 (default: first sockets, or ones whose memory holds the shards)"
+RANK_SOCKETS_HELP = (
+    "socket of each rank in rank order, e.g. 56-59 or 56,57,58 (default: first sockets, or ones whose memory holds the shards)"
+)
 COMMON = {
     "topology": typer.Option("clx-64s-opa", "--topology", "-t", help="topology preset or YAML path"),
     "workload": typer.Option("mlperf", "--workload", "-w", help="workload preset or YAML path"),
@@ -43,8 +45,11 @@ def check_host_topology(topology: str) -> None:
     data = read_yaml(resolve(topology, PRESET_DIR, "topology"))
     fabric = data.get("fabric") if isinstance(data, dict) else None
     if not (isinstance(fabric, dict) and fabric.get("generator") == "host"):
-        raise DlrmsimError(f"the calibration describes this machine (the 'host' topology), not topology '{topology}'",
-                           field="--calibration", fix="add --topology host, or drop --calibration")
+        raise DlrmsimError(
+            f"the calibration describes this machine (the 'host' topology), not topology '{topology}'",
+            field="--calibration",
+            fix="add --topology host, or drop --calibration",
+        )
 
 
 def run_notes(cfg: TrainingConfig) -> list[str]:
@@ -57,8 +62,10 @@ def run_notes(cfg: TrainingConfig) -> list[str]:
     if cfg.calibration is not None:  # already loaded (and checked) by the run: read again without its host warning
         measured = validate(Calibration, read_yaml(Path(cfg.calibration)), cfg.calibration).host
     precision = cfg.precision or load_workload(cfg.workload, cfg.workload_overrides or None).precision
-    notes = [rates_note(cfg.topology, cfg.topology_overrides or None, cfg.calibration, measured),
-             precision_note(cfg.topology, cfg.topology_overrides or None, precision)]
+    notes = [
+        rates_note(cfg.topology, cfg.topology_overrides or None, cfg.calibration, measured),
+        precision_note(cfg.topology, cfg.topology_overrides or None, precision),
+    ]
     return [n for n in notes if n]
 
 
@@ -87,7 +94,9 @@ def print_result(res: TrainingResult) -> None:
         f"per-rank busy time {min(busy) * 1e3:.3f}..{max(busy) * 1e3:.3f} ms (imbalance {res.imbalance:.3f})"
     )
     if res.time_to_train_s is not None:
-        console.print(f"time to train: {res.time_to_train_s / 60:.1f} min ({res.epochs} epochs at this batch's nearest convergence run)")
+        console.print(
+            f"time to train: {res.time_to_train_s / 60:.1f} min ({res.epochs} epochs at this batch's nearest convergence run)"
+        )
 
 
 def register(app: typer.Typer) -> None:
@@ -114,8 +123,12 @@ def register(app: typer.Typer) -> None:
         ),
         calibration: str | None = typer.Option(None, help="calibration YAML (with --topology host)"),
         rank_sockets: str | None = typer.Option(None, "--rank-sockets", help=RANK_SOCKETS_HELP),
-        sockets: int | None = typer.Option(None, "--sockets", help="scale the topology to N sockets (its generator's endpoint count), e.g. 1024"),
-        threads_per_rank: int | None = typer.Option(None, "--threads-per-rank", help="-t host: cores per rank process (default: cores / ranks)"),
+        sockets: int | None = typer.Option(
+            None, "--sockets", help="scale the topology to N sockets (its generator's endpoint count), e.g. 1024"
+        ),
+        threads_per_rank: int | None = typer.Option(
+            None, "--threads-per-rank", help="-t host: cores per rank process (default: cores / ranks)"
+        ),
         topo_set: list[str] = typer.Option([], "--topology-set", help="what-if: PATH=VALUE on the topology YAML"),
         wl_set: list[str] = typer.Option([], "--workload-set", help="what-if: PATH=VALUE on the workload YAML"),
         json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
@@ -139,9 +152,12 @@ def register(app: typer.Typer) -> None:
         if res.global_batch % cfg.ranks:
             sizes = local_batches(res.global_batch, cfg.ranks)
             extra = res.global_batch % cfg.ranks
-            err_console.print(f"note: global batch {res.global_batch} does not divide by {cfg.ranks} ranks: {extra} rank(s) get "
-                              f"{max(sizes)} samples, {cfg.ranks - extra} get {min(sizes)} (the slowest rank sets the iteration)",
-                              highlight=False, soft_wrap=True)
+            err_console.print(
+                f"note: global batch {res.global_batch} does not divide by {cfg.ranks} ranks: {extra} rank(s) get "
+                f"{max(sizes)} samples, {cfg.ranks - extra} get {min(sizes)} (the slowest rank sets the iteration)",
+                highlight=False,
+                soft_wrap=True,
+            )
         if trace is not None:
             from dlrmsim.engine.trace import write_chrome_trace
 

@@ -68,8 +68,9 @@ class TrainingConfig(StrictModel):
     allreduce_algorithm: str | None = None
     alltoall_algorithm: str | None = None
     loader: Literal["none", "reference", "v1"] | None = Field(
-        None, description="data loader: reference (full global batch per rank), v1 (local batch + index alltoall), "
-        "none (random data); default: the workload's"
+        None,
+        description="data loader: reference (full global batch per rank), v1 (local batch + index alltoall), "
+        "none (random data); default: the workload's",
     )
     calibration: str | None = None
     topology_overrides: dict[str, Any] = {}
@@ -202,8 +203,15 @@ def load_inputs(cfg: TrainingConfig, workload: Workload | None = None, topology:
     placement = place(w, cfg.placement, cfg.ranks, source=_source(cfg.workload))
     optimizer = load_optimizer(cfg.optimizer)
     # Ranks go to sockets whose memory holds their shards (topologies/mapping.py); rank r is then topo.compute(r).
-    mapping = map_placement(w, placement, capacities(topo), optimizer.state_bytes_per_param, cfg.rank_sockets,
-                            source=_source(cfg.workload), topology=topo.name)  # fmt: skip
+    mapping = map_placement(
+        w,
+        placement,
+        capacities(topo),
+        optimizer.state_bytes_per_param,
+        cfg.rank_sockets,
+        source=_source(cfg.workload),
+        topology=topo.name,
+    )
     topo = remap(topo, mapping.sockets)
     check_memory(w, placement, topo, cfg, optimizer.state_bytes_per_param)
     spec = topo.compute(0)
@@ -234,8 +242,12 @@ def load_training_topology(cfg: TrainingConfig) -> Topology:
     fabric = topo.spec.fabric  # type: ignore[attr-defined]
     if fabric.generator != "host":
         if cfg.threads_per_rank is not None:
-            raise DlrmsimError("--threads-per-rank applies to the host topology only", source=topo.source, field="threads_per_rank",
-                               fix="drop it, or use -t host")  # fmt: skip
+            raise DlrmsimError(
+                "--threads-per-rank applies to the host topology only",
+                source=topo.source,
+                field="threads_per_rank",
+                fix="drop it, or use -t host",
+            )
         return topo
     if cfg.ranks == topo.num_ranks and cfg.threads_per_rank is None:
         return topo
@@ -348,17 +360,34 @@ class CollectiveCoordinator:
         yield self.rank_done[cid][rank]
 
 
-def _rank_process(sim: Any, rank: int, graph: IterationGraph, coord: CollectiveCoordinator, precision: str, acc: dict[str, float], waits: dict[str, float]) -> Any:
+def _rank_process(
+    sim: Any,
+    rank: int,
+    graph: IterationGraph,
+    coord: CollectiveCoordinator,
+    precision: str,
+    acc: dict[str, float],
+    waits: dict[str, float],
+) -> Any:
     env: simpy.Environment = sim.env
     for step in graph.programs[rank]:
         if isinstance(step, Task):
             t0 = env.now
             kind = step.kind
             prec = precision if kind in MATRIX_KINDS else "fp32"
-            overhead = fixed_time_s(sim.rank_resources[rank].spec, kind, step.ops, step.rows, step.tables_bytes, step.reuse_bytes,
-                                    step.run_start)
-            yield sim.compute(rank, step.name, flops=step.flops, bytes=step.bytes, kind=kind, precision=prec, category=step.category,
-                              overhead_s=overhead)
+            overhead = fixed_time_s(
+                sim.rank_resources[rank].spec, kind, step.ops, step.rows, step.tables_bytes, step.reuse_bytes, step.run_start
+            )
+            yield sim.compute(
+                rank,
+                step.name,
+                flops=step.flops,
+                bytes=step.bytes,
+                kind=kind,
+                precision=prec,
+                category=step.category,
+                overhead_s=overhead,
+            )
             if step.serial_s > env.now - t0:
                 # Conflicting row updates serialise on cache-line transfers; cores cannot shorten the chain.
                 t1 = env.now
@@ -418,7 +447,9 @@ def run_iteration(inputs: Inputs, cfg: TrainingConfig, record_flows: bool = True
         comm_bytes=comm_bytes,
         records=sim.records,
     )
-    result.epochs, result.time_to_train_s = time_to_train(inputs.workload, inputs.settings.optimizer.name, inputs.settings.global_batch, iteration)
+    result.epochs, result.time_to_train_s = time_to_train(
+        inputs.workload, inputs.settings.optimizer.name, inputs.settings.global_batch, iteration
+    )
     return result
 
 
@@ -446,8 +477,9 @@ def comm_settings(backend: Backend, cores: int) -> CommSettings:
         kw["progress_thread_unpinned"] = True
         kw["stolen_cores"] = inter.core_share
         kw["barrier_synchronized"] = inter.barrier_synchronized
-        kw["comm_slowdown"] = progress_thread_interference(inter.core_share, cores - backend.comm_cores,
-                                                           inter.barrier_synchronized).comm_slowdown
+        kw["comm_slowdown"] = progress_thread_interference(
+            inter.core_share, cores - backend.comm_cores, inter.barrier_synchronized
+        ).comm_slowdown
     return CommSettings(**kw)
 
 

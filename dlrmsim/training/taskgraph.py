@@ -270,7 +270,9 @@ def build_iteration(w: Workload, placement: Placement, s: IterationSettings) -> 
 
     # The v1 loader sends every table's indices of the local samples to the table's owners.
     if p > 1 and w.loader is not None and w.loader.kind == "v1" and placement.sharded_tables:
-        collectives[LOADER_EXCHANGE] = Collective(LOADER_EXCHANGE, "alltoallv", "alltoall", matrix=loader_index_matrix(w, placement, batches))
+        collectives[LOADER_EXCHANGE] = Collective(
+            LOADER_EXCHANGE, "alltoallv", "alltoall", matrix=loader_index_matrix(w, placement, batches)
+        )
 
     # Allreduce buckets: gradients become ready in backward order (last top layer first).
     buckets = _buckets(w, placement, s)
@@ -466,8 +468,11 @@ class RankProgram:
                 self.post(cid)
         else:
             for sh in self.shards:
-                self.add(embedding_forward_task(w, f"emb{sh.table}.c{sh.col_offset}.fwd", n_global, sh.columns,
-                                                lookup_fraction(w, sh, self.row_wise)))
+                self.add(
+                    embedding_forward_task(
+                        w, f"emb{sh.table}.c{sh.col_offset}.fwd", n_global, sh.columns, lookup_fraction(w, sh, self.row_wise)
+                    )
+                )
         for t in self.placement.replicated_tables:
             self.add(embedding_forward_task(w, f"emb{t}.replica.fwd", self.n, w.embedding_dim))
         if not scatter_list:
@@ -488,8 +493,16 @@ class RankProgram:
         """3. Interaction and top MLP. The interaction walks n small per-sample matrices (``rows``: a
         calibration fits a per-sample time)."""
         w, n = self.w, self.n
-        self.add(Task("interaction.fwd", "interaction", model.interaction_flops(w, n), model.interaction_bytes(w, n),
-                      ops=model.interaction_ops(w), rows=float(n)))
+        self.add(
+            Task(
+                "interaction.fwd",
+                "interaction",
+                model.interaction_flops(w, n),
+                model.interaction_bytes(w, n),
+                ops=model.interaction_ops(w),
+                rows=float(n),
+            )
+        )
         for layer in model.top_layers(w):
             self.add(gemm_task(w, layer, n, Pass.FORWARD))
             self.add(activation_task(w, layer, n))
@@ -500,8 +513,16 @@ class RankProgram:
         w, n = self.w, self.n
         for layer in reversed(model.top_layers(w)):
             self.backward(layer)
-        self.add(Task("interaction.bwd", "interaction_bwd", model.interaction_flops(w, n, backward=True),
-                      2 * model.interaction_bytes(w, n), ops=model.interaction_ops(w, backward=True), rows=float(n)))
+        self.add(
+            Task(
+                "interaction.bwd",
+                "interaction_bwd",
+                model.interaction_flops(w, n, backward=True),
+                2 * model.interaction_bytes(w, n),
+                ops=model.interaction_ops(w, backward=True),
+                rows=float(n),
+            )
+        )
 
     def bottom_backward(self) -> None:
         """5. The backward exchange goes out now and overlaps the bottom MLP backward."""
@@ -518,19 +539,37 @@ class RankProgram:
         """6. Embedding backward and sparse update once the gradients have arrived: autograd runs every
         table's backward before the optimizer updates any (PyTorch's DLRM and the calibration's runner alike)."""
         w, s, n = self.w, self.s, self.n
-        sparse = [task for sh in self.shards
-                  for task in embedding_backward_update_tasks(w, f"emb{sh.table}.c{sh.col_offset}", sh.rows, s.global_batch,
-                                                              sh.columns, s, lookup_fraction(w, sh, self.row_wise))]
+        sparse = [
+            task
+            for sh in self.shards
+            for task in embedding_backward_update_tasks(
+                w,
+                f"emb{sh.table}.c{sh.col_offset}",
+                sh.rows,
+                s.global_batch,
+                sh.columns,
+                s,
+                lookup_fraction(w, sh, self.row_wise),
+            )
+        ]
         for task in sparse:
             if task.kind != "update":
                 self.add(task)
         for t in self.placement.replicated_tables:
-            self.add(Task(f"emb{t}.replica.bwd", "embedding_bwd", 0.0,
-                          n * w.lookups_per_sample * w.embedding_dim * 4.0 + n * w.embedding_dim * w.element_bytes))
+            self.add(
+                Task(
+                    f"emb{t}.replica.bwd",
+                    "embedding_bwd",
+                    0.0,
+                    n * w.lookups_per_sample * w.embedding_dim * 4.0 + n * w.embedding_dim * w.element_bytes,
+                )
+            )
         for task in sparse:
             if task.kind == "update":
                 self.add(task)
-        pending = [i for i, (names, _) in enumerate(self.buckets) if "replicated_tables" in names and names[-1] == "replicated_tables"]
+        pending = [
+            i for i, (names, _) in enumerate(self.buckets) if "replicated_tables" in names and names[-1] == "replicated_tables"
+        ]
         for i in pending:
             self.add(copy_task(f"allreduce{i}.pre", self.buckets[i][1], s.allreduce_prepost_passes / 3))
             self.post(f"allreduce{i}")
@@ -543,8 +582,15 @@ class RankProgram:
             self.add(copy_task(f"allreduce{i}.post", nbytes, s.allreduce_prepost_passes * 2 / 3))
         dense_params = self.placement.dense_params(w)
         tensors = 2 * len(model.mlp_layers(w)) + len(self.placement.replicated_tables)  # each layer's weight and bias
-        self.add(Task("optimizer", "optimizer", flops=2.0 * dense_params, bytes=s.optimizer.bytes_per_param * dense_params,
-                      ops=s.optimizer.ops_per_tensor * tensors))
+        self.add(
+            Task(
+                "optimizer",
+                "optimizer",
+                flops=2.0 * dense_params,
+                bytes=s.optimizer.bytes_per_param * dense_params,
+                ops=s.optimizer.ops_per_tensor * tensors,
+            )
+        )
 
     def finish(self) -> list[Step]:
         """Lookups and updates read the tables at random: their page walks compete with every table on the
@@ -552,10 +598,17 @@ class RankProgram:
         w = self.w
         held = self.placement.table_bytes_on(w, self.r)
         lookups = self.s.global_batch * w.lookups_per_sample
-        reuse = sum(update_reuse_bytes(w, sh.rows, lookups * lookup_fraction(w, sh, self.row_wise), sh.columns)
-                    for sh in self.shards)
-        return mark_run_starts([replace(t, tables_bytes=held, reuse_bytes=reuse if t.kind == "update" else 0.0)
-                                if isinstance(t, Task) and t.kind in TABLE_WALK_KINDS else t for t in self.prog])
+        reuse = sum(
+            update_reuse_bytes(w, sh.rows, lookups * lookup_fraction(w, sh, self.row_wise), sh.columns) for sh in self.shards
+        )
+        return mark_run_starts(
+            [
+                replace(t, tables_bytes=held, reuse_bytes=reuse if t.kind == "update" else 0.0)
+                if isinstance(t, Task) and t.kind in TABLE_WALK_KINDS
+                else t
+                for t in self.prog
+            ]
+        )
 
 
 def mark_run_starts(program: list[Step]) -> list[Step]:

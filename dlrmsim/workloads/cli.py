@@ -20,6 +20,7 @@ def register(root: typer.Typer) -> None:
     """Attach the `workload` sub-app to the root CLI."""
     root.add_typer(app, name="workload")
 
+
 MIB = 2.0**20
 GIB = 2.0**30
 
@@ -76,9 +77,14 @@ def table_layout(p: Placement, table: int) -> dict[str, Any]:
     shards = [s for s in p.shards if s.table == table]
     if len(shards) == 1:
         return {"table": table, "layout": "whole", "rank": shards[0].rank}
-    return {"table": table, "layout": "split",
-            "shards": [{"rank": s.rank, "rows": [s.row_offset, s.row_offset + s.rows],
-                        "columns": [s.col_offset, s.col_offset + s.columns]} for s in shards]}  # fmt: skip
+    return {
+        "table": table,
+        "layout": "split",
+        "shards": [
+            {"rank": s.rank, "rows": [s.row_offset, s.row_offset + s.rows], "columns": [s.col_offset, s.col_offset + s.columns]}
+            for s in shards
+        ],
+    }
 
 
 def rank_tables(p: Placement, rank: int) -> str:
@@ -106,13 +112,21 @@ def list_cmd(json_out: bool = typer.Option(False, "--json", help="print one JSON
     others = [("serving", n, load_serving_workload(n).description, "dlrmsim serve -w " + n) for n in serving_workload_names()]
     others += [("layers", n, load_layer_workload(n).description, "dlrmsim instances -w " + n) for n in layer_workload_names()]
     if json_out:
-        print_json({"training": [asdict(s) for s in training],
-                    "other": [{"kind": k, "name": n, "description": d, "used_by": u} for k, n, d, u in others]})  # fmt: skip
+        print_json(
+            {
+                "training": [asdict(s) for s in training],
+                "other": [{"kind": k, "name": n, "description": d, "used_by": u} for k, n, d, u in others],
+            }
+        )
         return
-    print_table("DLRM training workloads (dlrmsim simulate/scaling -w NAME; details: dlrmsim workload show NAME)",
-                ["name", "tables", "E", "P", "tables GiB", "allreduce MiB", "alltoall MiB"],
-                [(s.name, s.tables, s.embedding_dim, s.lookups_per_sample, s.tables_gib, s.allreduce_mib, s.alltoall_strong_mib)
-                 for s in training])  # fmt: skip
+    print_table(
+        "DLRM training workloads (dlrmsim simulate/scaling -w NAME; details: dlrmsim workload show NAME)",
+        ["name", "tables", "E", "P", "tables GiB", "allreduce MiB", "alltoall MiB"],
+        [
+            (s.name, s.tables, s.embedding_dim, s.lookups_per_sample, s.tables_gib, s.allreduce_mib, s.alltoall_strong_mib)
+            for s in training
+        ],
+    )
     print_table("Serving and layer workloads", ["kind", "name", "description", "used by"], others)
 
 
@@ -159,7 +173,10 @@ def show_cmd(
         )
         split = [t for t in pl["tables"] if t["layout"] == "split"]
         whole = sum(1 for t in pl["tables"] if t["layout"] == "whole")
-        console.print(f"{whole} tables whole on one rank, {len(split)} split over ranks, "
-                      f"{len(pl['replicated_tables'])} replicated on every rank"
-                      + (f" (replicated: {', '.join(f't{t}' for t in pl['replicated_tables'])})" if pl["replicated_tables"] else ""),
-                      highlight=False, soft_wrap=True)  # fmt: skip
+        console.print(
+            f"{whole} tables whole on one rank, {len(split)} split over ranks, "
+            f"{len(pl['replicated_tables'])} replicated on every rank"
+            + (f" (replicated: {', '.join(f't{t}' for t in pl['replicated_tables'])})" if pl["replicated_tables"] else ""),
+            highlight=False,
+            soft_wrap=True,
+        )

@@ -33,7 +33,17 @@ from dlrmsim.config import StrictModel
 PRESET_DIR = Path(__file__).resolve().parent / "layer_presets"
 
 LayerKind = Literal[
-    "gemm", "conv", "elementwise", "activation", "batchnorm", "layernorm", "pooling", "embedding", "interaction", "softmax", "other"
+    "gemm",
+    "conv",
+    "elementwise",
+    "activation",
+    "batchnorm",
+    "layernorm",
+    "pooling",
+    "embedding",
+    "interaction",
+    "softmax",
+    "other",
 ]
 
 
@@ -91,7 +101,10 @@ def layer_tasks(w: LayerWorkload, batch: float) -> list[LayerTask]:
         for layer in w.layers:
             fwd.append(
                 LayerTask(
-                    f"{tag}{layer.name}.fwd", layer.kind, layer.flops_per_sample * batch, layer.bytes_per_sample * batch + layer.bytes_per_call
+                    f"{tag}{layer.name}.fwd",
+                    layer.kind,
+                    layer.flops_per_sample * batch,
+                    layer.bytes_per_sample * batch + layer.bytes_per_call,
                 )
             )
     if w.backward is None:

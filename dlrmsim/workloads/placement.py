@@ -63,7 +63,9 @@ class Placement:
 
     def dense_params(self, w: Workload) -> int:
         """Parameters every rank holds and trains data-parallel: the MLPs and the replicated tables."""
-        return sum(layer.params for layer in model.mlp_layers(w)) + sum(w.table_rows[t] * w.embedding_dim for t in self.replicated_tables)
+        return sum(layer.params for layer in model.mlp_layers(w)) + sum(
+            w.table_rows[t] * w.embedding_dim for t in self.replicated_tables
+        )
 
     def memory_on(self, w: Workload, rank: int, state_bytes_per_param: float = 4.0) -> float:
         """Bytes of model state on ``rank``: its table shards, plus the data-parallel part at
@@ -144,7 +146,9 @@ def place(w: Workload, spec: PlacementSpec, ranks: int, source: str | None = Non
                 pieces.append((t, cols, offset, rows[t]))
                 offset += cols
         shards = _assign_balanced(pieces, ranks, w)
-    return Placement(spec=spec, ranks=ranks, shards=tuple(shards), replicated_tables=tuple(replicated), sharded_tables=tuple(sharded))
+    return Placement(
+        spec=spec, ranks=ranks, shards=tuple(shards), replicated_tables=tuple(replicated), sharded_tables=tuple(sharded)
+    )
 
 
 def too_many_ranks(w: Workload, spec: PlacementSpec, ranks: int, limit: int, source: str | None) -> DlrmsimError:
@@ -215,7 +219,11 @@ def map_placement(
 
 
 def fewest_ranks(
-    w: Workload, spec: PlacementSpec, capacities: Sequence[float], state_bytes_per_param: float = 4.0, sockets: Sequence[int] | None = None
+    w: Workload,
+    spec: PlacementSpec,
+    capacities: Sequence[float],
+    state_bytes_per_param: float = 4.0,
+    sockets: Sequence[int] | None = None,
 ) -> int | None:
     """The fewest ranks some mapping onto these endpoints holds (onto ``sockets``, in order, when given), or None."""
     limit = min(max_ranks(w, spec), len(capacities) if sockets is None else len(sockets))

@@ -56,7 +56,8 @@ class Tables(StrictModel):
 
 
 class Minibatch(StrictModel):
-    """Minibatch sizes (samples) for the three standard experiments; ``single_socket`` is null when one socket cannot hold the model."""
+    """Minibatch sizes (samples) for the three standard experiments; ``single_socket`` is null when one socket
+    cannot hold the model."""
 
     single_socket: PositiveInt | None = None
     strong_global: PositiveInt

@@ -44,8 +44,9 @@ def test_alpha_never_negative() -> None:
 
 
 def _m(bench: str, cores: int, time_s: float, **kw: object) -> Measurement:
-    return Measurement(benchmark=bench, name=f"{bench} {kw} c{cores}", cores=cores, time_s=time_s, repeats=3,
-                       params=kw.pop("params", {}), **kw)  # type: ignore[arg-type]
+    return Measurement(
+        benchmark=bench, name=f"{bench} {kw} c{cores}", cores=cores, time_s=time_s, repeats=3, params=kw.pop("params", {}), **kw
+    )  # type: ignore[arg-type]
 
 
 def _synthetic_host(cal: Calibration):
@@ -56,8 +57,10 @@ def _synthetic_host(cal: Calibration):
 
 def test_gemm_table_reproduces_its_measurements(quick_cal: Calibration) -> None:
     host = _synthetic_host(quick_cal)
-    ms = [_m("gemm", 1, 2.0 * n**3 / (peak * 1e9), flops=2.0 * n**3, params={"m": n, "n": n, "k": n})
-          for n, peak in ((64, 10.0), (512, 50.0), (2048, 80.0))]
+    ms = [
+        _m("gemm", 1, 2.0 * n**3 / (peak * 1e9), flops=2.0 * n**3, params={"m": n, "n": n, "k": n})
+        for n, peak in ((64, 10.0), (512, 50.0), (2048, 80.0))
+    ]
     fit = fit_gemm(ms, host)
     peak1 = host.clock_GHz * host.flops_per_cycle_fp32
     assert [e for _, e in fit.tables[0].points] == pytest.approx([10 / peak1, 50 / peak1, 80 / peak1], rel=1e-3)
@@ -70,7 +73,9 @@ def test_gemm_table_reproduces_its_measurements(quick_cal: Calibration) -> None:
 
 def _cubes_at_half_peak(peak: float) -> list[Measurement]:
     """Cubic GEMMs on 1 core, each at 50 % of ``peak`` (flop/s)."""
-    return [_m("gemm", 1, 2.0 * n**3 / (0.5 * peak), flops=2.0 * n**3, params={"m": n, "n": n, "k": n}) for n in (64, 256, 1024, 2048)]
+    return [
+        _m("gemm", 1, 2.0 * n**3 / (0.5 * peak), flops=2.0 * n**3, params={"m": n, "n": n, "k": n}) for n in (64, 256, 1024, 2048)
+    ]
 
 
 def test_gemm_fit_recovers_aspect_factor(quick_cal: Calibration) -> None:
@@ -82,7 +87,9 @@ def test_gemm_fit_recovers_aspect_factor(quick_cal: Calibration) -> None:
     peak = peak_gflops(host, 1) * 1e9
     cubes = _cubes_at_half_peak(peak)
     flops = 2.0 * 2048 * 512 * 32
-    narrow = _m("linear", 1, flops / (0.25 * peak), flops=flops, params={"batch": 2048, "fan_in": 512, "fan_out": 32, "pass": "fwd"})
+    narrow = _m(
+        "linear", 1, flops / (0.25 * peak), flops=flops, params={"batch": 2048, "fan_in": 512, "fan_out": 32, "pass": "fwd"}
+    )
     fit = fit_gemm([*cubes, narrow], host)
     aspect = EfficiencyTable(tuple(fit.table(1).aspect_points))
     assert aspect(measured_aspect(narrow)) == pytest.approx(0.5, rel=1e-3)
@@ -117,9 +124,12 @@ def test_gemm_fit_recovers_cold_call_and_overlap_in_step_order(quick_cal: Calibr
     table = fit.table(1)
     assert table.cold_call_us == pytest.approx(call_us, abs=0.05)
     assert table.memory_overlap == pytest.approx(overlap, abs=2e-3)
-    spec = calibrated_compute(ComputeSpec(name="cpu", cores=1, clock_hz=1e9, peak_flops={"fp32": 1e12},
-                                          memory_bandwidth_Bps=1e11, memory_capacity_B=64e9),
-                              quick_cal.model_copy(update={"gemm": fit, "host": host}))
+    spec = calibrated_compute(
+        ComputeSpec(
+            name="cpu", cores=1, clock_hz=1e9, peak_flops={"fp32": 1e12}, memory_bandwidth_Bps=1e11, memory_capacity_B=64e9
+        ),
+        quick_cal.model_copy(update={"gemm": fit, "host": host}),
+    )
     for m in step:
         g = layer_gemm(Layer("l", 1024, 1024, "top", 0), int(m.params["batch"]), Pass.FORWARD)
         simulated = fixed_time_s(spec, "gemm", 1.0, 0.0) + task_time(m.flops, g.bytes_moved(4.0), spec, kind="gemm")
@@ -150,11 +160,25 @@ def test_gemm_rows_are_predicted_with_the_simulators_roofline(quick_cal: Calibra
     assert predict_s(square, model) == pytest.approx(predict_gemm_s(quick_cal.gemm, square.flops, cores), rel=1e-9)
     # In training-step order the operands come from memory: the calibrated overlap combines the two times, and the
     # task pays its first op's dispatch and the cold-call time (costs.fixed_time_s), whatever this fit's values.
-    in_step = _m("linear", cores, 1.0, flops=2.0 * 2048 * 128 * 512,
-                 params={"batch": 2048, "fan_in": 128, "fan_out": 512, "pass": "fwd", "context": "step"})
+    in_step = _m(
+        "linear",
+        cores,
+        1.0,
+        flops=2.0 * 2048 * 128 * 512,
+        params={"batch": 2048, "fan_in": 128, "fan_out": 512, "pass": "fwd", "context": "step"},
+    )
     for m, g in ((matvec, Gemm(256, 1, 4096)), (square, Gemm(512, 512, 512)), (in_step, Gemm(2048, 512, 128))):
-        spec = calibrated_compute(ComputeSpec(name="cpu", cores=m.cores, clock_hz=1e9, peak_flops={"fp32": 1e12},
-                                              memory_bandwidth_Bps=1e11, memory_capacity_B=64e9), quick_cal)
+        spec = calibrated_compute(
+            ComputeSpec(
+                name="cpu",
+                cores=m.cores,
+                clock_hz=1e9,
+                peak_flops={"fp32": 1e12},
+                memory_bandwidth_Bps=1e11,
+                memory_capacity_B=64e9,
+            ),
+            quick_cal,
+        )
         fixed = fixed_time_s(spec, "gemm", 1.0, 0.0)
         if m is not in_step:  # a warm loop finds its operands in cache: the roofline, nothing cold
             spec, fixed = dataclasses.replace(spec, gemm_memory_overlap=1.0), 0.0
@@ -163,8 +187,10 @@ def test_gemm_rows_are_predicted_with_the_simulators_roofline(quick_cal: Calibra
 
 def test_memory_fit_finds_the_knee(quick_cal: Calibration) -> None:
     gb = 1e9
-    ms = [_m("stream", c, 12 * 2**24 / (bw * gb), bytes=12.0 * 2**24, params={"kind": "triad"})
-          for c, bw in ((1, 10.0), (2, 20.0), (4, 30.0), (8, 30.0))]
+    ms = [
+        _m("stream", c, 12 * 2**24 / (bw * gb), bytes=12.0 * 2**24, params={"kind": "triad"})
+        for c, bw in ((1, 10.0), (2, 20.0), (4, 30.0), (8, 30.0))
+    ]
     fit = fit_memory(ms, quick_cal.host)
     assert fit.per_core_GBps == pytest.approx(10.0, rel=1e-4)
     assert fit.bandwidth_GBps == pytest.approx(30.0, rel=1e-4)
@@ -179,9 +205,12 @@ def test_embedding_fit_exact_for_one_bandwidth(quick_cal: Calibration) -> None:
 
 
 def test_overhead_fit_splits_first_op_from_further_ops() -> None:
-    ms = [_m("dispatch", c, t, params={"elements": n, "position": pos})
-          for c, first, rest in ((1, 40e-6, 3e-6), (2, 25e-6, 2e-6)) for n in (1, 16, 256)
-          for pos, t in (("first", first), ("rest", rest))]
+    ms = [
+        _m("dispatch", c, t, params={"elements": n, "position": pos})
+        for c, first, rest in ((1, 40e-6, 3e-6), (2, 25e-6, 2e-6))
+        for n in (1, 16, 256)
+        for pos, t in (("first", first), ("rest", rest))
+    ]
     fit = fit_overhead(ms)
     assert fit is not None
     assert fit.task_overhead_s(1) == pytest.approx(40e-6) and fit.op_overhead_s(1) == pytest.approx(3e-6)
@@ -201,14 +230,34 @@ def test_embedding_fit_takes_the_cold_start_off_and_predicts_it_back(quick_cal: 
     start, fixed, row, walk, reload, bw = 30e-6, 100e-6, 20e-9, 60e-9, 90e-9, 8e9
     overhead = OverheadFit(task_overhead_us_by_cores=[(2, start * 1e6)], op_overhead_us_by_cores=[(2, 1.0)])
     ms = []
-    for lk, unique, nb, rows, tables in ((1024, 1000, 5e5, 2**18, 2), (8192, 8000, 3e6, 2**18, 2), (65536, 58000, 2.4e7, 2**18, 2),
-                                         (8192, 8100, 1.3e7, 2**21, 2), (65536, 64000, 9e7, 2**21, 2), (65536, 64000, 2.4e7, 2**21, 4),
-                                         (16384, 15000, 1e7, 2**18, 4)):
+    for lk, unique, nb, rows, tables in (
+        (1024, 1000, 5e5, 2**18, 2),
+        (8192, 8000, 3e6, 2**18, 2),
+        (65536, 58000, 2.4e7, 2**18, 2),
+        (8192, 8100, 1.3e7, 2**21, 2),
+        (65536, 64000, 9e7, 2**21, 2),
+        (65536, 64000, 2.4e7, 2**21, 4),
+        (16384, 15000, 1e7, 2**18, 4),
+    ):
         walk_share = page_walk_miss_share(tables * rows * 32 * 4.0, 4096, 1 << 20)
         reload_share = cache_miss_share(tables * (unique + lk) * 32 * 4.0, 32 << 20)
-        ms.append(_m("embedding", 2, start + fixed + lk * (row + walk_share * walk + reload_share * reload) + nb / bw, bytes=nb,
-                     params={"op": "update", "distribution": "uniform", "lookups": lk, "unique_rows": unique, "rows": rows, "dim": 32,
-                             "tables": tables}))
+        ms.append(
+            _m(
+                "embedding",
+                2,
+                start + fixed + lk * (row + walk_share * walk + reload_share * reload) + nb / bw,
+                bytes=nb,
+                params={
+                    "op": "update",
+                    "distribution": "uniform",
+                    "lookups": lk,
+                    "unique_rows": unique,
+                    "rows": rows,
+                    "dim": 32,
+                    "tables": tables,
+                },
+            )
+        )
     (fit,) = fit_embedding(ms, quick_cal.memory, overhead, host)
     assert fit.fixed_us == pytest.approx(fixed * 1e6, rel=1e-3)
     assert fit.row_time_ns == pytest.approx(row * 1e9, rel=1e-3)
@@ -238,8 +287,9 @@ def test_embedding_fit_separates_the_first_call_of_a_run(quick_cal: Calibration)
     assert fit.fixed_us == pytest.approx(fixed * 1e6, rel=1e-3) and fit.bandwidth_GBps == pytest.approx(bw / 1e9, rel=1e-3)
     assert fit.run_start_us == pytest.approx(200.0, rel=1e-3)
     model = FittedModel(quick_cal.gemm, quick_cal.memory, [fit])
-    assert [predict_s(m, model) for m in ms] == pytest.approx([fixed + m.bytes / bw + (200e-6 if m.params["position"] == "first" else 0.0)
-                                                               for m in ms], rel=1e-3)
+    assert [predict_s(m, model) for m in ms] == pytest.approx(
+        [fixed + m.bytes / bw + (200e-6 if m.params["position"] == "first" else 0.0) for m in ms], rel=1e-3
+    )
     # Rows from before the split time every call of a cycle together: no run start is made up for them.
     old = [m.model_copy(update={"params": {k: v for k, v in m.params.items() if k != "position"}}) for m in ms[::2]]
     (old_fit,) = fit_embedding(old, quick_cal.memory)
@@ -259,8 +309,16 @@ def test_interaction_fit_recovers_its_own_model(quick_cal: Calibration) -> None:
     for n, s, e in ((256, 4, 32), (2048, 4, 32), (256, 26, 64), (2048, 26, 64), (1024, 16, 128)):
         flops, nbytes, ops = 2.0 * (s + 1) ** 2 * e * n, 4.0 * n * (s + 1) * e * 3, 5.0
         t = 20e-6 + 4 * 2e-6 + fixed + n * sample + max(flops / rate, nbytes / bw)
-        ms.append(_m("interaction", cores, t, flops=flops, bytes=nbytes,
-                     params={"direction": "forward", "batch": n, "tables": s, "dim": e, "ops": ops}))
+        ms.append(
+            _m(
+                "interaction",
+                cores,
+                t,
+                flops=flops,
+                bytes=nbytes,
+                params={"direction": "forward", "batch": n, "tables": s, "dim": e, "ops": ops},
+            )
+        )
     (fit,) = fit_interaction(ms, quick_cal.memory, quick_cal.host, overhead)
     assert fit.GFLOPs == pytest.approx(rate / 1e9, rel=1e-4)
     assert fit.fixed_us == pytest.approx(fixed * 1e6, rel=1e-3)
@@ -271,8 +329,10 @@ def test_interaction_fit_recovers_its_own_model(quick_cal: Calibration) -> None:
 
 
 def test_apply_gives_interaction_kinds_their_fitted_costs(quick_cal: Calibration) -> None:
-    fits = [InteractionFit(direction="forward", cores=1, fixed_us=100.0, sample_time_ns=300.0, GFLOPs=20.0),
-            InteractionFit(direction="backward", cores=1, fixed_us=50.0, sample_time_ns=150.0, GFLOPs=40.0)]
+    fits = [
+        InteractionFit(direction="forward", cores=1, fixed_us=100.0, sample_time_ns=300.0, GFLOPs=20.0),
+        InteractionFit(direction="backward", cores=1, fixed_us=50.0, sample_time_ns=150.0, GFLOPs=40.0),
+    ]
     spec = apply_calibration(_tiny_host_topology(), quick_cal.model_copy(update={"interaction": fits})).compute(0)
     assert spec.flop_rate_by_kind == {"interaction": 20e9, "interaction_bwd": 40e9}
     assert spec.fixed_time_s_by_kind["interaction"] == pytest.approx(100e-6)
@@ -285,9 +345,19 @@ def test_apply_gives_interaction_kinds_their_fitted_costs(quick_cal: Calibration
 
 
 def test_apply_gives_embedding_kinds_their_fixed_and_row_times(quick_cal: Calibration) -> None:
-    fits = [EmbeddingFit(op=op, distribution="uniform", cores=1, bandwidth_GBps=5.0, stream_fraction=0.5,
-                         row_time_ns=row, fixed_us=fixed, walk_time_ns=walk)
-            for op, row, fixed, walk in (("forward", 2.0, 120.0, 25.0), ("backward", 0.0, 150.0, 0.0), ("update", 60.0, 0.0, 70.0))]
+    fits = [
+        EmbeddingFit(
+            op=op,
+            distribution="uniform",
+            cores=1,
+            bandwidth_GBps=5.0,
+            stream_fraction=0.5,
+            row_time_ns=row,
+            fixed_us=fixed,
+            walk_time_ns=walk,
+        )
+        for op, row, fixed, walk in (("forward", 2.0, 120.0, 25.0), ("backward", 0.0, 150.0, 0.0), ("update", 60.0, 0.0, 70.0))
+    ]
     fits[2] = fits[2].model_copy(update={"reload_time_ns": 90.0})
     fits[0] = fits[0].model_copy(update={"run_start_us": 250.0})
     spec = apply_calibration(_tiny_host_topology(), quick_cal.model_copy(update={"embedding": fits})).compute(0)
@@ -335,8 +405,10 @@ def test_gemm_fit_refuses_a_measurement_above_the_peak_and_the_bound_raises_it(q
     from dlrmsim.calibration.fit import peak_bound_host
 
     host = _synthetic_host(quick_cal)  # 96 GFLOP/s a core
-    ms = [_m("gemm", 1, 2.0 * n**3 / (rate * 1e9), flops=2.0 * n**3, params={"m": n, "n": n, "k": n})
-          for n, rate in ((256, 60.0), (1024, 110.0))]
+    ms = [
+        _m("gemm", 1, 2.0 * n**3 / (rate * 1e9), flops=2.0 * n**3, params={"m": n, "n": n, "k": n})
+        for n, rate in ((256, 60.0), (1024, 110.0))
+    ]
     with pytest.raises(ValueError, match="above the host's peak"):
         fit_gemm(ms, host)
     bounded = peak_bound_host(ms, host)
@@ -349,8 +421,15 @@ def test_gemm_fit_refuses_a_measurement_above_the_peak_and_the_bound_raises_it(q
 
 def _tiny_host_topology() -> Topology:
     g = nx.Graph()
-    spec = ComputeSpec(name="host-half", cores=1, clock_hz=1e9, peak_flops={"fp32": 1e9, "bf16": 2e9},
-                       memory_bandwidth_Bps=1e9, memory_capacity_B=8e9, kind="host")
+    spec = ComputeSpec(
+        name="host-half",
+        cores=1,
+        clock_hz=1e9,
+        peak_flops={"fp32": 1e9, "bf16": 2e9},
+        memory_bandwidth_Bps=1e9,
+        memory_capacity_B=8e9,
+        kind="host",
+    )
     g.add_node("r0", compute=spec)
     g.add_node("r1", compute=spec)
     g.add_edge("r0", "r1", link=Link("r0", "r1", "shm", bandwidth_Bps=1e9, latency_s=1e-6))
@@ -390,8 +469,10 @@ def test_apply_works_with_the_host_topology_builder_when_present(quick_cal: Cali
         pytest.skip("the host topology builder (dlrmsim.topologies.load_topology) is not written yet")
     topo = apply_calibration(load("host", ranks=2), quick_cal)
     assert topo.compute(0).peak_flops["fp32"] > 0
-    assert any(lk.kind == "shm" and lk.bandwidth_Bps == pytest.approx(quick_cal.collective("alltoall").bus_bandwidth_GBps * 1e9)
-               for lk in topo.links)
+    assert any(
+        lk.kind == "shm" and lk.bandwidth_Bps == pytest.approx(quick_cal.collective("alltoall").bus_bandwidth_GBps * 1e9)
+        for lk in topo.links
+    )
 
 
 def test_bad_calibration_file_is_one_line_error(quick_cal_path: Path, tmp_path: Path) -> None:

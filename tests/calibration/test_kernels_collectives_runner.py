@@ -29,8 +29,14 @@ def _kernels(backend: str):  # noqa: ANN202
 
 def _tiny(tables: int = 4, rows: int = 512, zipf: bool = False):  # noqa: ANN202
     w = load_workload("small")
-    update = {"name": "tiny", "tables": Tables(count=tables, rows=rows), "embedding_dim": 16, "lookups_per_sample": 4,
-              "bottom_mlp": [32, 24, 16], "top_mlp": [32, 16, 1]}
+    update = {
+        "name": "tiny",
+        "tables": Tables(count=tables, rows=rows),
+        "embedding_dim": 16,
+        "lookups_per_sample": 4,
+        "bottom_mlp": [32, 24, 16],
+        "top_mlp": [32, 16, 1],
+    }
     if zipf:
         update["index_distribution"] = ZipfIndices(kind="zipf", exponent=1.05)
     return w.model_copy(update=update)
@@ -81,8 +87,14 @@ def test_gemm_and_streams_run_and_time(backend: str) -> None:
     k = _kernels(backend)
     policy = TimingPolicy(warmup=1, repeats=3, min_sample_s=0.001)
     with k.threads(1):
-        for op in (k.make_gemm(64, 32, 16), k.make_linear(8, 16, 4, "fwd"), k.make_linear(8, 16, 4, "bwd_data"),
-                   k.make_linear(8, 16, 4, "bwd_weights"), k.make_stream("copy", 1 << 16, 1), k.make_stream("triad", 1 << 16, 1)):
+        for op in (
+            k.make_gemm(64, 32, 16),
+            k.make_linear(8, 16, 4, "fwd"),
+            k.make_linear(8, 16, 4, "bwd_data"),
+            k.make_linear(8, 16, 4, "bwd_weights"),
+            k.make_stream("copy", 1 << 16, 1),
+            k.make_stream("triad", 1 << 16, 1),
+        ):
             t, spread, reps = time_op(op, policy)
             assert t > 0 and spread >= 0 and reps == 3
 
@@ -96,7 +108,9 @@ def test_zipf_indices_are_skewed_and_in_range() -> None:
     from dlrmsim.workloads.model import expected_unique_rows
     from dlrmsim.workloads.schema import UniformIndices
 
-    assert len(np.unique(z)) == pytest.approx(expected_unique_rows(10_000, 50_000, ZipfIndices(kind="zipf", exponent=1.05)), rel=0.03)
+    assert len(np.unique(z)) == pytest.approx(
+        expected_unique_rows(10_000, 50_000, ZipfIndices(kind="zipf", exponent=1.05)), rel=0.03
+    )
     assert len(np.unique(u)) == pytest.approx(expected_unique_rows(10_000, 50_000, UniformIndices()), rel=0.01)
 
 
@@ -203,11 +217,18 @@ def test_embedding_benchmark_times_a_run_s_first_call_apart(backend: str, monkey
     by_name = {m.name: m for m in rows}
     assert len(by_name) == 6 and all(m.time_s > 0 and m.params["tables"] == 4 for m in rows)
     for op in ("forward", "backward", "update"):
-        rest, first = by_name[f"embedding {op} r2048 d32 p4 uniform b64 t4 c1"], by_name[f"embedding {op} first r2048 d32 p4 uniform b64 t4 c1"]
+        rest, first = (
+            by_name[f"embedding {op} r2048 d32 p4 uniform b64 t4 c1"],
+            by_name[f"embedding {op} first r2048 d32 p4 uniform b64 t4 c1"],
+        )
         assert (rest.params["position"], first.params["position"]) == ("rest", "first")
-        assert {k: v for k, v in rest.params.items() if k != "position"} == {k: v for k, v in first.params.items() if k != "position"}
+        assert {k: v for k, v in rest.params.items() if k != "position"} == {
+            k: v for k, v in first.params.items() if k != "position"
+        }
     with pytest.raises(ValueError, match="at least 2 tables"):
-        emb_bench.time_embedding_cycle(_kernels(backend), cfg, [np.zeros(256, dtype=np.int64)], TimingPolicy(0, 1, 0.0), lambda: None, 1)
+        emb_bench.time_embedding_cycle(
+            _kernels(backend), cfg, [np.zeros(256, dtype=np.int64)], TimingPolicy(0, 1, 0.0), lambda: None, 1
+        )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -28,11 +28,15 @@ def test_file_written_valid_and_round_trips(quick_cal_path: Path, quick_cal: Cal
     }
     benches = {m.benchmark for m in quick_cal.measurements}
     assert benches == {"gemm", "linear", "stream", "embedding", "interaction", "allreduce", "alltoall", "dispatch"}
-    assert {(f.direction, f.cores) for f in quick_cal.interaction} == {(d, c) for d in ("forward", "backward") for c in {1, quick_cal.host.cores}}
+    assert {(f.direction, f.cores) for f in quick_cal.interaction} == {
+        (d, c) for d in ("forward", "backward") for c in {1, quick_cal.host.cores}
+    }
     assert quick_cal.overhead is not None and all(us > 0 for _, us in quick_cal.overhead.task_overhead_us_by_cores)
     # Every non-Eq. measurement a fitted parameter predicts has a fit-quality row (the dispatch timings are the
     # per-op overhead itself, not predicted by another parameter).
-    assert len(quick_cal.fit_quality) == sum(1 for m in quick_cal.measurements if not m.name.startswith("eq ") and m.benchmark != "dispatch")
+    assert len(quick_cal.fit_quality) == sum(
+        1 for m in quick_cal.measurements if not m.name.startswith("eq ") and m.benchmark != "dispatch"
+    )
     # The repeated kernels record how far apart their passes were; the fit keeps the faster one.
     repeated = [m for m in quick_cal.measurements if m.passes > 1]
     assert repeated and all(m.slowest_pass_s is not None and m.slowest_pass_s >= m.time_s for m in repeated)
@@ -40,8 +44,6 @@ def test_file_written_valid_and_round_trips(quick_cal_path: Path, quick_cal: Cal
     moved = {m.name for m in unstable_benchmarks(quick_cal.measurements)}
     for bench, summary in error_summary(quick_cal.fit_quality, quick_cal.measurements).items():
         assert summary.host_moved == sum(r.name in moved for r in quick_cal.fit_quality if r.benchmark == bench)
-
-
 
 
 def test_every_fitted_rate_positive_and_below_physical_peak(quick_cal: Calibration) -> None:

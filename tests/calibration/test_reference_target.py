@@ -55,7 +55,10 @@ def test_missing_checkout_is_one_line(tmp_path: Path) -> None:
 
 
 def test_parse_and_group_step_times() -> None:
-    out = "\n".join(f"Finished training it {i}/8 of epoch 0, {t:.2f} ms/it, loss 0.69" for i, t in enumerate([20, 10, 10, 12, 10, 10, 11, 10], 1))
+    out = "\n".join(
+        f"Finished training it {i}/8 of epoch 0, {t:.2f} ms/it, loss 0.69"
+        for i, t in enumerate([20, 10, 10, 12, 10, 10, 11, 10], 1)
+    )
     times = parse_step_times(out)
     assert times == pytest.approx([0.020, 0.010, 0.010, 0.012, 0.010, 0.010, 0.011, 0.010])
     samples, k = per_step_samples(times[1:], 0.02)
@@ -63,7 +66,9 @@ def test_parse_and_group_step_times() -> None:
     assert k == 2 and samples == pytest.approx([0.010, 0.011, 0.0105])
 
 
-@pytest.mark.skipif(not os.environ.get("DLRMSIM_REFERENCE_DLRM"), reason="set DLRMSIM_REFERENCE_DLRM to a facebookresearch/dlrm checkout")
+@pytest.mark.skipif(
+    not os.environ.get("DLRMSIM_REFERENCE_DLRM"), reason="set DLRMSIM_REFERENCE_DLRM to a facebookresearch/dlrm checkout"
+)
 def test_runs_the_reference_script() -> None:
     m = measure_reference(Path(os.environ["DLRMSIM_REFERENCE_DLRM"]), W, 64, threads=1, iterations=6, warmup=2, min_sample_s=0.0)
     # Because every timed iteration becomes a sample when no minimum is set, all 6 come back, each positive.

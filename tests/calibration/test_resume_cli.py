@@ -83,11 +83,17 @@ def test_combine_passes_keeps_the_fastest_pass_and_the_streams_median_one() -> N
         return Measurement(benchmark=bench, name=name, cores=1, time_s=t, repeats=3)
 
     out = combine_passes([m("a", 2.0), m("b", 1.0), m("a", 1.5), m("b", 3.0), m("a", 1.8), m("c", 4.0)])
-    assert [(x.name, x.time_s, x.passes, x.slowest_pass_s) for x in out] == [("a", 1.5, 3, 2.0), ("b", 1.0, 2, 3.0), ("c", 4.0, 1, None)]
+    assert [(x.name, x.time_s, x.passes, x.slowest_pass_s) for x in out] == [
+        ("a", 1.5, 3, 2.0),
+        ("b", 1.0, 2, 3.0),
+        ("c", 4.0, 1, None),
+    ]
     assert [x.pass_ratio for x in out] == pytest.approx([2.0 / 1.5, 3.0, 1.0])
     # a stream keeps its median sample: one pass in a rare fast state (4.0 -> 2.6 ms) does not set the
     # bandwidth; an even count keeps the lower middle (faster) one
-    streams = combine_passes([m("s", t, "stream") for t in (4.0, 4.1, 2.6, 3.9, 4.3)] + [m("e", t, "stream") for t in (4.0, 2.6, 3.9, 4.3)])
+    streams = combine_passes(
+        [m("s", t, "stream") for t in (4.0, 4.1, 2.6, 3.9, 4.3)] + [m("e", t, "stream") for t in (4.0, 2.6, 3.9, 4.3)]
+    )
     assert [(x.time_s, x.passes, x.slowest_pass_s) for x in streams] == [(4.0, 5, 4.3), (3.9, 4, 4.3)]
 
 
@@ -95,7 +101,12 @@ def test_benchmarks_whose_passes_disagree_are_reported_worst_first() -> None:
     def m(name: str, fast: float, slow: float | None) -> Measurement:
         return Measurement(benchmark="gemm", name=name, cores=1, time_s=fast, slowest_pass_s=slow, passes=2, repeats=3)
 
-    steady, edge, bad, worse = m("steady", 1.0, 1.1), m("edge", 1.0, UNSTABLE_PASS_RATIO), m("bad", 1.0, 1.6), m("worse", 1.0, 3.0)
+    steady, edge, bad, worse = (
+        m("steady", 1.0, 1.1),
+        m("edge", 1.0, UNSTABLE_PASS_RATIO),
+        m("bad", 1.0, 1.6),
+        m("worse", 1.0, 3.0),
+    )
     assert unstable_benchmarks([steady, bad, m("single", 1.0, None), edge, worse]) == [worse, bad]
 
 
@@ -105,22 +116,29 @@ def test_plan_repeats_single_process_kernels_in_later_passes_only() -> None:
     one = build_plan(k, quick=True, cores=2, implementation="gloo", passes=1)
     two = build_plan(k, quick=True, cores=2, implementation="gloo", passes=2)
     again = [t for t in one if t.repeat]
-    assert {t.stage for t in again} == {"gemm size sweep", "gemm preset MLP shapes", "gemm narrow layers",
-                                       "gemm in training-step order", "memory streams", "op dispatch", "embedding bags",
-                                       "dot interaction"}
+    assert {t.stage for t in again} == {
+        "gemm size sweep",
+        "gemm preset MLP shapes",
+        "gemm narrow layers",
+        "gemm in training-step order",
+        "memory streams",
+        "op dispatch",
+        "embedding bags",
+        "dot interaction",
+    }
     streams = [t for t in again if t.stage == "memory streams"]
     assert len(two) == len(one) + len(again) + 3 * len(streams)
     # the streams open the run, and run again right after the first pass (its last tasks are the collectives)
     # and at the very end: five samples spread over the run
     ids = [t.id for t in two]
-    assert ids[:len(streams)] == [f"{t.id} start" for t in streams]
-    assert ids[len(streams):len(streams) + len(one)] == [t.id for t in one]
-    rest = ids[len(streams) + len(one):]
-    assert rest[:len(streams)] == [f"{t.id} after collectives" for t in streams]
+    assert ids[: len(streams)] == [f"{t.id} start" for t in streams]
+    assert ids[len(streams) : len(streams) + len(one)] == [t.id for t in one]
+    rest = ids[len(streams) + len(one) :]
+    assert rest[: len(streams)] == [f"{t.id} after collectives" for t in streams]
     # the second pass comes after all of the first (spread in time), backwards (a spell over neighbouring
     # benchmarks meets others), with ids the partial cache tells apart
-    assert rest[len(streams):len(streams) + len(again)] == [f"{t.id} pass 2" for t in reversed(again)]
-    assert rest[len(streams) + len(again):] == [f"{t.id} last pass" for t in streams]
+    assert rest[len(streams) : len(streams) + len(again)] == [f"{t.id} pass 2" for t in reversed(again)]
+    assert rest[len(streams) + len(again) :] == [f"{t.id} last pass" for t in streams]
     assert len(set(ids)) == len(two)
     tiny = build_plan(k, quick=True, cores=2, implementation="gloo", tiny=True, passes=2)
     assert not any("pass 2" in t.id for t in tiny)
@@ -131,8 +149,12 @@ def test_fit_summary_counts_the_runs_the_host_moved_under() -> None:
     from dlrmsim.calibration.schema import FitRow
 
     runs = [("gemm", 10.0, 1.0), ("gemm", -30.0, 2.0), ("gemm", 20.0, 1.2), ("stream", 5.0, 1.6)]
-    rows = [FitRow(benchmark=b, name=f"{b} {err}", measured_s=1.0, predicted_s=1.0 + err / 100, error_pct=err) for b, err, _ in runs]
-    measured = [Measurement(benchmark=b, name=f"{b} {err}", cores=1, time_s=1.0, slowest_pass_s=ratio, passes=2, repeats=3)  # type: ignore[arg-type]
-                for b, err, ratio in runs]
+    rows = [
+        FitRow(benchmark=b, name=f"{b} {err}", measured_s=1.0, predicted_s=1.0 + err / 100, error_pct=err) for b, err, _ in runs
+    ]
+    measured = [
+        Measurement(benchmark=b, name=f"{b} {err}", cores=1, time_s=1.0, slowest_pass_s=ratio, passes=2, repeats=3)  # type: ignore[arg-type]
+        for b, err, ratio in runs
+    ]
     out = error_summary(rows, measured)
     assert out == {"gemm": ErrorSummary(3, 20.0, 30.0, 1), "stream": ErrorSummary(1, 5.0, 5.0, 1)}

@@ -59,13 +59,17 @@ def test_rounds_are_round_robin_and_keep_the_fastest(quick_cal_path: Path, fake_
         assert 0 < sum(c.predicted_phases_s.values()) <= c.predicted_s * 1.001 or c.ranks > 1
     # the probe ran before each round, and its ratios are now / calibrated
     assert [[d.ratio for d in r] for r in report.drift_rounds] == [[pytest.approx(1.5)], [1.0], [1.0]]
-    assert report.median_abs_error == pytest.approx(sorted(abs(c.error) for c in report.cases)[0] / 2 + sorted(abs(c.error) for c in report.cases)[1] / 2)
+    assert report.median_abs_error == pytest.approx(
+        sorted(abs(c.error) for c in report.cases)[0] / 2 + sorted(abs(c.error) for c in report.cases)[1] / 2
+    )
 
 
 def test_validate_json_has_the_issue_keys(quick_cal_path: Path, fake_runner: list[str]) -> None:
     from dlrmsim.cli import app
 
-    res = CliRunner().invoke(app, ["validate", "--no-results", "-c", str(quick_cal_path), "--case", "base", "--rounds", "2", "--json"])
+    res = CliRunner().invoke(
+        app, ["validate", "--no-results", "-c", str(quick_cal_path), "--case", "base", "--rounds", "2", "--json"]
+    )
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)
     assert set(data) >= {"cases", "median_abs_error", "max_abs_error"}

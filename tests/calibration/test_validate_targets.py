@@ -18,11 +18,15 @@ SAMPLES = [0.010, 0.012, 0.011, 0.013, 0.011]
 def fake_target(monkeypatch: pytest.MonkeyPatch) -> None:
     """Replace the measured implementation by fixed samples (and a fixed planner estimate): the test is about
     how validate combines them with the prediction, not about this host's speed."""
-    monkeypatch.setattr(validate, "measure_target", lambda case, against, ref, n: (SAMPLES, 0.002 if against == "torchrec" else None))
+    monkeypatch.setattr(
+        validate, "measure_target", lambda case, against, ref, n: (SAMPLES, 0.002 if against == "torchrec" else None)
+    )
 
 
 def test_torchrec_report_has_dlrmsim_and_planner_errors(quick_cal_path: Path, fake_target: None) -> None:
-    res = CliRunner().invoke(app, ["validate", "--no-results", "-c", str(quick_cal_path), "--against", "torchrec", "--case", "base", "--json"])
+    res = CliRunner().invoke(
+        app, ["validate", "--no-results", "-c", str(quick_cal_path), "--against", "torchrec", "--case", "base", "--json"]
+    )
     assert res.exit_code == 0, res.output
     (case,) = json.loads(res.output)["cases"]
     # Because the kept measurement is the median of the samples, and each error is (estimate - measured) / measured.
@@ -46,7 +50,9 @@ def one_line_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
 
 
 def test_reference_needs_a_checkout(quick_cal_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    err = one_line_error(["validate", "--no-results", "-c", str(quick_cal_path), "--against", "reference", "--case", "base"], capsys)
+    err = one_line_error(
+        ["validate", "--no-results", "-c", str(quick_cal_path), "--against", "reference", "--case", "base"], capsys
+    )
     # Because the reference script is never vendored, the user is told where to get it.
     assert "facebookresearch/dlrm" in err
 
@@ -59,8 +65,20 @@ def test_unknown_target_is_one_line(quick_cal_path: Path, capsys: pytest.Capture
 def test_results_csv_keeps_the_evidence(quick_cal_path: Path, fake_target: None, tmp_path: Path) -> None:
     import csv
 
-    res = CliRunner().invoke(app, ["validate", "-c", str(quick_cal_path), "--against", "torchrec", "--case", "base",
-                                   "--results-dir", str(tmp_path / "results")])  # fmt: skip
+    res = CliRunner().invoke(
+        app,
+        [
+            "validate",
+            "-c",
+            str(quick_cal_path),
+            "--against",
+            "torchrec",
+            "--case",
+            "base",
+            "--results-dir",
+            str(tmp_path / "results"),
+        ],
+    )
     assert res.exit_code == 0, res.output
     (path,) = (tmp_path / "results").glob("*.csv")
     (row,) = list(csv.DictReader(path.open()))

@@ -25,14 +25,29 @@ def simple_spec(
 ) -> ComputeSpec:
     """A ComputeSpec with constant efficiencies; the default memory is so fast it never matters."""
     return ComputeSpec(
-        name=name, cores=cores, clock_hz=2.4e9, peak_flops={"fp32": peak_flops}, memory_bandwidth_Bps=memory_bandwidth_Bps,
-        memory_capacity_B=96e9, gemm_efficiency=EfficiencyTable.constant(gemm_efficiency),
-        memory_efficiency=EfficiencyTable.constant(memory_efficiency), saturation_cores=saturation_cores,
+        name=name,
+        cores=cores,
+        clock_hz=2.4e9,
+        peak_flops={"fp32": peak_flops},
+        memory_bandwidth_Bps=memory_bandwidth_Bps,
+        memory_capacity_B=96e9,
+        gemm_efficiency=EfficiencyTable.constant(gemm_efficiency),
+        memory_efficiency=EfficiencyTable.constant(memory_efficiency),
+        saturation_cores=saturation_cores,
     )
 
 
-def _add_link(g: nx.Graph, u: str, v: str, bw: float, lat: float, kind: str = "upi", one_sided: bool = True,
-              overhead: float = 0.0, lanes: int = 1) -> None:
+def _add_link(
+    g: nx.Graph,
+    u: str,
+    v: str,
+    bw: float,
+    lat: float,
+    kind: str = "upi",
+    one_sided: bool = True,
+    overhead: float = 0.0,
+    lanes: int = 1,
+) -> None:
     g.add_edge(u, v, link=Link(u, v, kind, bw, lat, overhead_s=overhead, one_sided=one_sided, lanes=lanes))
 
 
@@ -56,8 +71,9 @@ def ring(p: int, bw: float = 10 * GB, lat: float = 1e-6, spec: ComputeSpec | Non
     return Topology(f"ring-{p}", g, names)
 
 
-def star(p: int, bw: float = 10 * GB, lat: float = 1e-6, spec: ComputeSpec | None = None, one_sided: bool = True,
-         overhead: float = 0.0) -> Topology:
+def star(
+    p: int, bw: float = 10 * GB, lat: float = 1e-6, spec: ComputeSpec | None = None, one_sided: bool = True, overhead: float = 0.0
+) -> Topology:
     """p ranks, each with one link to a central switch."""
     g = nx.Graph()
     names = [f"r{i}" for i in range(p)]
@@ -68,8 +84,9 @@ def star(p: int, bw: float = 10 * GB, lat: float = 1e-6, spec: ComputeSpec | Non
     return Topology(f"star-{p}", g, names)
 
 
-def pruned_tree(per_leaf: int = 2, bw: float = 10 * GB, uplink_bw: float | None = None, lat: float = 1e-6,
-                spec: ComputeSpec | None = None) -> Topology:
+def pruned_tree(
+    per_leaf: int = 2, bw: float = 10 * GB, uplink_bw: float | None = None, lat: float = 1e-6, spec: ComputeSpec | None = None
+) -> Topology:
     """Two leaf switches of ``per_leaf`` ranks each, joined by one uplink (default per_leaf*bw/2: 2:1 pruned)."""
     g = nx.Graph()
     names = []
@@ -98,8 +115,13 @@ def clx_like(sockets: int = 64, per_leaf: int = 32, uplinks: int = 16) -> Topolo
     has ``uplinks`` OPA links to the root, modelled as one trunk with that many lanes.
     """
     spec = ComputeSpec(
-        name="xeon-8280", cores=28, clock_hz=2.4e9, peak_flops={"fp32": 4.3e12}, memory_bandwidth_Bps=105e9,
-        memory_capacity_B=96e9, saturation_cores=7.0,
+        name="xeon-8280",
+        cores=28,
+        clock_hz=2.4e9,
+        peak_flops={"fp32": 4.3e12},
+        memory_bandwidth_Bps=105e9,
+        memory_capacity_B=96e9,
+        saturation_cores=7.0,
     )
     g = nx.Graph()
     names = [f"n{s // 2}s{s % 2}" for s in range(sockets)]

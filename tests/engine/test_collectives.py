@@ -149,7 +149,9 @@ def test_a_new_algorithm_is_one_registered_function() -> None:
     @algorithm("allreduce", "test_gather_bcast")
     def gather_bcast(ctx):  # noqa: ANN001, ANN202
         others = range(1, ctx.p)
-        up = Phase.from_flows([FlowSpec(r, 0, ctx.nbytes) for r in others], reduce_bytes=[ctx.nbytes * (ctx.p - 1)] + [0] * (ctx.p - 1))
+        up = Phase.from_flows(
+            [FlowSpec(r, 0, ctx.nbytes) for r in others], reduce_bytes=[ctx.nbytes * (ctx.p - 1)] + [0] * (ctx.p - 1)
+        )
         down = Phase.from_flows([FlowSpec(0, r, ctx.nbytes) for r in others])
         return [up, down]
 

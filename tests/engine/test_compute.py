@@ -159,15 +159,26 @@ def test_training_charges_first_op_then_further_ops_overhead() -> None:
     from dlrmsim.training.simulate import CollectiveCoordinator, _rank_process
     from dlrmsim.training.taskgraph import IterationGraph, Task
 
-    spec = dataclasses.replace(SPEC, task_overhead_s=1e-4, op_overhead_s=2e-5, row_time_s_by_kind={"update": 1e-8},
-                               fixed_time_s_by_kind={"update": 5e-5}, walk_time_s_by_kind={"update": 4e-8},
-                               page_bytes=4096.0, l2_bytes=2.0**20, reload_time_s_by_kind={"update": 6e-8}, llc_bytes=2.0**25)
+    spec = dataclasses.replace(
+        SPEC,
+        task_overhead_s=1e-4,
+        op_overhead_s=2e-5,
+        row_time_s_by_kind={"update": 1e-8},
+        fixed_time_s_by_kind={"update": 5e-5},
+        walk_time_s_by_kind={"update": 4e-8},
+        page_bytes=4096.0,
+        l2_bytes=2.0**20,
+        reload_time_s_by_kind={"update": 6e-8},
+        llc_bytes=2.0**25,
+    )
     assert isinstance(spec, ComputeSpec)
     sim = Simulation(two_node(spec=spec))
     # 512 MiB of tables: 1 MiB of page-table entries, as large as L2, so half the lookups' walks miss it
     # and a 96 MiB working set since the forward, three times the 32 MiB last-level cache: 3/4 of rows reloaded
-    graph = IterationGraph(programs=[[Task("u", "update", 0.0, 0.0, ops=3.0, rows=1e4, tables_bytes=2.0**29, reuse_bytes=3 * 2.0**25)], []],
-                           collectives={})
+    graph = IterationGraph(
+        programs=[[Task("u", "update", 0.0, 0.0, ops=3.0, rows=1e4, tables_bytes=2.0**29, reuse_bytes=3 * 2.0**25)], []],
+        collectives={},
+    )
     coord = CollectiveCoordinator(sim, graph, None, 1)  # type: ignore[arg-type]
     acc = {"compute": 0.0, "end": 0.0}
     sim.run(sim.env.process(_rank_process(sim, 0, graph, coord, "fp32", acc, {})))
@@ -229,8 +240,13 @@ def test_measured_flop_rate_and_fixed_time_of_a_kind() -> None:
     from dlrmsim.training.taskgraph import IterationGraph, Task
 
     rate, fixed, per_row = 2e9, 3e-4, 1e-7
-    spec = dataclasses.replace(SPEC, task_overhead_s=1e-4, flop_rate_by_kind={"interaction": rate},
-                               fixed_time_s_by_kind={"interaction": fixed}, row_time_s_by_kind={"interaction": per_row})
+    spec = dataclasses.replace(
+        SPEC,
+        task_overhead_s=1e-4,
+        flop_rate_by_kind={"interaction": rate},
+        fixed_time_s_by_kind={"interaction": fixed},
+        row_time_s_by_kind={"interaction": per_row},
+    )
     sim = Simulation(two_node(spec=spec))
     flops, nbytes, rows = 4e6, 1e3, 512.0
     graph = IterationGraph(programs=[[Task("i", "interaction", flops, nbytes, rows=rows)], []], collectives={})
@@ -283,8 +299,12 @@ def test_gemm_task_pays_its_aspect_factor_and_unoverlapped_traffic() -> None:
 
     g = Gemm(4096, 32, 512)
     aspect = costs.gemm_aspect(g.flops, g.bytes_moved(4.0), 4.0)
-    spec = dataclasses.replace(SPEC, gemm_efficiency=EfficiencyTable.constant(0.8),
-                               gemm_aspect_efficiency=EfficiencyTable(((aspect / 2, 0.5), (1.0, 1.0))), gemm_memory_overlap=0.25)
+    spec = dataclasses.replace(
+        SPEC,
+        gemm_efficiency=EfficiencyTable.constant(0.8),
+        gemm_aspect_efficiency=EfficiencyTable(((aspect / 2, 0.5), (1.0, 1.0))),
+        gemm_memory_overlap=0.25,
+    )
     # factor at the aspect: interpolated in log(aspect) between (aspect/2, 0.5) and (1, 1)
     t = (math.log(aspect) - math.log(aspect / 2)) / (math.log(1.0) - math.log(aspect / 2))
     factor = 0.5 + t * 0.5

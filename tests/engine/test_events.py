@@ -28,10 +28,18 @@ def test_two_allreduces_sharing_one_link_exact_event_log() -> None:
     sim.run()
     log = sorted(((r.end, r.name, r.kind, r.rank, r.peer) for r in sim.records), key=lambda e: (round(e[0], 12), e[1:]))
     expected = [
-        (1.6e-3, "A", "flow", 0, 1), (1.6e-3, "A", "flow", 1, 0),
-        (2.5e-3, "B", "flow", 0, 1), (2.5e-3, "B", "flow", 1, 0),
-        (3.6e-3, "A", "allreduce", 0, -1), (3.6e-3, "A", "allreduce", 1, -1), (3.6e-3, "A", "flow", 0, 1), (3.6e-3, "A", "flow", 1, 0),
-        (4.1e-3, "B", "allreduce", 0, -1), (4.1e-3, "B", "allreduce", 1, -1), (4.1e-3, "B", "flow", 0, 1), (4.1e-3, "B", "flow", 1, 0),
+        (1.6e-3, "A", "flow", 0, 1),
+        (1.6e-3, "A", "flow", 1, 0),
+        (2.5e-3, "B", "flow", 0, 1),
+        (2.5e-3, "B", "flow", 1, 0),
+        (3.6e-3, "A", "allreduce", 0, -1),
+        (3.6e-3, "A", "allreduce", 1, -1),
+        (3.6e-3, "A", "flow", 0, 1),
+        (3.6e-3, "A", "flow", 1, 0),
+        (4.1e-3, "B", "allreduce", 0, -1),
+        (4.1e-3, "B", "allreduce", 1, -1),
+        (4.1e-3, "B", "flow", 0, 1),
+        (4.1e-3, "B", "flow", 1, 0),
     ]
     assert [e[1:] for e in log] == [e[1:] for e in expected]
     assert [e[0] for e in log] == pytest.approx([e[0] for e in expected], rel=1e-9)

@@ -14,7 +14,9 @@ from tests.engine.handmade import GB, pruned_tree, simple_spec, star, two_node
 MB = 1e6
 
 
-def run_transfers(topo: Topology, flows: list[tuple[int, int, float, float]], comm: CommSettings | None = None) -> dict[str, float]:
+def run_transfers(
+    topo: Topology, flows: list[tuple[int, int, float, float]], comm: CommSettings | None = None
+) -> dict[str, float]:
     """flows: (src, dst, bytes, issue time); returns end time per flow name f0, f1, ..."""
     sim = Simulation(topo, comm=comm)
     ends: dict[str, float] = {}

@@ -1,4 +1,5 @@
-"""The Perfetto trace: slices on every track nest (Perfetto stacks a thread's slices), and each rank's tracks split work by kind."""
+"""The Perfetto trace: slices on every track nest (Perfetto stacks a thread's slices), and each rank's tracks split
+work by kind."""
 
 from __future__ import annotations
 

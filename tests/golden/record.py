@@ -1,7 +1,7 @@
 """Regenerate ``simulate.json`` (only in a commit that changes the model on purpose and says why).
 
-    python -m tests.golden.record          # default scenarios
-    python -m tests.golden.record --slow   # also the large-rank scenarios
+python -m tests.golden.record          # default scenarios
+python -m tests.golden.record --slow   # also the large-rank scenarios
 """
 
 from __future__ import annotations

@@ -37,10 +37,19 @@ def scenarios() -> list[Scenario]:
                 for pl in PLACEMENTS:
                     args = ("-t", topo, "-w", wl, "-r", str(ranks), "--backend", be, "--placement", pl)
                     out.append(Scenario(f"{topo}/{wl}/r{ranks}/{be}/{pl}", args))
-    big = ("--topology-set", "fabric.endpoints={n}", "-w", "mlperf", "--placement", "column_wise",
-           "--replicate-below-rows", "2048")
-    out.append(Scenario("clx-64s-opa/large/r64/weak", ("-t", "clx-64s-opa", "-w", "large", "-r", "64", "--scaling", "weak"),
-                        slow=True))
+    big = (
+        "--topology-set",
+        "fabric.endpoints={n}",
+        "-w",
+        "mlperf",
+        "--placement",
+        "column_wise",
+        "--replicate-below-rows",
+        "2048",
+    )
+    out.append(
+        Scenario("clx-64s-opa/large/r64/weak", ("-t", "clx-64s-opa", "-w", "large", "-r", "64", "--scaling", "weak"), slow=True)
+    )
     for n in (256, 1024):
         args = ("-t", "clx-64s-opa", "-r", str(n), *(a.format(n=n) for a in big))
         out.append(Scenario(f"clx-opa-{n}/mlperf/column_wise", args, slow=True))

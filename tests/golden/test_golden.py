@@ -20,7 +20,10 @@ GOLDEN = json.loads(Path(__file__).with_name("simulate.json").read_text())
 
 def _assert_same(got: object, want: object, where: str) -> None:
     if isinstance(want, dict):
-        assert isinstance(got, dict) and set(got) == set(want), (where, sorted(set(got) ^ set(want)) if isinstance(got, dict) else got)
+        assert isinstance(got, dict) and set(got) == set(want), (
+            where,
+            sorted(set(got) ^ set(want)) if isinstance(got, dict) else got,
+        )
         for k in want:
             _assert_same(got[k], want[k], f"{where}.{k}")
     elif isinstance(want, list):

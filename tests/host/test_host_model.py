@@ -18,8 +18,10 @@ EPYC_GUEST = "".join(
     "physical id\t: 0\nflags\t\t: fpu sse sse2 avx fma avx2 pni\n\n"
     for i in range(2)
 )
-XEON = ("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Platinum 8180 CPU @ 2.50GHz\n"
-        "cpu MHz\t\t: 1000.000\nphysical id\t: 0\nflags\t\t: avx avx2 fma avx512f avx512_bf16\n\n")
+XEON = (
+    "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Platinum 8180 CPU @ 2.50GHz\n"
+    "cpu MHz\t\t: 1000.000\nphysical id\t: 0\nflags\t\t: avx avx2 fma avx512f avx512_bf16\n\n"
+)
 MEMINFO = "MemTotal:       24683656 kB\nMemFree:  1 kB\n"
 
 
@@ -65,10 +67,18 @@ def test_peak_bounds_a_gemm_measured_above_the_reported_clock(measured_GFLOPs: f
     assert clock >= facts.clock_GHz
     assert source == ("fma probe" if 0.9 * measured_GFLOPs > 78.25 else "cpuinfo MHz")
     host = detect_host("numpy", quick=True, libraries={}, date="", probe=False).model_copy(
-        update={"cores": 2, "clock_GHz": clock, "flops_per_cycle_fp32": 32.0, "peak_fp32_GFLOPs": 64.0 * clock})
+        update={"cores": 2, "clock_GHz": clock, "flops_per_cycle_fp32": 32.0, "peak_fp32_GFLOPs": 64.0 * clock}
+    )
     n = 1024
-    gemm = Measurement(benchmark="gemm", name="gemm 1024 c1", cores=1, time_s=2.0 * n**3 / (measured_GFLOPs * 1e9),
-                       repeats=3, flops=2.0 * n**3, params={"m": n, "n": n, "k": n})
+    gemm = Measurement(
+        benchmark="gemm",
+        name="gemm 1024 c1",
+        cores=1,
+        time_s=2.0 * n**3 / (measured_GFLOPs * 1e9),
+        repeats=3,
+        flops=2.0 * n**3,
+        params={"m": n, "n": n, "k": n},
+    )
     bounded = peak_bound_host([gemm], host)
     assert gemm.flops / gemm.time_s <= peak_gflops(bounded, 1) * 1e9 * (1 + 1e-9)
     (table,) = fit_gemm([gemm], bounded).tables

@@ -99,7 +99,9 @@ def test_mixed_layers_rise_with_instances_until_sync_costs_win(tmp_path, spec) -
     layers = []
     for i in range(pairs):
         layers.append({"name": f"fc{i}", "kind": "gemm", "flops_per_sample": 5e6, "bytes_per_sample": 8e3})
-        layers.append({"name": f"act{i}", "kind": "elementwise", "flops_per_sample": eltw_bytes / 4, "bytes_per_sample": eltw_bytes})
+        layers.append(
+            {"name": f"act{i}", "kind": "elementwise", "flops_per_sample": eltw_bytes / 4, "bytes_per_sample": eltw_bytes}
+        )
     G = 100e6  # 25 M fp32 parameters
     wl = layer_file(tmp_path, "mix", layers, parameters=G / 4)
     ks = [1, 2, 4, 7, 14]
@@ -145,8 +147,9 @@ def test_sync_times_match_closed_forms(tmp_path, spec, k: int) -> None:
     # its cross-NUMA reduction and SGD on that core too, then k pulls of 2G.
     ps = simulate_point(inp, k, "socket", "parameter_server")
     assert ps.cores_per_instance == pytest.approx(27 / k, rel=1e-5)
-    assert ps.sync_s == pytest.approx(2 * k * G / bw + 3 * k * G / core_bw + xnuma + 1.5 * G / core_bw + 3 * G / core_bw + 2 * k * G / bw,
-                                      rel=1e-6)
+    assert ps.sync_s == pytest.approx(
+        2 * k * G / bw + 3 * k * G / core_bw + xnuma + 1.5 * G / core_bw + 3 * G / core_bw + 2 * k * G / bw, rel=1e-6
+    )
     # ring: k-1 reduce-scatter steps (3G/k each, all k at once) and k-1 allgather steps (2G/k), 1 us handshake
     # each; the cross-NUMA allreduce in between; SGD on every instance's own copy (k x 3G).
     ring = simulate_point(inp, k, "socket", "ring_allreduce")
@@ -198,7 +201,9 @@ def test_layer_presets_load() -> None:
 
 def test_bad_layer_file_is_one_line(tmp_path, cli) -> None:
     bad = tmp_path / "bad.yaml"
-    bad.write_text(yaml.safe_dump({"name": "x", "batch": 8, "parameters": 0, "layers": [{"name": "a", "kind": "gemm", "flops": 1}]}))
+    bad.write_text(
+        yaml.safe_dump({"name": "x", "batch": 8, "parameters": 0, "layers": [{"name": "a", "kind": "gemm", "flops": 1}]})
+    )
     assert_one_line_error(cli("instances", "-w", str(bad)), "layers.0")
 
 

@@ -63,7 +63,9 @@ def test_b1_mlperf_strong_efficiency_falls_beyond_8_ranks_as_the_allreduce_takes
     assert sim(**kw, ranks=26).breakdown.exposed_allreduce_s > sim(**kw, ranks=8).breakdown.exposed_allreduce_s
 
 
-@pytest.mark.xfail(strict=True, reason="does not emerge: the 2-rank exchange runs over UPI at link speed; see docs/paper-behaviours.md")
+@pytest.mark.xfail(
+    strict=True, reason="does not emerge: the 2-rank exchange runs over UPI at link speed; see docs/paper-behaviours.md"
+)
 def test_b1_mlperf_strong_efficiency_is_lower_at_2_ranks_than_at_8() -> None:
     # The paper traces the low 2-rank efficiency to a very high alltoall cost. Per-rank alltoall bytes fall
     # only as (p - 1) / p^2 (2.3x from 2 to 8 ranks) while compute falls 4x, so the 2-rank exchange would have
@@ -137,7 +139,9 @@ def test_b6_v1_loader_adds_an_index_alltoall() -> None:
     assert sim(**kw, loader="v1").comm_bytes["alltoall"] > sim(**kw, loader="reference").comm_bytes["alltoall"]
 
 
-@pytest.mark.xfail(strict=True, reason="does not emerge: exchange bytes per rank grow with p in weak scaling; see docs/paper-behaviours.md")
+@pytest.mark.xfail(
+    strict=True, reason="does not emerge: exchange bytes per rank grow with p in weak scaling; see docs/paper-behaviours.md"
+)
 def test_b6_mlperf_weak_communication_falls_until_8_ranks() -> None:
     kw = dict(workload="mlperf", scaling="weak", blocking=True)
     assert exposed_comm_s(sim(**kw, ranks=8)) < exposed_comm_s(sim(**kw, ranks=2))

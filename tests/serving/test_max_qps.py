@@ -21,8 +21,14 @@ def test_answer_is_sustained_by_a_five_times_longer_run() -> None:
     # M/M/1, mu = 1000/s: the p99 limit is lambda = 1000 - ln(100)/0.02 = 770/s. The search uses 2 s runs over 3 seeds;
     # the answer must then hold in a 10 s run with a seed the search never used.
     w = _mm1(1.0)
-    found = find_max_qps(lambda: load_topology(SLED), w, ServeOptions(qps=1, duration_s=2, warmup_s=0.25, seed=0, nodes=1),
-                         budget_ms=BUDGET_MS, rel_tol=0.05, seeds=3)
+    found = find_max_qps(
+        lambda: load_topology(SLED),
+        w,
+        ServeOptions(qps=1, duration_s=2, warmup_s=0.25, seed=0, nodes=1),
+        budget_ms=BUDGET_MS,
+        rel_tol=0.05,
+        seeds=3,
+    )
     assert 0 < found.qps <= 770, found.per_seed
     assert len(found.per_seed) == 3 and found.qps == min(lo for _, lo, _ in found.per_seed)
     assert found.ci_qps[0] <= found.qps <= found.ci_qps[1]
@@ -50,8 +56,23 @@ def test_cli_reports_criteria_ci_and_warns_at_the_capacity_bound(cli, tmp_path: 
     # the preset's lookups): the search stops at the bound, so it must say so.
     path = tmp_path / "fast.yaml"
     path.write_text(yaml.safe_dump(_mm1(0.01).model_dump(mode="json", exclude_unset=False)))
-    res = cli("serve", "--nodes", "1", "-w", str(path), "--find-max-qps", "--latency-budget-ms", "20", "--duration", "0.5",
-              "--warmup", "0.1", "--seeds", "2", "--json")
+    res = cli(
+        "serve",
+        "--nodes",
+        "1",
+        "-w",
+        str(path),
+        "--find-max-qps",
+        "--latency-budget-ms",
+        "20",
+        "--duration",
+        "0.5",
+        "--warmup",
+        "0.1",
+        "--seeds",
+        "2",
+        "--json",
+    )
     assert res.code == 0, res.err
     js = json.loads(res.out)
     assert js["max_qps"] == pytest.approx(js["capacity_bound_qps"])

@@ -24,11 +24,19 @@ def preset(**overrides: object) -> ServingWorkload:
 
 def _mm1(mean_ms: float) -> ServingWorkload:
     w = preset()
-    return w.model_copy(update={
-        "assumptions": w.assumptions.model_copy(update={"service_time": "exponential", "service_mean_ms": mean_ms,
-                                                        "preprocess_us_per_request": 0.0, "preprocess_us_per_item": 0.0}),
-        "batching": w.batching.model_copy(update={"max_requests": 1, "timeout_ms": 0.0}),
-    })
+    return w.model_copy(
+        update={
+            "assumptions": w.assumptions.model_copy(
+                update={
+                    "service_time": "exponential",
+                    "service_mean_ms": mean_ms,
+                    "preprocess_us_per_request": 0.0,
+                    "preprocess_us_per_item": 0.0,
+                }
+            ),
+            "batching": w.batching.model_copy(update={"max_requests": 1, "timeout_ms": 0.0}),
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +68,14 @@ def test_littles_law_on_records(mm1_run: ServeResult) -> None:
 
 def test_find_max_qps_matches_mm1_p99_closed_form() -> None:
     # p99 of M/M/1 = ln(100)/(mu - lambda) <= budget  =>  lambda_max = mu - ln(100)/budget = 1000 - 4.605/0.02 = 769.7/s.
-    res = find_max_qps(lambda: load_topology(SLED), _mm1(1.0), ServeOptions(qps=1, duration_s=12, warmup_s=1, seed=1, nodes=1),
-                       budget_ms=20.0, start_qps=200, seeds=1)
+    res = find_max_qps(
+        lambda: load_topology(SLED),
+        _mm1(1.0),
+        ServeOptions(qps=1, duration_s=12, warmup_s=1, seed=1, nodes=1),
+        budget_ms=20.0,
+        start_qps=200,
+        seeds=1,
+    )
     assert res.qps == pytest.approx(1000 - math.log(100) / 0.02, rel=0.08)
 
 
@@ -146,7 +160,9 @@ def test_placement_policies() -> None:
     by_size = sm.place_tables(w, 6, 16e9)
     by_lookups = sm.place_tables(preset(**{"partitioning.placement": "lookups"}), 6, 16e9)
     assert max(by_size.table_bytes) - min(by_size.table_bytes) <= 2.9e9
-    assert max(by_lookups.expected_lookups) - min(by_lookups.expected_lookups) <= max(by_size.expected_lookups) - min(by_size.expected_lookups)
+    assert max(by_lookups.expected_lookups) - min(by_lookups.expected_lookups) <= max(by_size.expected_lookups) - min(
+        by_size.expected_lookups
+    )
 
 
 def test_cpu_baseline() -> None:

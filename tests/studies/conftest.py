@@ -21,7 +21,11 @@ TOY_TOPOLOGY = {
     "description": "two toy sockets joined by one link (sweep tests)",
     "compute": {
         "toy-cpu": {
-            "kind": "socket", "model": "toy", "cores": 28, "base_avx_clock_GHz": 2.0, "turbo_avx_clock_GHz": 2.0,
+            "kind": "socket",
+            "model": "toy",
+            "cores": 28,
+            "base_avx_clock_GHz": 2.0,
+            "turbo_avx_clock_GHz": 2.0,
             "flops_per_cycle_per_core": {"fp32": 32},
             "memory": {"bandwidth_GBps": 100.0, "capacity_GB": 96, "numa_nodes": 1},
             "gemm_efficiency": [{"flops": 1.0e6, "efficiency": 0.5}],
@@ -33,7 +37,7 @@ TOY_TOPOLOGY = {
         "nodes": [{"name": "s0", "kind": "socket", "compute": "toy-cpu"}, {"name": "s1", "kind": "socket", "compute": "toy-cpu"}],
         "edges": [{"u": "s0", "v": "s1", "link": "net"}],
     },
-}  # fmt: skip
+}
 
 
 @pytest.fixture

@@ -18,17 +18,45 @@ REDUCED = {
     "name": "reduced",
     "title": "reduced paper grid",
     "experiments": [
-        {"name": "single", "title": "single socket", "figure": "single_socket", "topology": "skx-8s-upi",
-         "workloads": {"small": [1], "large": [1]}, "fixed": {"scaling": "single"},
-         "vary": {"update_strategy": ["race_free", "atomic"], "workload.index_distribution": [{"kind": "uniform"}, {"kind": "zipf", "exponent": 1.05}]}},
-        {"name": "strong", "title": "strong", "figure": "scaling", "topology": "clx-64s-opa",
-         "workloads": {"small": [2, 4], "mlperf": [2]}, "fixed": {"scaling": "strong"}, "baseline_ranks": {"small": 2}},
-        {"name": "blocking", "title": "blocking", "figure": "breakdown", "topology": "skx-8s-upi",
-         "workloads": {"small": [2]}, "vary": {"backend": ["ccl", "mpi"], "blocking": [True, False]}},
-        {"name": "comm", "title": "comm", "figure": "communication", "topology": "skx-8s-upi",
-         "workloads": {"small": [2]}, "vary": {"comm": ["alltoall", "scatter-list"]}},
+        {
+            "name": "single",
+            "title": "single socket",
+            "figure": "single_socket",
+            "topology": "skx-8s-upi",
+            "workloads": {"small": [1], "large": [1]},
+            "fixed": {"scaling": "single"},
+            "vary": {
+                "update_strategy": ["race_free", "atomic"],
+                "workload.index_distribution": [{"kind": "uniform"}, {"kind": "zipf", "exponent": 1.05}],
+            },
+        },
+        {
+            "name": "strong",
+            "title": "strong",
+            "figure": "scaling",
+            "topology": "clx-64s-opa",
+            "workloads": {"small": [2, 4], "mlperf": [2]},
+            "fixed": {"scaling": "strong"},
+            "baseline_ranks": {"small": 2},
+        },
+        {
+            "name": "blocking",
+            "title": "blocking",
+            "figure": "breakdown",
+            "topology": "skx-8s-upi",
+            "workloads": {"small": [2]},
+            "vary": {"backend": ["ccl", "mpi"], "blocking": [True, False]},
+        },
+        {
+            "name": "comm",
+            "title": "comm",
+            "figure": "communication",
+            "topology": "skx-8s-upi",
+            "workloads": {"small": [2]},
+            "vary": {"comm": ["alltoall", "scatter-list"]},
+        },
     ],
-}  # fmt: skip
+}
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +160,9 @@ def test_scaling_large_from_four_ranks_shows_its_baseline(cli) -> None:
     table = cli("scaling", "-t", "clx-64s-opa", "-w", "large", "-r", "4,8")
     assert table.code == 0, table.err
     assert "3 (baseline)" in table.out and "fewest ranks whose sockets hold the workload" in table.out
-    assert_one_line_error(cli("scaling", "-t", "clx-64s-opa", "-w", "large", "-r", "4,8", "--baseline-ranks", "2"), "smallest valid count is 3")
+    assert_one_line_error(
+        cli("scaling", "-t", "clx-64s-opa", "-w", "large", "-r", "4,8", "--baseline-ranks", "2"), "smallest valid count is 3"
+    )
 
 
 def test_scaling_html_report_states_the_baseline(cli, tmp_path: Path) -> None:

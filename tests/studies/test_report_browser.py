@@ -32,10 +32,13 @@ from dlrmsim.studies.spec import plan_sweep
 from tests.studies import sweep_evaluators as ev
 from tests.studies.conftest import EVALUATORS, TOY_TOPOLOGY
 
-CHROMIUM = next((p for p in ("/usr/bin/chromium", shutil.which("chromium"), shutil.which("chromium-browser")) if p and Path(p).exists()), None)
+CHROMIUM = next(
+    (p for p in ("/usr/bin/chromium", shutil.which("chromium"), shutil.which("chromium-browser")) if p and Path(p).exists()), None
+)
 
 needs_browser = pytest.mark.skipif(
-    CHROMIUM is None, reason="headless Chromium not installed (apt-get install -y chromium): HTML rendering not checked in a browser"
+    CHROMIUM is None,
+    reason="headless Chromium not installed (apt-get install -y chromium): HTML rendering not checked in a browser",
 )
 KINDS = ("topology-show", "sweep-report", "scaling-report", "demo-report")
 PLOTLY_BANNER = get_plotlyjs()[:40]  # "/**\n* plotly.js vX.Y.Z\n* Copyright ..." - the bundle's first line
@@ -58,8 +61,13 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     run_demo(root / "demo", topologies=("skx-8s-upi",), workloads=("small",))  # `dlrmsim demo`, cut to one topology and workload
     out["demo-report"] = root / "demo" / "report.html"
     (root / "toy_topology.yaml").write_text(yaml.safe_dump(TOY_TOPOLOGY))
-    grid = {"topology": "toy_topology.yaml", "workload": "small", "ranks": [1, 2], "blocking": [False, True],
-            "topology_overrides": {"links.net.bandwidth_GBps": [12.5, 25]}}  # fmt: skip
+    grid = {
+        "topology": "toy_topology.yaml",
+        "workload": "small",
+        "ranks": [1, 2],
+        "blocking": [False, True],
+        "topology_overrides": {"links.net.bandwidth_GBps": [12.5, 25]},
+    }
     spec = root / "spec.yaml"
     spec.write_text(yaml.safe_dump({"name": "pages", "evaluator": f"{EVALUATORS}:cheap", "grid": grid}, sort_keys=False))
     run_sweep(plan_sweep(spec).points, root / "sweep", ev.cheap, serial=True, progress=False)
@@ -108,7 +116,7 @@ def test_no_html_writer_in_the_package_uses_a_cdn() -> None:
     offenders = [
         f"{path.relative_to(package.parent)}: {needle}"
         for path in sorted(package.rglob("*.py"))
-        for needle in ('include_plotlyjs="cdn"', "include_plotlyjs='cdn'", "cdn.plot.ly", "include_plotlyjs=\"directory\"")
+        for needle in ('include_plotlyjs="cdn"', "include_plotlyjs='cdn'", "cdn.plot.ly", 'include_plotlyjs="directory"')
         if needle in path.read_text(encoding="utf-8")
     ]
     assert offenders == []
@@ -117,11 +125,22 @@ def test_no_html_writer_in_the_package_uses_a_cdn() -> None:
 def _screenshot(page: Path, png: Path, profile: Path, height: int = 1200) -> None:
     profile.mkdir(exist_ok=True)
     cmd = [
-        str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync", f"--user-data-dir={profile}",
-        "--host-resolver-rules=MAP * ~NOTFOUND", "--virtual-time-budget=15000", f"--window-size=1300,{height}",
-        f"--screenshot={png}", page.as_uri(),
-    ]  # fmt: skip
+        str(CHROMIUM),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--hide-scrollbars",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
+        "--host-resolver-rules=MAP * ~NOTFOUND",
+        "--virtual-time-budget=15000",
+        f"--window-size=1300,{height}",
+        f"--screenshot={png}",
+        page.as_uri(),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and png.exists(), done.stderr[-2000:]
 
@@ -149,11 +168,14 @@ def test_every_html_page_draws_offline(pages: dict[str, Path], kind: str, tmp_pa
 def test_the_blank_check_can_fail(tmp_path: Path) -> None:
     # because a test that cannot fail is a defect: a page whose plotly.js comes from a CDN must count as blank offline
     page = tmp_path / "blank.html"
-    page.write_text('<html><body><h1>dlrmsim</h1><div id="f"></div><script src="https://cdn.plot.ly/plotly-3.0.0.min.js"></script>'
-                    '<script>Plotly.newPlot("f", [{"y": [1, 3, 2]}]);</script></body></html>')  # fmt: skip
+    page.write_text(
+        '<html><body><h1>dlrmsim</h1><div id="f"></div><script src="https://cdn.plot.ly/plotly-3.0.0.min.js"></script>'
+        '<script>Plotly.newPlot("f", [{"y": [1, 3, 2]}]);</script></body></html>'
+    )
     png = tmp_path / "blank.png"
     _screenshot(page, png, tmp_path / "profile")
     assert coloured_pixels(png) < 100
+
 
 PROBE = """<script>
 window.__dlrmsimErrors = [];
@@ -161,7 +183,10 @@ window.addEventListener("error", function (e) { window.__dlrmsimErrors.push("err
 window.addEventListener("unhandledrejection", function (e) { window.__dlrmsimErrors.push("unhandled rejection: " + e.reason); });
 (function () {
   var original = console.error;
-  console.error = function () { window.__dlrmsimErrors.push("console.error: " + Array.prototype.join.call(arguments, " ")); original.apply(console, arguments); };
+  console.error = function () {
+    window.__dlrmsimErrors.push("console.error: " + Array.prototype.join.call(arguments, " "));
+    original.apply(console, arguments);
+  };
 })();
 window.addEventListener("load", function () {
   setTimeout(function () {
@@ -179,11 +204,23 @@ def _render(page: Path, tmp_path: Path) -> tuple[str, str]:
     profile = tmp_path / "chromium-profile"
     profile.mkdir()
     cmd = [
-        str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync", f"--user-data-dir={profile}",
+        str(CHROMIUM),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
         "--host-resolver-rules=MAP * ~NOTFOUND",  # no network: any http(s) fetch fails and shows up below
-        "--enable-logging=stderr", "--v=0", "--virtual-time-budget=15000", "--dump-dom", page.as_uri(),
-    ]  # fmt: skip
+        "--enable-logging=stderr",
+        "--v=0",
+        "--virtual-time-budget=15000",
+        "--dump-dom",
+        page.as_uri(),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout, done.stderr

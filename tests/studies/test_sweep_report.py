@@ -55,7 +55,12 @@ def test_figures_have_titles_axis_units_and_hover(results: Path) -> None:
     assert [f.layout.title.text.split(" ")[0] for f in figs] == ["Speedup", "Parallel", "Iteration", "Where", "Communication"]
     for fig in figs:
         assert fig.layout.title.text
-        x_titles = {ax.title.text for name, ax in fig.layout.to_plotly_json().items() if name.startswith("xaxis") for ax in [fig.layout[name]]}
+        x_titles = {
+            ax.title.text
+            for name, ax in fig.layout.to_plotly_json().items()
+            if name.startswith("xaxis")
+            for ax in [fig.layout[name]]
+        }
         assert x_titles & {"ranks", "links.net.bandwidth_GBps"}, x_titles  # ranks or the swept value are the x axis
         assert "(" in fig.layout.yaxis.title.text  # units in brackets: (ms), (%), (x, ...)
         for trace in fig.data:
@@ -68,9 +73,11 @@ def test_figures_have_titles_axis_units_and_hover(results: Path) -> None:
     assert breakdown.layout.barmode == "stack"
     assert {t.name for t in breakdown.data} >= {"compute", "exposed allreduce", "exposed alltoall", "pre/post-processing"}
     assert breakdown.layout.meta["facets"] == [
-        "net.bandwidth_GBps=12.5, overlapping", "net.bandwidth_GBps=12.5, blocking",
-        "net.bandwidth_GBps=25, overlapping", "net.bandwidth_GBps=25, blocking",
-    ]  # fmt: skip
+        "net.bandwidth_GBps=12.5, overlapping",
+        "net.bandwidth_GBps=12.5, blocking",
+        "net.bandwidth_GBps=25, overlapping",
+        "net.bandwidth_GBps=25, blocking",
+    ]
 
 
 def test_breakdown_bars_add_up_to_the_iteration_time(results: Path) -> None:
@@ -88,9 +95,16 @@ def test_breakdown_bars_add_up_to_the_iteration_time(results: Path) -> None:
 
 @pytest.fixture
 def big(write_spec, tmp_path: Path) -> pd.DataFrame:
-    """The shape of the opa_bandwidth example: 2 scalings x 2 backends x 2 placements x 2 modes x 3 bandwidths = 48 configurations."""
-    spec = write_spec(ranks=[2, 4], scaling=["strong", "weak"], backend=["ccl", "mpi"], placement=["table_wise", "column_wise"],
-                      blocking=[False, True], topology_overrides={"links.net.bandwidth_GBps": [6.25, 12.5, 25]})  # fmt: skip
+    """The shape of the opa_bandwidth example: 2 scalings x 2 backends x 2 placements x 2 modes x 3 bandwidths
+    = 48 configurations."""
+    spec = write_spec(
+        ranks=[2, 4],
+        scaling=["strong", "weak"],
+        backend=["ccl", "mpi"],
+        placement=["table_wise", "column_wise"],
+        blocking=[False, True],
+        topology_overrides={"links.net.bandwidth_GBps": [6.25, 12.5, 25]},
+    )
     out = tmp_path / "big"
     run_sweep(plan_sweep(spec).points, out, ev.cheap, serial=True, progress=False)
     return load_results(out)
@@ -109,13 +123,26 @@ def test_every_configuration_gets_a_breakdown(big: pd.DataFrame) -> None:
 def test_the_metric_is_plotted_against_the_swept_value(big: pd.DataFrame) -> None:
     (fig,) = swept_figures(big)
     # because the sweep asks "what does bandwidth buy": x is the bandwidth, one subplot per rank count and scaling
-    assert fig.layout.meta["facet_col"] == "ranks" and fig.layout.meta["facet_row"] == "scaling" and fig.layout.meta["facets"] == 4
+    assert (
+        fig.layout.meta["facet_col"] == "ranks" and fig.layout.meta["facet_row"] == "scaling" and fig.layout.meta["facets"] == 4
+    )
     lines = [t for t in fig.data if t.mode == "lines+markers"]
     assert all(list(t.x) == [6.25, 12.5, 25.0] for t in lines)
     assert len(lines) == 4 * 8  # 8 configurations (backend x placement x mode) in each of the 4 subplots
-    row = big[(big["ranks"] == 4) & (big["scaling"] == "weak") & (big["backend"] == "mpi") & (big["placement"] == "table_wise")
-              & ~big["blocking"].astype(bool)].sort_values("topology.links.net.bandwidth_GBps")  # fmt: skip
-    match = [t for t in lines if t.name == "backend=mpi, placement=table_wise, overlapping" and "weak" in t.hovertemplate and "4 ranks" in t.hovertemplate]
+    row = big[
+        (big["ranks"] == 4)
+        & (big["scaling"] == "weak")
+        & (big["backend"] == "mpi")
+        & (big["placement"] == "table_wise")
+        & ~big["blocking"].astype(bool)
+    ].sort_values("topology.links.net.bandwidth_GBps")
+    match = [
+        t
+        for t in lines
+        if t.name == "backend=mpi, placement=table_wise, overlapping"
+        and "weak" in t.hovertemplate
+        and "4 ranks" in t.hovertemplate
+    ]
     assert len(match) == 1 and list(match[0].y) == pytest.approx((row["iteration_s"] * 1e3).tolist(), rel=1e-12)
 
 
@@ -133,7 +160,12 @@ def test_communication_x_labels_are_rank_counts(big: pd.DataFrame) -> None:
     axes = [fig.layout[name] for name in fig.layout.to_plotly_json() if name.startswith("xaxis")]
     assert len(axes) == 3 * 4  # 3 bandwidths x 4 kinds of communication time
     assert all(list(ax.ticktext) == ["2", "4"] for ax in axes)
-    assert {a.text.split("<br>")[1] for a in fig.layout.annotations} == {"exposed allreduce", "exposed alltoall", "allreduce (total)", "alltoall (total)"}
+    assert {a.text.split("<br>")[1] for a in fig.layout.annotations} == {
+        "exposed allreduce",
+        "exposed alltoall",
+        "allreduce (total)",
+        "alltoall (total)",
+    }
 
 
 def test_topology_drawing_of_an_unknown_name_is_a_note_not_a_failure() -> None:
@@ -148,7 +180,7 @@ def test_report_is_one_self_contained_page(results: Path, cli) -> None:
     tags = _Tags()
     tags.feed(page)
     assert tags.external == []
-    assert 'cdn.plot.ly/plotly' not in page.split("</script>", 1)[1]  # nothing after the embedded bundle points at a CDN
+    assert "cdn.plot.ly/plotly" not in page.split("</script>", 1)[1]  # nothing after the embedded bundle points at a CDN
     assert "Plotly.newPlot" in page and len(page) > 3_000_000  # plotly.js itself is inside
     # 5 sweep charts and the drawing of the toy topology (valid under the real topology schema, so it is drawn)
     assert tags.figures == 6 and '<meta name="dlrmsim-figures" content="6">' in page

@@ -19,8 +19,13 @@ def _sweep(spec: Path, out: Path, sleep_s: float, *extra: str) -> subprocess.Pop
     env = os.environ | {"PYTHONPATH": str(REPO), "DLRMSIM_TEST_SLEEP_S": str(sleep_s)}
     return subprocess.Popen(
         [sys.executable, "-m", "tests.studies.sweep_evaluators", "sweep", str(spec), "--out", str(out), "--workers", "2", *extra],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def _landed(out: Path) -> int:

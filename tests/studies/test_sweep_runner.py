@@ -33,8 +33,21 @@ def test_serial_sweep_writes_one_row_per_point_with_the_contract_columns(write_s
     assert (summary.total, summary.skipped, summary.ran, summary.ok, summary.failed) == (16, 0, 16, 16, 0)
     df = load_results(out)
     assert len(df) == 16 and df["point_id"].is_unique
-    for col in (*POINT_FIELDS, "topology.links.net.bandwidth_GBps", "point_id", "status", "error", "wall_s",
-                "iteration_s", "compute_s", "exposed_allreduce_s", "exposed_alltoall_s", "prepost_s", "speedup", "efficiency"):  # fmt: skip
+    for col in (
+        *POINT_FIELDS,
+        "topology.links.net.bandwidth_GBps",
+        "point_id",
+        "status",
+        "error",
+        "wall_s",
+        "iteration_s",
+        "compute_s",
+        "exposed_allreduce_s",
+        "exposed_alltoall_s",
+        "prepost_s",
+        "speedup",
+        "efficiency",
+    ):
         assert col in df.columns, col
     # every number is the evaluator's, read back at full precision
     by_id = {p.point_id: p for p in points}
@@ -134,7 +147,9 @@ def test_derive_scaling_closed_forms() -> None:
 
 
 def test_derive_scaling_baseline_is_the_smallest_successful_rank_count() -> None:
-    df = pd.DataFrame({"ranks": [1, 2, 4], "status": ["error", "ok", "ok"], "iteration_s": [None, 4.0, 3.0], "blocking": [True] * 3})
+    df = pd.DataFrame(
+        {"ranks": [1, 2, 4], "status": ["error", "ok", "ok"], "iteration_s": [None, 4.0, 3.0], "blocking": [True] * 3}
+    )
     d = derive_scaling(df)
     assert d["ranks_base"].tolist()[1:] == [2, 2]
     assert d["speedup"].tolist()[1:] == [1.0, 4.0 / 3.0]
@@ -166,4 +181,7 @@ def test_200_points_on_the_local_cluster_against_serial(write_spec, tmp_path: Pa
     merged = a.merge(b, on="point_id", suffixes=("_dask", "_serial"))
     assert (merged["iteration_s_dask"] == merged["iteration_s_serial"]).all()
     with capsys.disabled():
-        print(f"\n200-point sweep, {os.cpu_count()} CPUs: {parallel.mode} {t_parallel:.2f} s (incl. cluster start/stop), serial {t_serial:.2f} s")
+        print(
+            f"\n200-point sweep, {os.cpu_count()} CPUs: {parallel.mode} {t_parallel:.2f} s (incl. cluster start/stop), "
+            f"serial {t_serial:.2f} s"
+        )

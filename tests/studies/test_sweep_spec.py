@@ -15,7 +15,9 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "dlrmsim" / "studies" / "exampl
 
 
 def test_grid_is_the_cartesian_product(write_spec) -> None:
-    path = write_spec(scaling=["strong", "weak"], blocking=[False, True], topology_overrides={"links.net.bandwidth_GBps": [12.5, 25, 50]})
+    path = write_spec(
+        scaling=["strong", "weak"], blocking=[False, True], topology_overrides={"links.net.bandwidth_GBps": [12.5, 25, 50]}
+    )
     points = expand(load_spec(path))
     assert len(points) == 4 * 2 * 2 * 3
     assert len({p.point_id for p in points}) == len(points)
@@ -53,7 +55,13 @@ def test_point_id_is_stable_and_ignores_override_order() -> None:
 
 
 def test_columns_flatten_overrides_with_their_prefix() -> None:
-    p = SweepPoint(topology="t", workload="w", ranks=2, topology_overrides={"links.opa.bandwidth_GBps": 25}, workload_overrides={"embedding_dim": 32})
+    p = SweepPoint(
+        topology="t",
+        workload="w",
+        ranks=2,
+        topology_overrides={"links.opa.bandwidth_GBps": 25},
+        workload_overrides={"embedding_dim": 32},
+    )
     cols = p.columns()
     assert cols["topology.links.opa.bandwidth_GBps"] == 25 and cols["workload.embedding_dim"] == 32
     assert cols["ranks"] == 2 and "topology_overrides" not in cols
@@ -78,8 +86,12 @@ def test_example_spec_passes_the_topology_loader() -> None:
 
 def test_topology_loader_refuses_unknown_link(tmp_path: Path) -> None:
     spec = tmp_path / "s.yaml"
-    spec.write_text("grid: {topology: clx-64s-opa, workload: small, ranks: 2, topology_overrides: {links.opaa.bandwidth_GBps: 25}}")
-    with pytest.raises(DlrmsimError, match=r"s\.yaml: grid\.topology_overrides\.links\.opaa\.bandwidth_GBps: .*unknown dotted path"):
+    spec.write_text(
+        "grid: {topology: clx-64s-opa, workload: small, ranks: 2, topology_overrides: {links.opaa.bandwidth_GBps: 25}}"
+    )
+    with pytest.raises(
+        DlrmsimError, match=r"s\.yaml: grid\.topology_overrides\.links\.opaa\.bandwidth_GBps: .*unknown dotted path"
+    ):
         plan_sweep(spec)
 
 
@@ -95,7 +107,15 @@ def _refused(cli, spec: Path, tmp_path: Path, *needles: str) -> None:
 
 def test_unknown_workload_dotted_path(cli, write_spec, tmp_path: Path) -> None:
     spec = write_spec(workload_overrides={"tables.rowz": [10, 20]})
-    _refused(cli, spec, tmp_path, "spec.yaml", "grid.workload_overrides.tables.rowz", "unknown dotted path", "known fields here: count, rows")
+    _refused(
+        cli,
+        spec,
+        tmp_path,
+        "spec.yaml",
+        "grid.workload_overrides.tables.rowz",
+        "unknown dotted path",
+        "known fields here: count, rows",
+    )
 
 
 def test_unknown_topology_dotted_path(cli, write_spec, tmp_path: Path) -> None:
@@ -110,9 +130,12 @@ def test_override_value_the_schema_refuses(cli, write_spec, tmp_path: Path) -> N
 
 @pytest.mark.parametrize(
     ("grid", "field"),
-    [({"ranks": []}, "grid.ranks"), ({"backend": []}, "grid.backend"),
-     ({"workload_overrides": {"lookups_per_sample": []}}, "grid.workload_overrides.lookups_per_sample")],
-)  # fmt: skip
+    [
+        ({"ranks": []}, "grid.ranks"),
+        ({"backend": []}, "grid.backend"),
+        ({"workload_overrides": {"lookups_per_sample": []}}, "grid.workload_overrides.lookups_per_sample"),
+    ],
+)
 def test_empty_grid_list(cli, write_spec, tmp_path: Path, grid: dict, field: str) -> None:
     _refused(cli, write_spec(**grid), tmp_path, "spec.yaml", field, "empty list")
 
@@ -145,8 +168,12 @@ def test_evaluator_that_cannot_be_imported(cli, write_spec, tmp_path: Path) -> N
 def test_a_spec_reports_every_problem_at_once(write_spec) -> None:
     # because a user should fix a spec in one edit, not one re-run per mistake: an unknown topology override, a rank
     # count no placement allows and an evaluator that does not exist are all named in the one error line.
-    spec = write_spec(evaluator="no_such_function", ranks=[2, 64], placement=["table_wise"],
-                      topology_overrides={"links.opa.bandwidth_GBps": [12.5]})
+    spec = write_spec(
+        evaluator="no_such_function",
+        ranks=[2, 64],
+        placement=["table_wise"],
+        topology_overrides={"links.opa.bandwidth_GBps": [12.5]},
+    )
     with pytest.raises(DlrmsimError) as exc:
         plan_sweep(spec)
     line = str(exc.value)

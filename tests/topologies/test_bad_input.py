@@ -80,20 +80,26 @@ def test_unknown_unit_in_field_name(cli, tmp_path: Path) -> None:
     data = _preset("skx-8s-upi")
     data["links"]["upi"]["bandwidth_Gbits"] = data["links"]["upi"].pop("bandwidth_GBps")
     result = cli("topology", "show", _write(tmp_path, data))
-    assert_one_line_error(result, "bad.yaml", "links.upi.bandwidth_Gbits", "unknown unit 'Gbits'", "fix: write it as bandwidth_GBps")
+    assert_one_line_error(
+        result, "bad.yaml", "links.upi.bandwidth_Gbits", "unknown unit 'Gbits'", "fix: write it as bandwidth_GBps"
+    )
 
 
 def test_unknown_unit_in_value(cli, tmp_path: Path) -> None:
     data = _preset("skx-8s-upi")
     data["links"]["upi"]["latency_us"] = "100 fortnights"
     result = cli("topology", "show", _write(tmp_path, data))
-    assert_one_line_error(result, "bad.yaml", "links.upi.latency_us", "unknown unit 'fortnights'", "fix: use one of: s, ms, us, ns")
+    assert_one_line_error(
+        result, "bad.yaml", "links.upi.latency_us", "unknown unit 'fortnights'", "fix: use one of: s, ms, us, ns"
+    )
 
 
 def test_unknown_link_type_and_field_typos(cli, tmp_path: Path) -> None:
     data = _preset("skx-8s-upi")
     data["fabric"]["link"] = "upl"
-    assert_one_line_error(cli("topology", "show", _write(tmp_path, data)), "fabric.link", "unknown link type 'upl'", "did you mean 'upi'")
+    assert_one_line_error(
+        cli("topology", "show", _write(tmp_path, data)), "fabric.link", "unknown link type 'upl'", "did you mean 'upi'"
+    )
     data = _preset("skx-8s-upi")
     data["links"]["upi"]["latency"] = 1
     assert_one_line_error(cli("topology", "show", _write(tmp_path, data)), "links.upi.latency", "unknown field", "fix:")
@@ -121,9 +127,14 @@ def test_infinite_bandwidth_is_refused(cli, tmp_path: Path) -> None:
     data["links"][link]["bandwidth_GBps"] = float("inf")
     path = _write(tmp_path, data, "inf.yaml")
     assert_one_line_error(cli("topology", "show", path), "inf.yaml", f"links.{link}.bandwidth_GBps", "not a finite number")
-    assert_one_line_error(cli("simulate", "-w", "small", "-r", "2", "--topology-set", "links.opa.bandwidth_GBps=.inf"),
-                          "--topology-set links.opa.bandwidth_GBps", "not a finite number")
-    assert_one_line_error(cli("simulate", "-w", "small", "-r", "2", "--topology-set", "links.opa.bandwidth_GBps=.nan"), "not a finite number")
+    assert_one_line_error(
+        cli("simulate", "-w", "small", "-r", "2", "--topology-set", "links.opa.bandwidth_GBps=.inf"),
+        "--topology-set links.opa.bandwidth_GBps",
+        "not a finite number",
+    )
+    assert_one_line_error(
+        cli("simulate", "-w", "small", "-r", "2", "--topology-set", "links.opa.bandwidth_GBps=.nan"), "not a finite number"
+    )
 
 
 def test_duplicate_topology_keys(cli, tmp_path: Path) -> None:

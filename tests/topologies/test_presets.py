@@ -215,7 +215,9 @@ def test_sled_cards_hosts_memory_and_power(sled) -> None:
     g = sled.graph
     node0 = [n for n, d in g.nodes(data=True) if d.get("machine") == 0 and "compute" in d]
     assert sum(g.nodes[n]["compute"].memory_capacity_B for n in node0) == pytest.approx(160 * GB)  # about 160 GB
-    cards_and_switch = sum(g.nodes[n]["power_W"] for n in g if n.startswith("sled0.node0.") and g.nodes[n]["kind"] in ("card", "switch"))
+    cards_and_switch = sum(
+        g.nodes[n]["power_W"] for n in g if n.startswith("sled0.node0.") and g.nodes[n]["kind"] in ("card", "switch")
+    )
     assert cards_and_switch == pytest.approx(91)  # 91 W for cards plus switch
 
 

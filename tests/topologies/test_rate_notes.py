@@ -18,7 +18,9 @@ def test_bf16_matrix_math_runs_at_the_fp32_rate_without_bf16_units() -> None:
     # Cascade Lake has no AVX512_BF16: a bf16 GEMM multiplies widened operands on the fp32 FMA units.
     assert costs.task_flop_rate(clx, flops, clx.cores, "bf16") == costs.task_flop_rate(clx, flops, clx.cores, "fp32")
     # Cooper Lake's VDPBF16PS does two bf16 products per fp32 lane: twice the fp32 rate.
-    assert costs.task_flop_rate(cpx, flops, cpx.cores, "bf16") == pytest.approx(2 * costs.task_flop_rate(cpx, flops, cpx.cores, "fp32"))
+    assert costs.task_flop_rate(cpx, flops, cpx.cores, "bf16") == pytest.approx(
+        2 * costs.task_flop_rate(cpx, flops, cpx.cores, "fp32")
+    )
 
 
 def test_precision_note_names_the_sockets_without_bf16_units() -> None:
@@ -52,8 +54,10 @@ def test_rates_note_for_the_host() -> None:
     assert "TFLOPS from the ISA" in note and "placeholders" in note and "\n" not in note
     measured = SimpleNamespace(name="box", date="2026-11-24T10:00:00", quick=True, backend="numpy")
     cal = rates_note("host", None, "calibration/host-box.yaml", measured)
-    assert cal == ("rates: calibrated, from calibration/host-box.yaml (measured on box, 2026-11-24T10:00:00, quick plan, numpy): "
-                   "compute, memory and shared-memory link rates are its fitted ones")
+    assert cal == (
+        "rates: calibrated, from calibration/host-box.yaml (measured on box, 2026-11-24T10:00:00, quick plan, numpy): "
+        "compute, memory and shared-memory link rates are its fitted ones"
+    )
     # A preset whose rates all come from its file (datasheets, papers) needs no such line.
     assert rates_note("clx-64s-opa", None) is None
 

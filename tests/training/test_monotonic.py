@@ -33,8 +33,11 @@ PROPERTY_SETTINGS = settings(max_examples=8, deadline=None, derandomize=True, su
 
 @lru_cache(maxsize=64)
 def iteration_s(topology: str, workload: str, ranks: int, backend: str, overrides: tuple[tuple[str, float], ...]) -> float:
-    cfg = validate(TrainingConfig, {"topology": topology, "workload": workload, "ranks": ranks, "backend": backend,
-                                    "topology_overrides": dict(overrides)}, "test")  # fmt: skip
+    cfg = validate(
+        TrainingConfig,
+        {"topology": topology, "workload": workload, "ranks": ranks, "backend": backend, "topology_overrides": dict(overrides)},
+        "test",
+    )
     return simulate_training(cfg).iteration_s
 
 

@@ -114,8 +114,10 @@ def test_lookups_and_updates_walk_every_table_on_their_rank_the_backward_none() 
             assert all(t.tables_bytes == 0 for t in tasks if t.kind not in ("embedding", "update"))
             # an update's working set since its forward: every shard's distinct rows and gradient rows
             shards = pl.shards_on(r)
-            reuse = sum(update_reuse_bytes(MLPERF, sh.rows, MLPERF.minibatch.strong_global * MLPERF.lookups_per_sample, sh.columns)
-                        for sh in shards)
+            reuse = sum(
+                update_reuse_bytes(MLPERF, sh.rows, MLPERF.minibatch.strong_global * MLPERF.lookups_per_sample, sh.columns)
+                for sh in shards
+            )
             assert all(t.reuse_bytes == pytest.approx(reuse) for t in tasks if t.kind == "update")
             assert all(t.reuse_bytes == 0 for t in tasks if t.kind != "update")
 
@@ -123,7 +125,9 @@ def test_lookups_and_updates_walk_every_table_on_their_rank_the_backward_none() 
 def test_update_reuse_bytes_counts_distinct_rows_and_gradient_rows() -> None:
     lookups = 1e5
     unique = model.expected_unique_rows(10**6, lookups, MLPERF.index_distribution)
-    assert update_reuse_bytes(MLPERF, 10**6, lookups, 128) == pytest.approx(unique * 128 * MLPERF.table_element_bytes + lookups * 128 * 4)
+    assert update_reuse_bytes(MLPERF, 10**6, lookups, 128) == pytest.approx(
+        unique * 128 * MLPERF.table_element_bytes + lookups * 128 * 4
+    )
 
 
 COSTS = UpdateCosts(atomic_conflict_s=100e-9, rtm_conflict_s=150e-9, cache_line_bytes=64, core_bandwidth_Bps=10e9)
@@ -188,8 +192,17 @@ def test_every_table_backward_runs_before_any_sparse_update() -> None:
 def test_a_run_starts_wherever_the_task_kind_changes() -> None:
     from dlrmsim.training.taskgraph import mark_run_starts
 
-    prog = mark_run_starts([Task("e0", "embedding", 0, 0), Task("e1", "embedding", 0, 0), Post("c"), Wait("c"),
-                            Task("e2", "embedding", 0, 0), Task("g", "gemm", 0, 0), Task("e3", "embedding", 0, 0)])
+    prog = mark_run_starts(
+        [
+            Task("e0", "embedding", 0, 0),
+            Task("e1", "embedding", 0, 0),
+            Post("c"),
+            Wait("c"),
+            Task("e2", "embedding", 0, 0),
+            Task("g", "gemm", 0, 0),
+            Task("e3", "embedding", 0, 0),
+        ]
+    )
     # posts and waits do not break a run; the first task starts one (the previous iteration ended elsewhere)
     assert [s.run_start for s in prog if isinstance(s, Task)] == [True, False, False, True, True]
     g, _ = graph(SMALL, 2)

@@ -54,6 +54,7 @@ def test_more_pinned_comm_cores_slow_compute_and_speed_up_communication() -> Non
     few = sim(workload="mlperf", topology="clx-64s-opa", ranks=16, comm_cores=1)
     many = sim(workload="mlperf", topology="clx-64s-opa", ranks=16, comm_cores=8)
     assert many.breakdown.compute_s > few.breakdown.compute_s
+
     # Reductions run on the communication cores: the allreduce itself finishes sooner.
     def allreduce_time(res):
         df = records_frame(res.records)
@@ -112,7 +113,9 @@ def test_refuses_more_ranks_than_tables_and_names_smallest_valid(cli) -> None:
     from tests.conftest import assert_one_line_error
 
     assert_one_line_error(cli("simulate", "-t", "clx-64s-opa", "-w", "small", "-r", "16"), "small.yaml", "16 ranks exceed the 8")
-    assert_one_line_error(cli("simulate", "-t", "clx-64s-opa", "-w", "large", "-r", "2"), "large.yaml", "at least 3 ranks")  # 3 of the 192 GB sockets
+    assert_one_line_error(
+        cli("simulate", "-t", "clx-64s-opa", "-w", "large", "-r", "2"), "large.yaml", "at least 3 ranks"
+    )  # 3 of the 192 GB sockets
 
 
 def test_simulate_json(cli) -> None:

@@ -100,7 +100,9 @@ def test_negative_rows_do_not_leak_pydantic_type_names(cli, tmp_path: Path) -> N
 def test_huge_float_rows_get_a_fix_hint(cli, tmp_path: Path) -> None:
     path = tmp_path / "huge.yaml"
     path.write_text((PRESET_DIR / "small.yaml").read_text().replace("rows: 1048576", "rows: 1.0e+30"))
-    assert_one_line_error(cli("workload", "show", str(path)), "huge.yaml: tables.rows:", "1e+30", "too large", "fix: give a whole number")
+    assert_one_line_error(
+        cli("workload", "show", str(path)), "huge.yaml: tables.rows:", "1e+30", "too large", "fix: give a whole number"
+    )
 
 
 def test_fractional_rows(cli, tmp_path: Path) -> None:
@@ -113,7 +115,9 @@ def test_duplicate_keys_are_refused(cli, tmp_path: Path) -> None:
     # Because PyYAML keeps the last of two equal keys silently, a copy-paste slip would change the model unseen.
     path = tmp_path / "dup.yaml"
     path.write_text((PRESET_DIR / "small.yaml").read_text().replace("embedding_dim: 64", "embedding_dim: 64\nembedding_dim: 32"))
-    assert_one_line_error(cli("workload", "show", str(path)), "dup.yaml", "duplicate key 'embedding_dim'", "line", "give each key once")
+    assert_one_line_error(
+        cli("workload", "show", str(path)), "dup.yaml", "duplicate key 'embedding_dim'", "line", "give each key once"
+    )
 
 
 def test_uneven_batch_split_is_said(cli) -> None:
@@ -133,7 +137,9 @@ def test_trace_into_missing_folder_fails_before_simulating(cli, tmp_path: Path, 
     # Because the check must come before the (possibly long) simulation, running it at all is a failure here.
     monkeypatch.setattr(ts, "simulate_training", never)
     trace = tmp_path / "no" / "such" / "t.json"
-    assert_one_line_error(cli("simulate", "-w", "small", "-r", "2", "--trace", str(trace)), "--trace", "folder does not exist", "mkdir -p")
+    assert_one_line_error(
+        cli("simulate", "-w", "small", "-r", "2", "--trace", str(trace)), "--trace", "folder does not exist", "mkdir -p"
+    )
     assert_one_line_error(cli("simulate", "-w", "small", "-r", "2", "--trace", str(tmp_path)), "--trace", "is a directory")
 
 

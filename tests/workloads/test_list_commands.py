@@ -44,8 +44,10 @@ def test_workload_show_says_which_tables_are_split(capsys: pytest.CaptureFixture
 
 
 def test_workload_show_names_replicated_tables(capsys: pytest.CaptureFixture[str]) -> None:
-    data = run_json(["workload", "show", "mlperf", "--ranks", "4", "--placement", "column_wise", "--replicate-below-rows", "2048",
-                     "--json"], capsys)  # fmt: skip
+    data = run_json(
+        ["workload", "show", "mlperf", "--ranks", "4", "--placement", "column_wise", "--replicate-below-rows", "2048", "--json"],
+        capsys,
+    )
     layouts = {t["table"]: t["layout"] for t in data["placement"]["tables"]}
     # Because tables under 2048 rows are replicated, exactly the ones listed as replicated say so.
     assert {t for t, lay in layouts.items() if lay == "replicated"} == set(data["placement"]["replicated_tables"]) != set()

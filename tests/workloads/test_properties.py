@@ -33,7 +33,10 @@ def workloads(draw: st.DrawFn) -> Workload:
 def test_eq1_is_the_weight_gradient_size_whatever_the_batch(w: Workload, batch: int) -> None:
     # The backward-by-weights GEMM output is fo x fi for any batch; Eq. 1 adds the bias gradients.
     grads = sum(
-        (model.layer_gemm(layer, batch, model.Pass.BACKWARD_WEIGHTS).m * model.layer_gemm(layer, batch, model.Pass.BACKWARD_WEIGHTS).n)
+        (
+            model.layer_gemm(layer, batch, model.Pass.BACKWARD_WEIGHTS).m
+            * model.layer_gemm(layer, batch, model.Pass.BACKWARD_WEIGHTS).n
+        )
         + layer.fan_out
         for layer in model.mlp_layers(w)
     )

@@ -56,8 +56,14 @@ def _gap_work(gap_s: float) -> Callable[[], None]:
 CallTimes = list[list[tuple[float, float]]]  # per repeat, per call: (entry, exit) on perf_counter's clock
 
 
-def time_collective(comm, op: str, send: np.ndarray, recv: np.ndarray | None, policy: TimingPolicy,  # noqa: ANN001
-                    gap_s: float = COLLECTIVE_GAP_S) -> CallTimes:
+def time_collective(
+    comm,
+    op: str,
+    send: np.ndarray,
+    recv: np.ndarray | None,
+    policy: TimingPolicy,  # noqa: ANN001
+    gap_s: float = COLLECTIVE_GAP_S,
+) -> CallTimes:
     """Entry and exit times of each timed call on this rank, in a training loop's rhythm: ranks start a
     repeat together (barrier), then each call follows ``gap_s`` of compute, so ranks arrive apart by their
     compute's own jitter and one rank computes while the other finishes the previous call.
@@ -121,10 +127,24 @@ def collective_task(op: str, sizes: list[int], ranks: int, implementation: str, 
         for i, nbytes in enumerate(sizes):
             elems = max(ranks, nbytes // 4 // ranks * ranks)
             med, spread = combine_ranks([r[i] for r in results])
-            out.append(Measurement(benchmark=op, name=f"{op} {elems * 4}B R{ranks}", cores=threads * ranks,
-                                   params={"ranks": ranks, "implementation": implementation, "bytes_per_rank": elems * 4,
-                                           "calls": _inner_calls(elems * 4), "gap_s": COLLECTIVE_GAP_S},
-                                   bytes=elems * 4.0, time_s=med, spread_pct=spread, repeats=policy.repeats))
+            out.append(
+                Measurement(
+                    benchmark=op,
+                    name=f"{op} {elems * 4}B R{ranks}",
+                    cores=threads * ranks,
+                    params={
+                        "ranks": ranks,
+                        "implementation": implementation,
+                        "bytes_per_rank": elems * 4,
+                        "calls": _inner_calls(elems * 4),
+                        "gap_s": COLLECTIVE_GAP_S,
+                    },
+                    bytes=elems * 4.0,
+                    time_s=med,
+                    spread_pct=spread,
+                    repeats=policy.repeats,
+                )
+            )
         return out
 
     return BenchTask("collectives", name, run)

@@ -19,6 +19,7 @@ from dlrmsim.host import last_level_cache_bytes
 
 ZIPF_EXPONENT = 1.05  # the mlperf preset's assumed Criteo skew (workloads/presets/mlperf.yaml)
 
+
 @dataclass(frozen=True)
 class EmbeddingConfig:
     rows: int
@@ -71,7 +72,8 @@ def clear_table_cache() -> None:
     _TABLE_CACHE.clear()
 
 
-# A run's first call and its later ones (timing.POSITIONS). For the embedding ops, with PyTorch the first call of a run costs far more
+# A run's first call and its later ones (timing.POSITIONS). For the embedding ops, with PyTorch the first call of a run
+# costs far more
 # than the calls after it (2 cores, 4 tables of 200k x 32, 16 lookups per sample: forward ~470 us, then
 # ~215 for each later table; backward ~380, then ~180), with or without the flush, and in the DLRM runner's
 # steps alike. One tiny bag forward on another table just before takes the forward's away, so it is the op's
@@ -79,8 +81,9 @@ def clear_table_cache() -> None:
 # the op, whatever its table count, so it is measured apart from the later calls.
 
 
-def time_embedding_cycle(ops: Ops, cfg: EmbeddingConfig, batches: list[np.ndarray], policy: TimingPolicy,
-                         flush: Op, tables: int) -> dict[tuple[str, str], list[float]]:
+def time_embedding_cycle(
+    ops: Ops, cfg: EmbeddingConfig, batches: list[np.ndarray], policy: TimingPolicy, flush: Op, tables: int
+) -> dict[tuple[str, str], list[float]]:
     """Per cycle, seconds of each op's first call and the mean of its later calls, keyed (op, position), for
     the forward, backward and sparse SGD update, timed inside training-like cycles.
 
@@ -139,8 +142,9 @@ def embedding_task(k: Ops, cfg: EmbeddingConfig, cores: int, policy: TimingPolic
         rng = np.random.default_rng(cfg.rows + cfg.dim + cfg.pooling + tables)
         count = embedding_batches(policy, tables)
         # One draw for all batches: a Zipf draw builds the table's whole CDF, once.
-        batches = list(make_indices(cfg.rows, cfg.batch * cfg.pooling * count, cfg.distribution, ZIPF_EXPONENT, rng)
-                       .reshape(count, -1))
+        batches = list(
+            make_indices(cfg.rows, cfg.batch * cfg.pooling * count, cfg.distribution, ZIPF_EXPONENT, rng).reshape(count, -1)
+        )
         unique_rows = round(statistics.mean(np.unique(b).size for b in batches))
         nbytes = embedding_bytes(cfg.batch, cfg.pooling, cfg.dim, unique_rows)
         with k.threads(cores):
@@ -149,12 +153,29 @@ def embedding_task(k: Ops, cfg: EmbeddingConfig, cores: int, policy: TimingPolic
         for (op_name, position), ts in samples.items():
             med, spread = median_spread(ts)
             label = f"{op_name} first" if position == "first" else op_name
-            out.append(Measurement(
-                benchmark="embedding", name=f"embedding {label} {base}", cores=cores,
-                params={"op": op_name, "position": position, "rows": cfg.rows, "dim": cfg.dim, "pooling": cfg.pooling,
-                        "distribution": cfg.distribution, "batch": cfg.batch, "unique_rows": unique_rows,
-                        "lookups": cfg.batch * cfg.pooling, "tables": tables},
-                bytes=nbytes[op_name], time_s=med, spread_pct=spread, repeats=len(ts)))
+            out.append(
+                Measurement(
+                    benchmark="embedding",
+                    name=f"embedding {label} {base}",
+                    cores=cores,
+                    params={
+                        "op": op_name,
+                        "position": position,
+                        "rows": cfg.rows,
+                        "dim": cfg.dim,
+                        "pooling": cfg.pooling,
+                        "distribution": cfg.distribution,
+                        "batch": cfg.batch,
+                        "unique_rows": unique_rows,
+                        "lookups": cfg.batch * cfg.pooling,
+                        "tables": tables,
+                    },
+                    bytes=nbytes[op_name],
+                    time_s=med,
+                    spread_pct=spread,
+                    repeats=len(ts),
+                )
+            )
         return out
 
     return BenchTask("embedding bags", f"embedding {base}", run, repeat=True)

@@ -116,21 +116,49 @@ def eq_check_task(quick: bool, ranks: int, implementation: str, threads: int, po
         for i, spec in enumerate(specs):
             ar_bytes = [r[i]["allreduce"][0] for r in results]
             med, spread = combine_ranks([r[i]["allreduce"][1] for r in results])
-            rows.append(Measurement(
-                benchmark="allreduce", name=f"eq {spec.workload} allreduce", cores=threads * ranks,
-                params={"ranks": ranks, "implementation": implementation, "workload": spec.workload,
-                        "scale": spec.allreduce_scale, "equation_bytes": spec.eq1_bytes,
-                        "moved_bytes": float(ar_bytes[0]), "cross_rank_bytes": float(ar_bytes[0]) * bus_cross("allreduce", ranks),
-                        "pack_s": max(r[i]["allreduce"][2] for r in results)},
-                bytes=float(ar_bytes[0]), time_s=med, spread_pct=spread, repeats=policy.repeats))
+            rows.append(
+                Measurement(
+                    benchmark="allreduce",
+                    name=f"eq {spec.workload} allreduce",
+                    cores=threads * ranks,
+                    params={
+                        "ranks": ranks,
+                        "implementation": implementation,
+                        "workload": spec.workload,
+                        "scale": spec.allreduce_scale,
+                        "equation_bytes": spec.eq1_bytes,
+                        "moved_bytes": float(ar_bytes[0]),
+                        "cross_rank_bytes": float(ar_bytes[0]) * bus_cross("allreduce", ranks),
+                        "pack_s": max(r[i]["allreduce"][2] for r in results),
+                    },
+                    bytes=float(ar_bytes[0]),
+                    time_s=med,
+                    spread_pct=spread,
+                    repeats=policy.repeats,
+                )
+            )
             a2a_total = float(sum(r[i]["alltoall"][0] for r in results))
             med, spread = combine_ranks([r[i]["alltoall"][2] for r in results])
-            rows.append(Measurement(
-                benchmark="alltoall", name=f"eq {spec.workload} alltoall", cores=threads * ranks,
-                params={"ranks": ranks, "implementation": implementation, "workload": spec.workload,
-                        "scale": spec.alltoall_scale, "equation_bytes": spec.eq2_bytes, "moved_bytes": a2a_total,
-                        "cross_rank_bytes": float(sum(r[i]["alltoall"][1] for r in results))},
-                bytes=a2a_total / ranks, time_s=med, spread_pct=spread, repeats=policy.repeats))
+            rows.append(
+                Measurement(
+                    benchmark="alltoall",
+                    name=f"eq {spec.workload} alltoall",
+                    cores=threads * ranks,
+                    params={
+                        "ranks": ranks,
+                        "implementation": implementation,
+                        "workload": spec.workload,
+                        "scale": spec.alltoall_scale,
+                        "equation_bytes": spec.eq2_bytes,
+                        "moved_bytes": a2a_total,
+                        "cross_rank_bytes": float(sum(r[i]["alltoall"][1] for r in results)),
+                    },
+                    bytes=a2a_total / ranks,
+                    time_s=med,
+                    spread_pct=spread,
+                    repeats=policy.repeats,
+                )
+            )
         return rows
 
     return BenchTask("Eq. 1 / Eq. 2 check", f"eq check {implementation} R{ranks}", run)

@@ -29,8 +29,19 @@ def gemm_task(k: Ops, n: int, cores: int, policy: TimingPolicy) -> BenchTask:
     def run() -> list[Measurement]:
         with k.threads(cores):
             t, spread, reps = time_op(k.make_gemm(n, n, n), policy)
-        return [Measurement(benchmark="gemm", name=name, cores=cores, params={"m": n, "n": n, "k": n},
-                            flops=2.0 * n**3, bytes=4.0 * 4 * n * n, time_s=t, spread_pct=spread, repeats=reps)]
+        return [
+            Measurement(
+                benchmark="gemm",
+                name=name,
+                cores=cores,
+                params={"m": n, "n": n, "k": n},
+                flops=2.0 * n**3,
+                bytes=4.0 * 4 * n * n,
+                time_s=t,
+                spread_pct=spread,
+                repeats=reps,
+            )
+        ]
 
     return BenchTask("gemm size sweep", name, run, repeat=True)
 
@@ -49,8 +60,17 @@ def preset_linear_shapes(batch_of: Callable[[str], int]) -> list[tuple[str, int,
     return [(",".join(sorted(set(ws))), b, fi, fo, p) for (b, fi, fo, p), ws in sorted(shapes.items())]
 
 
-def linear_task(k: Ops, workloads: str, batch: int, fi: int, fo: int, which: str, cores: int, policy: TimingPolicy,
-                stage: str = "gemm preset MLP shapes") -> BenchTask:
+def linear_task(
+    k: Ops,
+    workloads: str,
+    batch: int,
+    fi: int,
+    fo: int,
+    which: str,
+    cores: int,
+    policy: TimingPolicy,
+    stage: str = "gemm preset MLP shapes",
+) -> BenchTask:
     name = f"linear {fi}->{fo} {which} b{batch} c{cores}"
 
     def run() -> list[Measurement]:
@@ -61,14 +81,31 @@ def linear_task(k: Ops, workloads: str, batch: int, fi: int, fo: int, which: str
     return BenchTask(stage, name, run, repeat=True)
 
 
-def linear_measurement(name: str, cores: int, params: dict[str, float | int | str], batch: int, fi: int, fo: int, which: str,
-                       time_s: float, spread_pct: float, repeats: int) -> Measurement:
+def linear_measurement(
+    name: str,
+    cores: int,
+    params: dict[str, float | int | str],
+    batch: int,
+    fi: int,
+    fo: int,
+    which: str,
+    time_s: float,
+    spread_pct: float,
+    repeats: int,
+) -> Measurement:
     """A "linear" row: one pass of a fan_in -> fan_out layer at ``batch``, with its flops and fp32 operand bytes;
     ``params`` adds to the shape (the presets it comes from, the context it was timed in)."""
-    return Measurement(benchmark="linear", name=name, cores=cores,
-                       params={**params, "batch": batch, "fan_in": fi, "fan_out": fo, "pass": which},
-                       flops=2.0 * batch * fi * fo, bytes=4.0 * (batch * fi + fi * fo + batch * fo),
-                       time_s=time_s, spread_pct=spread_pct, repeats=repeats)
+    return Measurement(
+        benchmark="linear",
+        name=name,
+        cores=cores,
+        params={**params, "batch": batch, "fan_in": fi, "fan_out": fo, "pass": which},
+        flops=2.0 * batch * fi * fo,
+        bytes=4.0 * (batch * fi + fi * fo + batch * fo),
+        time_s=time_s,
+        spread_pct=spread_pct,
+        repeats=repeats,
+    )
 
 
 # Layers with one narrow side (fan_in, fan_out), at two batches: the shapes DLRM's narrow layers (a 32- or
@@ -88,7 +125,9 @@ def narrow_linear_shapes() -> list[tuple[int, int, int, str]]:
 CYCLE_MLPS = ((512, (128, 512, 32)), (2048, (128, 512, 32)), (1024, (512, 512, 512)))
 
 
-def time_mlp_cycle(ops: Ops, batch: int, widths: Sequence[int], policy: TimingPolicy, flush: Op) -> dict[tuple[str, int], list[float]]:
+def time_mlp_cycle(
+    ops: Ops, batch: int, widths: Sequence[int], policy: TimingPolicy, flush: Op
+) -> dict[tuple[str, int], list[float]]:
     """Per cycle, seconds of each GEMM of an MLP's forward and backward (keyed (pass, layer index)), run as the
     DLRM runner runs them (``dlrm_runner.mlp_forward`` / ``mlp_backward``, activations and bias gradients
     included) after ``flush``: each GEMM finds what its predecessors left in the caches, and the first ones find
@@ -127,8 +166,20 @@ def mlp_cycle_task(k: Ops, batch: int, widths: Sequence[int], cores: int, policy
         for (which, i), ts in sorted(per_op.items(), key=lambda kv: (kv[0][1], kv[0][0])):
             fi, fo = widths[i], widths[i + 1]
             med, spread = median_spread(ts)
-            rows.append(linear_measurement(f"linear {fi}->{fo} {which} b{batch} c{cores} in step order", cores,
-                                           {"workloads": "", "context": "step"}, batch, fi, fo, which, med, spread, len(ts)))
+            rows.append(
+                linear_measurement(
+                    f"linear {fi}->{fo} {which} b{batch} c{cores} in step order",
+                    cores,
+                    {"workloads": "", "context": "step"},
+                    batch,
+                    fi,
+                    fo,
+                    which,
+                    med,
+                    spread,
+                    len(ts),
+                )
+            )
         return rows
 
     return BenchTask("gemm in training-step order", name, run, repeat=True)

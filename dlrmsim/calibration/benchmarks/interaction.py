@@ -33,9 +33,15 @@ def interaction_configs(quick: bool) -> list[InteractionConfig]:
 
 def interaction_workload(cfg: InteractionConfig) -> Workload:
     """A workload whose interaction has ``cfg``'s shape, for the model's flop, byte and op counts."""
-    return Workload(name=f"interaction S{cfg.tables} E{cfg.dim}", tables={"count": cfg.tables, "rows": 1},  # type: ignore[arg-type]
-                    embedding_dim=cfg.dim, lookups_per_sample=1, bottom_mlp=[cfg.dim, cfg.dim], top_mlp=[1],
-                    minibatch={"strong_global": cfg.batch, "weak_local": cfg.batch})  # fmt: skip
+    return Workload(
+        name=f"interaction S{cfg.tables} E{cfg.dim}",
+        tables={"count": cfg.tables, "rows": 1},  # type: ignore[arg-type]
+        embedding_dim=cfg.dim,
+        lookups_per_sample=1,
+        bottom_mlp=[cfg.dim, cfg.dim],
+        top_mlp=[1],
+        minibatch={"strong_global": cfg.batch, "weak_local": cfg.batch},
+    )
 
 
 def time_interaction(ops: Ops, cfg: InteractionConfig, policy: TimingPolicy, flush: Op) -> dict[str, list[float]]:
@@ -75,13 +81,25 @@ def interaction_task(k: Ops, cfg: InteractionConfig, cores: int, policy: TimingP
         for direction, ts in samples.items():
             back = direction == "backward"
             med, spread = median_spread(ts)
-            out.append(Measurement(
-                benchmark="interaction", name=f"interaction {direction} {base}", cores=cores,
-                params={"direction": direction, "batch": cfg.batch, "tables": cfg.tables, "dim": cfg.dim,
-                        "ops": model.interaction_ops(w, backward=back)},
-                flops=model.interaction_flops(w, cfg.batch, backward=back),
-                bytes=(2.0 if back else 1.0) * model.interaction_bytes(w, cfg.batch),
-                time_s=med, spread_pct=spread, repeats=len(ts)))
+            out.append(
+                Measurement(
+                    benchmark="interaction",
+                    name=f"interaction {direction} {base}",
+                    cores=cores,
+                    params={
+                        "direction": direction,
+                        "batch": cfg.batch,
+                        "tables": cfg.tables,
+                        "dim": cfg.dim,
+                        "ops": model.interaction_ops(w, backward=back),
+                    },
+                    flops=model.interaction_flops(w, cfg.batch, backward=back),
+                    bytes=(2.0 if back else 1.0) * model.interaction_bytes(w, cfg.batch),
+                    time_s=med,
+                    spread_pct=spread,
+                    repeats=len(ts),
+                )
+            )
         return out
 
     return BenchTask("dot interaction", f"interaction {base}", run, repeat=True)

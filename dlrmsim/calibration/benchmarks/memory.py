@@ -26,7 +26,18 @@ def stream_task(k: Ops, kind: str, cores: int, elements: int, policy: TimingPoli
     def run() -> list[Measurement]:
         with k.threads(cores):
             t, spread, reps = time_op(k.make_stream(kind, elements, cores), best_of, statistic="min")
-        return [Measurement(benchmark="stream", name=name, cores=cores, params={"kind": kind, "elements": elements},
-                            bytes=4.0 * arrays * elements, time_s=t, statistic="min", spread_pct=spread, repeats=reps)]
+        return [
+            Measurement(
+                benchmark="stream",
+                name=name,
+                cores=cores,
+                params={"kind": kind, "elements": elements},
+                bytes=4.0 * arrays * elements,
+                time_s=t,
+                statistic="min",
+                spread_pct=spread,
+                repeats=reps,
+            )
+        ]
 
     return BenchTask(STREAM_STAGE, name, run, repeat=True)

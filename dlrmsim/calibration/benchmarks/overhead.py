@@ -48,9 +48,18 @@ def dispatch_task(k: Ops, cores: int, policy: TimingPolicy) -> BenchTask:
             for n in DISPATCH_ELEMENTS:
                 for position, ts in zip(POSITIONS, time_dispatch(k, n, policy), strict=True):
                     med, spread = median_spread(ts)
-                    out.append(Measurement(benchmark="dispatch", name=f"dispatch {position} mul n{n} c{cores}", cores=cores,
-                                           params={"elements": n, "position": position}, bytes=12.0 * n, time_s=med,
-                                           spread_pct=spread, repeats=len(ts)))
+                    out.append(
+                        Measurement(
+                            benchmark="dispatch",
+                            name=f"dispatch {position} mul n{n} c{cores}",
+                            cores=cores,
+                            params={"elements": n, "position": position},
+                            bytes=12.0 * n,
+                            time_s=med,
+                            spread_pct=spread,
+                            repeats=len(ts),
+                        )
+                    )
         return out
 
     return BenchTask("op dispatch", name, run, repeat=True)

@@ -48,8 +48,9 @@ MEDIAN_PASS_BENCHMARKS = frozenset({"stream"})
 PASSES = 2
 
 
-def build_plan(k: Ops, quick: bool, cores: int, implementation: str, ranks: int = 2, tiny: bool = False,
-               passes: int = PASSES) -> list[BenchTask]:
+def build_plan(
+    k: Ops, quick: bool, cores: int, implementation: str, ranks: int = 2, tiny: bool = False, passes: int = PASSES
+) -> list[BenchTask]:
     """Every micro-benchmark of a calibration, in the order they run.
 
     Tasks marked ``repeat`` (GEMMs, streams, dispatch, embedding bags, interaction) run again in each of
@@ -130,7 +131,11 @@ def _first_pass(k: Ops, quick: bool, cores: int, implementation: str, ranks: int
         tasks += [linear_task(k, workloads, b, fi, fo, which, c, policy) for c in linear_cores]
     measured = {(b, fi, fo, which, c) for _, b, fi, fo, which in presets for c in linear_cores}
     for b, fi, fo, which in narrow_linear_shapes():
-        tasks += [linear_task(k, "", b, fi, fo, which, c, policy, "gemm narrow layers") for c in counts if (b, fi, fo, which, c) not in measured]
+        tasks += [
+            linear_task(k, "", b, fi, fo, which, c, policy, "gemm narrow layers")
+            for c in counts
+            if (b, fi, fo, which, c) not in measured
+        ]
     for b, widths in CYCLE_MLPS:
         tasks += [mlp_cycle_task(k, b, widths, c, policy) for c in counts]
     elements = stream_elements(quick)
@@ -176,7 +181,8 @@ def _tiny_plan(k: Ops, cores: int, implementation: str, ranks: int, policy: Timi
     tasks.append(mlp_cycle_task(k, b, widths, cores, policy))
     light = TimingPolicy(warmup=1, repeats=3, min_sample_s=0.005)
     threads = max(1, cores // ranks)
-    tasks += [collective_task(op, TINY_COLLECTIVE_SIZES, ranks, implementation, threads, light) for op in ("allreduce", "alltoall")]
+    tasks += [
+        collective_task(op, TINY_COLLECTIVE_SIZES, ranks, implementation, threads, light) for op in ("allreduce", "alltoall")
+    ]
     tasks.append(eq_check_task(True, ranks, implementation, threads, light))
     return tasks
-

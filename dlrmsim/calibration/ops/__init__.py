@@ -21,5 +21,16 @@ def get_ops(backend: str | None = None) -> Ops:
     return TorchOps()
 
 
-__all__ = ["BACKENDS", "NumpyOps", "Op", "Ops", "check_backend", "default_backend", "embedding_bytes", "get_ops",
-           "make_indices", "require_torch", "torch_available"]
+__all__ = [
+    "BACKENDS",
+    "NumpyOps",
+    "Op",
+    "Ops",
+    "check_backend",
+    "default_backend",
+    "embedding_bytes",
+    "get_ops",
+    "make_indices",
+    "require_torch",
+    "torch_available",
+]

@@ -34,9 +34,10 @@ def find_script(path: Path) -> Path:
     script = path / SCRIPT if path.is_dir() else path
     if script.name != SCRIPT or not script.is_file():
         raise DlrmsimError(
-            f"no {SCRIPT} at {path}", field="--reference",
+            f"no {SCRIPT} at {path}",
+            field="--reference",
             fix="clone https://github.com/facebookresearch/dlrm into a temporary directory and pass its path",
-        )  # fmt: skip
+        )
     return script
 
 
@@ -48,8 +49,11 @@ def reference_args(w: Workload, batch: int, iterations: int) -> list[str]:
     generator, so a Zipf workload is refused.
     """
     if w.index_distribution.kind != "uniform":
-        raise DlrmsimError(f"workload {w.name}: the reference DLRM's random data has uniform indices only",
-                           field="index_distribution", fix="validate zipf cases against the project runner or torchrec")  # fmt: skip
+        raise DlrmsimError(
+            f"workload {w.name}: the reference DLRM's random data has uniform indices only",
+            field="index_distribution",
+            fix="validate zipf cases against the project runner or torchrec",
+        )
     if w.precision != "fp32":
         raise DlrmsimError(f"workload {w.name}: the reference DLRM trains fp32 only", field="precision")
 
@@ -57,21 +61,36 @@ def reference_args(w: Workload, batch: int, iterations: int) -> list[str]:
         return "-".join(str(x) for x in xs)
 
     return [
-        "--arch-sparse-feature-size", str(w.embedding_dim),
-        "--arch-embedding-size", dashed(w.table_rows),
-        "--arch-mlp-bot", dashed(w.bottom_mlp),
-        "--arch-mlp-top", dashed([interaction_width(w), *w.top_mlp]),
-        "--arch-interaction-op", w.interaction,
-        "--data-generation", "random",
-        "--num-indices-per-lookup", str(w.lookups_per_sample),
-        "--num-indices-per-lookup-fixed", "True",
-        "--mini-batch-size", str(batch),
-        "--num-batches", str(iterations),
-        "--loss-function", "bce",
-        "--learning-rate", "0.01",
-        "--nepochs", "1",
-        "--print-time", "--print-freq", "1",
-    ]  # fmt: skip
+        "--arch-sparse-feature-size",
+        str(w.embedding_dim),
+        "--arch-embedding-size",
+        dashed(w.table_rows),
+        "--arch-mlp-bot",
+        dashed(w.bottom_mlp),
+        "--arch-mlp-top",
+        dashed([interaction_width(w), *w.top_mlp]),
+        "--arch-interaction-op",
+        w.interaction,
+        "--data-generation",
+        "random",
+        "--num-indices-per-lookup",
+        str(w.lookups_per_sample),
+        "--num-indices-per-lookup-fixed",
+        "True",
+        "--mini-batch-size",
+        str(batch),
+        "--num-batches",
+        str(iterations),
+        "--loss-function",
+        "bce",
+        "--learning-rate",
+        "0.01",
+        "--nepochs",
+        "1",
+        "--print-time",
+        "--print-freq",
+        "1",
+    ]
 
 
 def parse_step_times(output: str) -> list[float]:
@@ -100,8 +119,17 @@ def measure_reference(
     if ranks == 1:
         cmd = [sys.executable, str(script), *args]
     else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}", str(script),
-               *args, "--dist-backend", "gloo"]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc_per_node={ranks}",
+            str(script),
+            *args,
+            "--dist-backend",
+            "gloo",
+        ]
     try:
         proc = subprocess.run(cmd, cwd=script.parent, env=env, capture_output=True, text=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
@@ -109,8 +137,11 @@ def measure_reference(
     times = parse_step_times(proc.stdout)
     if proc.returncode != 0 or len(times) <= warmup:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise DlrmsimError(f"the reference DLRM failed (exit {proc.returncode}): {last}", field="--reference",
-                           fix="run the printed flags by hand in the checkout; it needs torch, scikit-learn and tensorboard")  # fmt: skip
+        raise DlrmsimError(
+            f"the reference DLRM failed (exit {proc.returncode}): {last}",
+            field="--reference",
+            fix="run the printed flags by hand in the checkout; it needs torch, scikit-learn and tensorboard",
+        )
     # With several ranks every process prints; rank 0's lines come first and carry the same step times.
     samples, k = per_step_samples(times[warmup : warmup + iterations], min_sample_s)
     if not samples:

@@ -110,7 +110,9 @@ class ServingModel(StrictModel):
         if self.bottom_mlp[0] != self.dense_features:
             raise ValueError(f"bottom_mlp starts at {self.bottom_mlp[0]} but dense_features is {self.dense_features}")
         if self.interaction == "dot" and self.bottom_mlp[-1] != self.embedding_dim:
-            raise ValueError(f"bottom_mlp output width {self.bottom_mlp[-1]} must equal embedding_dim {self.embedding_dim} for dot interaction")
+            raise ValueError(
+                f"bottom_mlp output width {self.bottom_mlp[-1]} must equal embedding_dim {self.embedding_dim} for dot interaction"
+            )
         return self
 
     @property
@@ -163,7 +165,8 @@ class Assumptions(StrictModel):
     preprocess_us_per_request: NonNegativeFloat = 50.0
     preprocess_us_per_item: NonNegativeFloat = 1.0
     service_time: Literal["model", "exponential"] = Field(
-        "model", description="testing hook: 'exponential' replaces each batch's work by one task of Exp(service_mean_ms) on one card"
+        "model",
+        description="testing hook: 'exponential' replaces each batch's work by one task of Exp(service_mean_ms) on one card",
     )
     service_mean_ms: PositiveFloat = 1.0
 
