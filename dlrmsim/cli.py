@@ -7,6 +7,7 @@ import sys
 
 import click
 import typer
+from rich.markup import escape
 from typer.core import TyperGroup
 
 from dlrmsim.errors import EXIT_USAGE, DlrmsimError, Interrupted
@@ -111,18 +112,19 @@ def main(argv: list[str] | None = None) -> None:
     try:
         app(args=argv, standalone_mode=False)
     except Interrupted as exc:
-        err_console.print(exc.one_line(), highlight=False, soft_wrap=True)
+        err_console.print(exc.one_line(), highlight=False, soft_wrap=True, markup=False)
         sys.exit(exc.exit_code)
     except DlrmsimError as exc:
-        err_console.print(f"[bold red]error:[/] {exc.one_line()}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {escape(exc.one_line())}", highlight=False, soft_wrap=True)  # "[..]" is text
         sys.exit(EXIT_USAGE)
     except _EXIT as exc:
         sys.exit(exc.exit_code)
     except _USAGE as exc:
-        if hasattr(exc, "show"):
-            exc.show()
-        else:  # pragma: no cover - a TyperException without show()
-            err_console.print(f"error: {exc}", highlight=False, soft_wrap=True)
+        # One line, like every other input error (click's own report is usage + hint + error on four lines).
+        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        ctx = getattr(exc, "ctx", None)
+        where = ctx.command_path.replace(ctx.find_root().info_name or "", "dlrmsim", 1) if ctx is not None else "dlrmsim"
+        err_console.print(" ".join(f"error: {message} (fix: see {where} --help)".split()), highlight=False, soft_wrap=True, markup=False)
         sys.exit(EXIT_USAGE)
     except _ABORT:
         err_console.print("aborted")

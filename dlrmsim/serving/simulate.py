@@ -338,10 +338,15 @@ def poisson_arrivals(qps: float, duration_s: float, rng: np.random.Generator) ->
 
 def read_arrivals_csv(path: Path) -> tuple[float, ...]:
     """Request timestamps (s) from a CSV: the first column, an optional header line, increasing or not (sorted)."""
+    if path.is_dir():
+        raise DlrmsimError("is a directory, not a CSV file", source=path, field="--arrivals", fix="give the path of a CSV file")
     try:
         lines = path.read_text().splitlines()
     except OSError as exc:
         raise DlrmsimError(f"cannot read arrivals ({exc.strerror})", source=path, fix="check the path") from None
+    except UnicodeDecodeError as exc:
+        raise DlrmsimError(f"not a text file (byte {exc.start} is not UTF-8)", source=path, field="--arrivals",
+                           fix="one time in seconds per line") from None
     times: list[float] = []
     for i, line in enumerate(lines):
         cell = line.split(",")[0].strip()
@@ -353,6 +358,8 @@ def read_arrivals_csv(path: Path) -> tuple[float, ...]:
             if i == 0:
                 continue  # header
             raise DlrmsimError(f"line {i + 1}: '{cell}' is not a time in seconds", source=path) from None
+        if not math.isfinite(times[-1]):
+            raise DlrmsimError(f"line {i + 1}: '{cell}' is not a finite time", source=path, fix="one time in seconds per line")
     if not times:
         raise DlrmsimError("no timestamps found", source=path, fix="one time in seconds per line")
     if min(times) < 0:

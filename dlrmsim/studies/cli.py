@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from dlrmsim.errors import DlrmsimError
+from dlrmsim.errors import DlrmsimError, check_output_file
 from dlrmsim.output import console, err_console, print_json, print_table
 from dlrmsim.training.cli import COMMON, make_config
 
@@ -56,6 +56,8 @@ def report_cmd(
     from dlrmsim.studies.report import build_report, topology_figures
     from dlrmsim.studies.results import load_results
 
+    if out is not None:
+        check_output_file(out, "--out")
     df = load_results(folder)
     figs, notes = topology_figures(df)
     path = build_report(df, out or Path(folder) / "report.html", topology_figures=figs, title=title or f"dlrmsim sweep: {folder}",
@@ -88,6 +90,10 @@ def scaling_cmd(
         counts = [int(x) for x in ranks.split(",") if x.strip()]
     except ValueError:
         raise DlrmsimError(f"'{ranks}' is not a comma-separated list of integers", field="--ranks", fix="e.g. 1,2,4,8") from None
+    if not counts:
+        raise DlrmsimError("no rank counts given", field="--ranks", fix="e.g. 1,2,4,8")
+    if html is not None:
+        check_output_file(html, "--html")  # before the study runs, not after
     params = {k: v for k, v in locals().items() if k not in ("json_out", "html", "ranks", "counts", "scaling_study", "print_scaling_table")}
     cfg = make_config(ranks=max(counts), **params)
     from rich.progress import Progress
