@@ -193,6 +193,13 @@ def load_inputs(cfg: TrainingConfig, workload: Workload | None = None, topology:
     if cfg.alltoall_algorithm:
         be_over["algorithms.alltoall"] = cfg.alltoall_algorithm
     backend = load_backend(cfg.backend, be_over or None)
+    cores0 = topo.compute(0).cores
+    if backend.comm_cores >= cores0:  # no core left to compute on (an unpinned backend would go negative)
+        raise DlrmsimError(
+            f"backend uses {backend.comm_cores} communication cores but rank 0 has only {cores0}",
+            field="comm_cores",
+            fix=f"use fewer (--comm-cores {cores0 - 1} or 0)",
+        )
     if cfg.ranks > topo.num_ranks:
         raise DlrmsimError(
             f"{cfg.ranks} ranks but the topology has {topo.num_ranks}",
