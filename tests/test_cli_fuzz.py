@@ -5,8 +5,9 @@ never in a traceback.
 The commands and their options are read from the live command tree, so a new command or option is fuzzed as soon
 as it exists. Values come from pools per option (valid, boundary and garbage values); sizes stay small (a few
 ranks, one serving node, short serving runs) so an example takes well under a second. Commands whose valid runs
-take minutes (`calibrate`, `validate`, `demo`) are fuzzed at the parsing layer only (every line carries an unknown
-option): their good runs have their own tests. More examples: `pytest -m slow tests/test_cli_fuzz.py` (or DLRMSIM_FUZZ_EXAMPLES=N).
+take minutes (`calibrate`, `validate`, `demo`, `study`) are fuzzed at the parsing layer only (every line carries an
+unknown option): their good runs have their own tests. More examples: `pytest -m slow tests/test_cli_fuzz.py` (or
+DLRMSIM_FUZZ_EXAMPLES=N).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ TINY_SWEEP = {
     },
 }
 # Their valid runs take minutes (micro-benchmarks, reference runs, a whole study): only bad values are fuzzed.
-ONLY_BAD = {"calibrate", "validate", "demo"}
+ONLY_BAD = {"calibrate", "validate", "demo", "study"}
 FAST_EXAMPLES = int(os.environ.get("DLRMSIM_FUZZ_EXAMPLES", "60"))
 
 

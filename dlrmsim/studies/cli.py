@@ -6,6 +6,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.progress import Progress
 
 from dlrmsim.errors import DlrmsimError, check_output_file
@@ -116,11 +117,12 @@ def scaling_cmd(
         check_output_file(html, "--html")  # before the study runs, not after
     params = {k: v for k, v in options.items() if k not in ("json_out", "html", "ranks", "baseline_ranks")}
     cfg = make_config(ranks=max(counts), **params)
-    for note in run_notes(cfg):  # which rates the study uses (calibration, bf16 without bf16 units)
-        err_console.print(note, highlight=False, soft_wrap=True)
     with Progress(console=err_console, transient=True, disable=json_out) as bar:
-        task = bar.add_task(f"{workload} on {topology}", total=len(set(counts)) + 1)
+        task = bar.add_task(escape(f"{workload} on {topology}"), total=len(set(counts)) + 1)  # user text, not markup
         df = scaling_study(cfg, counts, on_point=lambda _res: bar.advance(task), baseline=baseline_ranks, keep_baseline=True)
+    # Which rates the study used (calibration, bf16 without bf16 units): after it ran, so an error stays one line.
+    for note in run_notes(cfg):
+        err_console.print(note, highlight=False, soft_wrap=True)
     if html is not None:
         from dlrmsim.studies.report import build_report  # plotly: loaded only for a report
 
@@ -179,7 +181,7 @@ def study_cmd(
     if csv is not None and csv.parent and not csv.parent.exists():
         raise DlrmsimError(f"folder {csv.parent} does not exist", field="--csv", fix="create it or give another path")
     with Progress(console=err_console, transient=True, disable=json_out) as bar:
-        task = bar.add_task(f"study {name}", total=None)
+        task = bar.add_task(escape(f"study {name}"), total=None)  # user text, not markup
         result = run_study(name, workers=workers, only=only, on_done=lambda: bar.advance(task), baseline_ranks=bases)
     if csv is not None:
         result.rows.to_csv(csv, index=False)
