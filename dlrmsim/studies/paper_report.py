@@ -15,12 +15,11 @@ from pathlib import Path
 
 import pandas as pd
 import plotly.graph_objects as go
-from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
 from dlrmsim.output import write_page
 from dlrmsim.studies.paper import Experiment, StudyResult, experiment_table
-from dlrmsim.studies.report import PLOT_CONFIG
+from dlrmsim.studies.report import PLOT_CONFIG, html_page
 
 MS = 1e3
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
@@ -202,25 +201,12 @@ def build_study_report(result: StudyResult, out: Path) -> Path:
         f'<li><a href="#{html.escape(e)}">{html.escape(by_name[e].title)}</a></li>'
         for e in dict.fromkeys(result.rows["experiment"])
     )
-    page = f"""<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<meta name="dlrmsim-figures" content="{count}">
-<title>{html.escape(study.title)}</title>
-<style>{_CSS}</style>
-<script type="text/javascript">{get_plotlyjs()}</script>
-</head>
-<body>
-<h1>{html.escape(study.title)}</h1>
-<p>Setups from {html.escape(study.source or study.name)}; every number is simulated by dlrmsim from its YAML specs (none is
+    body_html = f"""<p>Setups from {html.escape(study.source or study.name)}; every number is simulated by dlrmsim
+from its YAML specs (none is
 taken from the paper). {len(result.rows)} points, {result.simulations} distinct simulations, {result.wall_s:.1f} s.
 Written {stamp}.
 Times are per training iteration.</p>
 <ol>{toc}</ol>
 {"".join(body)}
-</body>
-</html>
 """
-    return write_page(out, page)
+    return write_page(out, html_page(study.title, body_html, _CSS, count))

@@ -54,6 +54,27 @@ BREAKDOWN_WRAP = 3  # breakdown subplots per row when there is no blocking/overl
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 
 
+def html_page(title: str, body: str, css: str, figures: int) -> str:
+    """A self-contained report page: plotly.js embedded (it renders offline), ``figures`` counted in a meta tag for
+    the tests, the title as the page's heading, then ``body``."""
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="dlrmsim-figures" content="{figures}">
+<title>{html.escape(title)}</title>
+<style>{css}</style>
+<script type="text/javascript">{get_plotlyjs()}</script>
+</head>
+<body>
+<h1>{html.escape(title)}</h1>
+{body}
+</body>
+</html>
+"""
+
+
 # --- labels ---------------------------------------------------------------------------------------------------
 
 
@@ -606,19 +627,8 @@ def build_report(
         )
         failed_html = f"<h2>Failed points</h2><ul>{items}</ul>"
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    page = f"""<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<meta name="dlrmsim-figures" content="{count}">
-<title>{html.escape(title)}</title>
-<style>{_CSS}</style>
-<script type="text/javascript">{get_plotlyjs()}</script>
-</head>
-<body>
-<h1>{html.escape(title)}</h1>
-<p>{html.escape(summary)} Times are per training iteration; speedup and efficiency are relative to the smallest rank
+    body_html = f"""<p>{html.escape(summary)} Times are per training iteration; speedup and efficiency are relative
+to the smallest rank
 count of each configuration. Written {stamp}.</p>
 {"".join(f'<p class="note">{html.escape(n)}</p>' for n in notes)}
 {"".join(body)}
@@ -626,7 +636,5 @@ count of each configuration. Written {stamp}.</p>
 <h2>Raw numbers</h2>
 <p class="note">Seconds, bytes and other SI units as in the column names.</p>
 <div class="tablewrap">{_table(df)}</div>
-</body>
-</html>
 """
-    return write_page(out, page)
+    return write_page(out, html_page(title, body_html, _CSS, count))
