@@ -15,7 +15,6 @@ import json
 import re
 import shutil
 import subprocess
-from html.parser import HTMLParser
 from pathlib import Path
 
 import pandas as pd
@@ -31,6 +30,7 @@ from dlrmsim.studies.runner import run_sweep
 from dlrmsim.studies.spec import plan_sweep
 from tests.studies import sweep_evaluators as ev
 from tests.studies.conftest import EVALUATORS, TOY_TOPOLOGY
+from tests.studies.html_checks import OfflineParser
 
 CHROMIUM = next(
     (p for p in ("/usr/bin/chromium", shutil.which("chromium"), shutil.which("chromium-browser")) if p and Path(p).exists()), None
@@ -75,19 +75,13 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return out
 
 
-class _Scripts(HTMLParser):
+class _Scripts(OfflineParser):
     def __init__(self) -> None:
         super().__init__()
-        self.external: list[str] = []
         self.inline: list[str] = []
         self._in_script = False
 
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        a = dict(attrs)
-        for key in ("src", "href"):
-            value = a.get(key) or ""
-            if value.startswith(("http:", "https:", "//")):
-                self.external.append(f"<{tag} {key}={value}>")
+    def on_tag(self, tag: str, attrs: dict[str, str | None]) -> None:
         self._in_script = tag == "script"
 
     def handle_endtag(self, tag: str) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from html.parser import HTMLParser
 from pathlib import Path
 
 import pandas as pd
@@ -21,6 +20,7 @@ from dlrmsim.studies.runner import run_sweep
 from dlrmsim.studies.spec import plan_sweep
 from tests.conftest import assert_one_line_error
 from tests.studies import sweep_evaluators as ev
+from tests.studies.html_checks import OfflineParser
 
 
 @pytest.fixture
@@ -32,19 +32,13 @@ def results(write_spec, tmp_path: Path) -> Path:
     return out
 
 
-class _Tags(HTMLParser):
+class _Tags(OfflineParser):
     def __init__(self) -> None:
         super().__init__()
-        self.external: list[str] = []
         self.figures = 0
 
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        a = dict(attrs)
-        for key in ("src", "href"):
-            value = a.get(key) or ""
-            if value.startswith(("http:", "https:", "//")):
-                self.external.append(f"<{tag} {key}={value}>")
-        if tag == "div" and "plotly-graph-div" in (a.get("class") or ""):
+    def on_tag(self, tag: str, attrs: dict[str, str | None]) -> None:
+        if tag == "div" and "plotly-graph-div" in (attrs.get("class") or ""):
             self.figures += 1
 
 
