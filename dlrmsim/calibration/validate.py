@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import datetime
+import importlib.metadata
 import os
 import platform
 import statistics
@@ -109,6 +110,8 @@ class ValidationReport:
     # Per round, the calibration's probe benchmarks measured again just before it (drift.py); empty when the
     # validation runs another backend than the calibration measured.
     drift_rounds: list[list[DriftSample]] = field(default_factory=list)
+    # The calibration's library versions (numpy, torch, BLAS), for the evidence file beside this run's own.
+    libraries: dict[str, str] = field(default_factory=dict)
 
     @property
     def median_abs_error(self) -> float:
@@ -332,7 +335,7 @@ def run_validation(
                 drift_ratio=probe_worst.ratio if probe_worst is not None else None,
             )
         )
-    return ValidationReport(results, str(calibration_path), backend, drift_rounds)
+    return ValidationReport(results, str(calibration_path), backend, drift_rounds, cal.host.libraries)
 
 
 def _validate_target(
@@ -363,7 +366,7 @@ def _validate_target(
                 )
             )
             bar.advance(task)
-    return ValidationReport(results, str(path), against, [])
+    return ValidationReport(results, str(path), against, [], cal.host.libraries)
 
 
 RESULT_COLUMNS = (
@@ -392,13 +395,12 @@ RESULT_COLUMNS = (
 def write_results_csv(report: ValidationReport, directory: Path) -> Path:
     """Keep a validation's evidence: one CSV per run under ``directory`` (host, date, library versions, each
     case's measured samples, median and spread, the prediction and its error), so results are versioned."""
-    cal = load_calibration(Path(report.calibration))
     host = read_host()
-    versions = {"dlrmsim": __version__, "python": platform.python_version(), **cal.host.libraries}
-    for lib in ("torch", "torchrec", "fbgemm_gpu"):
+    versions = {"dlrmsim": __version__, "python": platform.python_version(), **report.libraries}
+    for dist in ("torch", "torchrec", "fbgemm-gpu-cpu"):  # installed versions, read without importing the packages
         try:
-            versions[lib] = __import__(lib).__version__
-        except (ImportError, AttributeError):
+            versions[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
             pass
     now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
     directory.mkdir(parents=True, exist_ok=True)
