@@ -190,7 +190,6 @@ class FluidScheduler:
         self._flush_scheduled = False
         self.stats = {"activities": 0, "finished": 0, "solves": 0, "wakeups": 0, "reused": 0}
         self._held = False  # between hold() and resume(): simulated time passes without integration or wake-ups
-        self._force_step = False
         self._need_solve = False
         self._memo: dict[tuple[bytes, bytes, bytes], np.ndarray] = {}
         self._memo_bytes = 0
@@ -317,7 +316,7 @@ class FluidScheduler:
         """End a :meth:`hold` at the current time: re-solve and reschedule from here."""
         self._held = False
         self._t = self.env.now
-        self._force_step = True
+        self._need_solve = True
         self._request_flush()
 
     # ---- internals ----------------------------------------------------------------------------
@@ -361,8 +360,7 @@ class FluidScheduler:
             self.env.timeout(0).callbacks.append(self._on_flush)
             return
         self._flush_scheduled = False
-        if self._pending or self._force_step:
-            self._force_step = False
+        if self._pending:
             self._step(solve_now=True)
         elif self._need_solve:
             self._need_solve = False
