@@ -14,7 +14,7 @@ per-shard ``Perf`` of forward/backward compute and communication, in millisecond
 
 Timing follows the repeatable-measurement rule of calibration: each sample loops whole steps for at least
 ``min_sample_s`` (tens of milliseconds, so scheduler ticks average out), samples repeat, and the result keeps the
-median with its spread. torch, fbgemm-gpu-cpu and torchrec are optional (``pip install 'dlrmsim[torchrec]'``).
+median with its spread. torch, fbgemm-gpu-cpu and torchrec are optional (``make torchrec`` installs the matched set).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def require_torchrec() -> tuple[Any, Any]:
     except ImportError as exc:  # optional extra: a one-line hint instead of a traceback
         raise DlrmsimError(
             f"the TorchRec validation target needs torch, fbgemm-gpu-cpu and torchrec ({exc.name} is missing): "
-            "pip install 'dlrmsim[torchrec]' (see docs/calibration.md for the matched versions)"
+            "run make torchrec, or pip install torch==2.13.0 fbgemm-gpu-cpu==1.8.0 and then torchrec==1.8.0 --no-deps"
         ) from None
     return torch, torchrec
 
