@@ -7,9 +7,8 @@ Scenarios:
   over the rank counts ``dlrmsim.studies.demo.rank_counts`` picks (fewest that fit, powers of two, the
   placement/topology limit); ``--blocking`` adds the blocking variants (what ``make demo`` runs, strong only).
 
-"events" counts fluid activity starts plus finishes, "solves" rate recomputations (``reused``: answered
-from the solver's memo of identical states). Targets (2 cores): < 1 s per 64-rank iteration, < 60 s for
-the study.
+"events" counts fluid activity starts plus finishes, "solves" rate recomputations. Targets (2 cores): < 1 s per
+64-rank iteration, < 60 s for the study.
 
     .venv/bin/python -m benchmarks.bench_training [--skip-study] [--blocking] [--repeat 3]
 """
@@ -36,13 +35,11 @@ class Stats:
 
     events: int = 0
     solves: int = 0
-    reused: int = 0
     records: int = 0
 
     def add(self, st: dict[str, int]) -> None:
         self.events += st["activities"] + st["finished"]
         self.solves += st["solves"]
-        self.reused += st.get("reused", 0)
         self.records += st["records"]
 
 
@@ -61,13 +58,13 @@ class Result:
         ok = "" if self.target_s is None else ("ok" if self.wall_s < self.target_s else f"MISSED (<{self.target_s:g} s)")
         return (
             f"{self.scenario:<52} {self.points:>6} {self.wall_s:>8.3f} {self.cpu_s:>8.3f} {self.stats.events:>9} {ev:>10.0f} "
-            f"{self.stats.solves:>7} {self.stats.reused:>7} {sv:>9.0f} {ok}"
+            f"{self.stats.solves:>7} {sv:>9.0f} {ok}"
         )
 
 
 HEADER = (
     f"{'scenario':<52} {'points':>6} {'wall s':>8} {'cpu s':>8} {'events':>9} {'events/s':>10} "
-    f"{'solves':>7} {'reused':>7} {'solves/s':>9} target"
+    f"{'solves':>7} {'solves/s':>9} target"
 )
 
 

@@ -6,7 +6,8 @@ and its rate never exceeds its own cap. Rates are the max-min fair allocation (p
 are recomputed only when activities start or finish, once per simulated instant however many SimPy events
 that instant holds; completion events are then rescheduled.
 
-:func:`maxmin_rates` is the pure, vectorized allocation; :class:`FluidScheduler` drives it from SimPy.
+:func:`dlrmsim.engine.maxmin.maxmin_rates` is the pure allocation (compiled); :class:`FluidScheduler` drives it
+from SimPy.
 """
 
 from __future__ import annotations
@@ -16,8 +17,11 @@ import math
 from dataclasses import dataclass
 from typing import Protocol
 
+import numba
 import numpy as np
 import simpy
+
+from dlrmsim.engine.maxmin import maxmin_rates
 
 # Activities whose remaining work is within this fraction of their total are finished together, so that
 # symmetric collectives (whose flows end together up to rounding) cost one rate recomputation, not many.
@@ -27,98 +31,9 @@ DONE_REL_EPS = 1e-9
 # activity at a large ``now`` is left with such a residue (a relative one above ``DONE_REL_EPS`` when its whole time
 # is under ~1e9 spacings, e.g. 2 us at t = 8 s), and waking for it at ``now + residue == now`` would loop forever.
 DONE_ULPS = 4.0
-# Levels within this relative distance of the current fill level saturate together.
-LEVEL_REL_EPS = 1e-9
-
-# Solves with at most this many resource entries are memoized (key: the entry and cap arrays' bytes); the
-# memo is emptied when its keys and rates pass MEMO_BYTES.
-MEMO_MAX_ENTRIES = 20_000
-MEMO_BYTES = 32 * 2**20
-
-# maxmin_rates' fast path: every resource's load at the activities' caps stays below this fraction of its capacity.
-UNSATURATED_MARGIN = 1.0 - 1e-6
-
 TRIG_NONE = 0  # rate cap never changes
 TRIG_COMPUTE = 1  # a compute task: slowed while communication is in flight on its rank
 TRIG_COMM = 2  # a flow: slowed while compute runs on either end rank
-
-
-def maxmin_rates(
-    n_act: int,
-    e_act: np.ndarray,
-    e_res: np.ndarray,
-    e_w: np.ndarray,
-    res_cap: np.ndarray,
-    act_cap: np.ndarray,
-) -> np.ndarray:
-    """Max-min fair rates by progressive filling, with per-activity caps.
-
-    Entry ``i`` says activity ``e_act[i]`` draws ``e_w[i] * rate`` from resource ``e_res[i]`` (capacity
-    ``res_cap`` in units/s). All unfrozen activities rise together; an activity freezes when it reaches its
-    cap (``act_cap``, may be ``inf``) or when a resource it uses saturates. Returns rates (units/s); an
-    activity with neither a finite cap nor a resource gets ``inf``.
-
-    Each round is O(entries left) numpy work. A resource's saturation level ``(cap - used) / (sum of unfrozen
-    weights)`` can only rise while other activities freeze at or below it, so every resource none of whose
-    activities stops earlier (at its own cap or at another resource) saturates exactly at its current level:
-    a round freezes all of them at once, not just the lowest (levels within ``LEVEL_REL_EPS`` count as
-    equal), along with every activity whose cap comes first. Independent bottlenecks thus cost one round
-    together instead of one each, with the same rates as one-level-at-a-time filling.
-    """
-    if n_act == 0:
-        return np.zeros(0)
-    n_res = len(res_cap)
-    if e_act.size:
-        # Fast path: when every activity at its cap still leaves every resource unsaturated (with a margin far
-        # above rounding and LEVEL_REL_EPS), progressive filling ends with each activity at its cap.
-        # (A non-finite cap on a resource gives a load of inf or nan, which fails the test.)
-        load = np.bincount(e_res, weights=e_w * act_cap[e_act], minlength=n_res)
-        if (load <= res_cap * UNSATURATED_MARGIN).all():
-            return act_cap.copy()
-    elif np.isfinite(act_cap).all():
-        return act_cap.copy()
-    rate = np.zeros(n_act)
-    used: np.ndarray | None = None  # what frozen activities draw from each resource
-    free = np.ones(n_act, dtype=bool)  # not frozen yet
-    n_free = n_act
-    ea, er, ew = e_act, e_res, e_w  # entries of unfrozen activities
-    grow = 1.0 + LEVEL_REL_EPS
-    with np.errstate(divide="ignore", invalid="ignore"):
-        while True:
-            # lvl: where each unfrozen activity would stop if nothing else froze (its cap, or its first resource)
-            lvl = act_cap.copy() if used is None else np.where(free, act_cap, np.inf)
-            if ea.size:
-                wsum = np.bincount(er, weights=ew, minlength=n_res)
-                left = res_cap if used is None else np.maximum(res_cap - used, 0.0)
-                t_res = left / wsum  # x/0 only for resources no unfrozen entry uses (never read below)
-                t_e = t_res[er]
-                np.minimum.at(lvl, ea, t_e)
-                # a resource saturates now unless one of its activities stops below its level
-                early = lvl[ea] * grow < t_e
-                settled = np.ones(n_res, dtype=bool)
-                settled[er[early]] = False
-                mark = act_cap <= lvl * grow  # capped before any resource
-                mark &= free
-                mark[ea[settled[er]]] = True
-            else:
-                mark = free.copy()
-            mark &= lvl < np.inf
-            newly = np.flatnonzero(mark)
-            if not newly.size:
-                rate[free] = np.inf  # no finite cap and no resource
-                break
-            rate[newly] = lvl[newly]
-            free[newly] = False
-            n_free -= len(newly)
-            if not n_free:
-                break
-            if ea.size:
-                sel = mark[ea]
-                add = np.bincount(er[sel], weights=ew[sel] * rate[ea[sel]], minlength=n_res)
-                used = add if used is None else used + add
-                keep = ~sel
-                ea, er, ew = ea[keep], er[keep], ew[keep]
-    return rate
 
 
 class Owner(Protocol):
@@ -188,12 +103,9 @@ class FluidScheduler:
         self._wake: simpy.Event | None = None
         self._wake_at = np.inf
         self._flush_scheduled = False
-        self.stats = {"activities": 0, "finished": 0, "solves": 0, "wakeups": 0, "reused": 0}
+        self.stats = {"activities": 0, "finished": 0, "solves": 0, "wakeups": 0}
         self._held = False  # between hold() and resume(): simulated time passes without integration or wake-ups
         self._need_solve = False
-        self._memo: dict[tuple[bytes, bytes, bytes], np.ndarray] = {}
-        self._memo_bytes = 0
-        self.resource_load: np.ndarray | None = None
 
     # ---- views of the running activities (read-only by convention) ---------------------------
     work = property(lambda self: self._F[_WORK, : self._n])
@@ -508,27 +420,7 @@ class FluidScheduler:
 
     def effective_caps(self) -> np.ndarray:
         """Per-activity caps now: the slowed cap where interference applies (see :data:`TRIG_COMPUTE`)."""
-        n = self._n
-        cap = self._F[_CAP, :n]
-        cap_slow = self._F[_SLOW, :n]
-        differs = cap_slow != cap
-        if not differs.any():
-            return cap  # interference would change nothing
-        trig = self._I[_TRIG, :n]
-        rank_a = self._I[_RA, :n]
-        rank_b = self._I[_RB, :n]
-        nr = self.n_ranks + 1  # slot nr-1 collects rank -1 (a flow end that is not a rank)
-        ra = np.where(rank_a < 0, nr - 1, rank_a)
-        rb = np.where(rank_b < 0, nr - 1, rank_b)
-        is_comm = trig == TRIG_COMM
-        is_comp = trig == TRIG_COMPUTE
-        comm_on = np.bincount(ra[is_comm], minlength=nr) + np.bincount(rb[is_comm], minlength=nr)
-        comp_on = np.bincount(ra[is_comp], minlength=nr)
-        comm_on[-1] = 0
-        comp_on[-1] = 0
-        slow = (is_comp & (comm_on[ra] > 0)) | (is_comm & ((comp_on[ra] > 0) | (comp_on[rb] > 0)))
-        slow &= differs
-        return np.where(slow, cap_slow, cap)
+        return _effective_caps(self._F, self._I, self._n, self.n_ranks)
 
     def _solve(self) -> None:
         self._need_solve = False
@@ -536,40 +428,8 @@ class FluidScheduler:
             return  # resume() re-solves
         n = self._n
         if n:
-            m = self._m
             self.stats["solves"] += 1
-            caps = self.effective_caps()
-            e_w = self._EW[:m]
-            share = self._F[_SHARE, :n]
-            weighted = not (share == 1.0).all()
-            if weighted:
-                # Weighted max-min: fill x = rate / share (entry weights e_w * share, caps cap / share), so that a
-                # saturated resource gives each activity a part in proportion to its share; rate = x * share.
-                e_w = e_w * share[self._E[0, :m]]
-                caps = caps / share
-            if m <= MEMO_MAX_ENTRIES:
-                # The allocation is a pure function of the entries and caps, and collectives repeat the same
-                # states phase after phase: reuse the rates of an identical earlier solve.
-                key = (self._E[:, :m].tobytes(), e_w.tobytes(), caps.tobytes())
-                rate = self._memo.get(key)
-                if rate is None:
-                    rate = maxmin_rates(n, self._E[0, :m], self._E[1, :m], e_w, self.res_cap, caps)
-                    size = 32 * m + 16 * n
-                    if self._memo_bytes + size > MEMO_BYTES:
-                        self._memo.clear()
-                        self._memo_bytes = 0
-                    self._memo[key] = rate
-                    self._memo_bytes += size
-                else:
-                    self.stats["reused"] += 1
-            else:
-                rate = maxmin_rates(n, self._E[0, :m], self._E[1, :m], e_w, self.res_cap, caps)
-            if weighted:
-                rate = rate * share
-            self._F[_RATE, :n] = rate
-            t_left = np.full(n, np.inf)
-            np.divide(self._F[_REM, :n], rate, out=t_left, where=rate > 0)
-            t_next = float(t_left.min())
+            t_next = _solve_rates(self._F, self._I, self._E, self._EW, n, self._m, self.res_cap, self.n_ranks)
             if t_next < np.inf:
                 now = self.env.now
                 t = now + max(t_next, 0.0)
@@ -623,3 +483,83 @@ def _subset(b: Batch, mask: np.ndarray) -> Batch:
         t_issue=b.t_issue,
         share=None if b.share is None else b.share[idx],
     )
+
+
+@numba.njit(cache=True)
+def _effective_caps(F: np.ndarray, I: np.ndarray, n: int, n_ranks: int) -> np.ndarray:  # noqa: E741
+    """Per-activity caps (units/s): the slowed cap for a compute task while a flow of its rank is in flight,
+    and for a flow while compute runs on either end rank (rank -1, not a rank, never triggers)."""
+    caps = F[_CAP, :n].copy()
+    differs = False
+    for a in range(n):
+        if F[_SLOW, a] != F[_CAP, a]:
+            differs = True
+            break
+    if not differs:
+        return caps  # interference would change nothing
+    comm_on = np.zeros(n_ranks, dtype=np.int64)
+    comp_on = np.zeros(n_ranks, dtype=np.int64)
+    for a in range(n):
+        ra, rb = I[_RA, a], I[_RB, a]
+        if I[_TRIG, a] == TRIG_COMM:
+            if ra >= 0:
+                comm_on[ra] += 1
+            if rb >= 0:
+                comm_on[rb] += 1
+        elif I[_TRIG, a] == TRIG_COMPUTE and ra >= 0:
+            comp_on[ra] += 1
+    for a in range(n):
+        if F[_SLOW, a] == F[_CAP, a]:
+            continue
+        ra, rb = I[_RA, a], I[_RB, a]
+        trig = I[_TRIG, a]
+        if trig == TRIG_COMPUTE:
+            slow = ra >= 0 and comm_on[ra] > 0
+        elif trig == TRIG_COMM:
+            slow = (ra >= 0 and comp_on[ra] > 0) or (rb >= 0 and comp_on[rb] > 0)
+        else:
+            slow = False
+        if slow:
+            caps[a] = F[_SLOW, a]
+    return caps
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _solve_rates(
+    F: np.ndarray,
+    I: np.ndarray,  # noqa: E741
+    E: np.ndarray,
+    EW: np.ndarray,
+    n: int,
+    m: int,
+    res_cap: np.ndarray,
+    n_ranks: int,
+) -> float:
+    """Write the max-min rates of the ``n`` running activities into ``F[_RATE]``; return the time (s) until the
+    first of them finishes (inf if none has a positive rate).
+
+    Weighted max-min: fill ``x = rate / share`` (entry weights ``e_w * share``, caps ``cap / share``), so that a
+    saturated resource gives each activity a part in proportion to its share; ``rate = x * share``.
+    """
+    caps = _effective_caps(F, I, n, n_ranks)
+    e_act = E[0, :m]
+    e_w = EW[:m]
+    share = F[_SHARE, :n]
+    weighted = False
+    for a in range(n):
+        if share[a] != 1.0:
+            weighted = True
+            break
+    if weighted:
+        e_w = e_w * share[e_act]
+        caps = caps / share
+    rate = maxmin_rates(n, e_act, E[1, :m], e_w, res_cap, caps)
+    t_next = np.inf
+    for a in range(n):
+        r = rate[a] * share[a] if weighted else rate[a]
+        F[_RATE, a] = r
+        if r > 0:
+            t = F[_REM, a] / r
+            if t < t_next:
+                t_next = t
+    return t_next

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from dlrmsim.engine import CommSettings, Simulation, costs
-from dlrmsim.engine.fluid import maxmin_rates
+from dlrmsim.engine.maxmin import maxmin_rates
 from dlrmsim.topologies.topology import Link, Topology
 from tests.engine.handmade import GB, pruned_tree, simple_spec, star, two_node
 
