@@ -103,6 +103,7 @@ class FluidScheduler:
         self._wake: simpy.Event | None = None
         self._wake_at = np.inf
         self._flush_scheduled = False
+        self._in_step = False  # inside _step, whose loop merges every batch added meanwhile
         self.stats = {"activities": 0, "finished": 0, "solves": 0, "wakeups": 0}
         self._held = False  # between hold() and resume(): simulated time passes without integration or wake-ups
         self._need_solve = False
@@ -258,6 +259,8 @@ class FluidScheduler:
         self._schedule_wake(t)
 
     def _request_flush(self) -> None:
+        if self._in_step:
+            return  # _step merges what its owners' callbacks add before it solves
         if not self._flush_scheduled:
             self._flush_scheduled = True
             ev = self.env.timeout(0)
@@ -295,23 +298,8 @@ class FluidScheduler:
 
     def _advance(self) -> None:
         now = self.env.now
-        if self._held:
-            self._t = now
-            return
-        dt = now - self._t
-        n = self._n
-        if n:
-            rate = self._F[_RATE, :n]
-            rem = self._F[_REM, :n]
-            fin = np.isfinite(rate)
-            if fin.all():
-                if dt > 0:
-                    rem -= rate * dt
-            else:
-                if dt > 0:
-                    with np.errstate(invalid="ignore"):
-                        rem -= rate * dt
-                rem[~fin] = 0.0
+        if not self._held and self._n:
+            _integrate(self._F, self._n, now - self._t)
         self._t = now
 
     def _step(self, solve_now: bool) -> None:
@@ -323,19 +311,18 @@ class FluidScheduler:
         while delayed and delayed[0][0] <= now * (1 + 1e-15) + 1e-18:
             self._pending.append(heapq.heappop(delayed)[2])
         # Owners' callbacks may add activities at this same instant; loop until nothing new finishes.
-        F = self._F
         t_eps = DONE_ULPS * math.ulp(now)  # s; rates are the ones that applied up to now (0 for new ones)
-        for _ in range(1000):
-            if self._pending:
-                self._merge_pending()
-                F = self._F
-            n = self._n
-            rem = F[_REM, :n]
-            done = rem <= DONE_REL_EPS * F[_WORK, :n]
-            done |= rem <= t_eps * F[_RATE, :n]
-            if not done.any():
-                break
-            self._finish(done)
+        self._in_step = True
+        try:
+            for _ in range(1000):
+                if self._pending:
+                    self._merge_pending()
+                done = _done_indices(self._F, self._n, t_eps)
+                if not done.size:
+                    break
+                self._finish(done)
+        finally:
+            self._in_step = False
         queue = self.env._queue
         if solve_now or self._held or not (queue and queue[0][0] <= now):
             self._solve()  # now, when no other event is due at this instant (returns at once while held)
@@ -378,27 +365,13 @@ class FluidScheduler:
         self._n, self._m = n1, m1
         self.stats["activities"] += n1 - n0
 
-    def _finish(self, done: np.ndarray) -> None:
+    def _finish(self, idx: np.ndarray) -> None:
+        """Remove the activities at indices ``idx`` (ascending) and tell their owners."""
         now = self.env.now
-        n, m = self._n, self._m
-        idx = np.flatnonzero(done)
-        F, I, E = self._F, self._I, self._E  # noqa: E741
+        F, I = self._F, self._I  # noqa: E741
         owners, tags, issued = I[_OWNER, idx], I[_TAG, idx], F[_ISSUE, idx]
-        keep = ~done
-        kidx = np.flatnonzero(keep)
-        n1 = len(kidx)
-        F[:, :n1] = F[:, :n].take(kidx, axis=1)
-        I[:, :n1] = I[:, :n].take(kidx, axis=1)
-        if m:
-            newpos = np.cumsum(keep) - 1
-            ekidx = np.flatnonzero(keep[E[0, :m]])
-            kept = E[:, :m].take(ekidx, axis=1)
-            m1 = len(ekidx)
-            E[0, :m1] = newpos[kept[0]]
-            E[1, :m1] = kept[1]
-            self._EW[:m1] = self._EW[:m].take(ekidx)
-            self._m = m1
-        self._n = n1
+        self._m = _compact(F, I, self._E, self._EW, self._n, self._m, idx)
+        self._n -= len(idx)
         self.stats["finished"] += len(idx)
         if len(idx) == 1 or owners.min() == owners.max():
             groups = [(int(owners[0]), tags, issued)]
@@ -563,3 +536,57 @@ def _solve_rates(
             if t < t_next:
                 t_next = t
     return t_next
+
+
+@numba.njit(cache=True)
+def _integrate(F: np.ndarray, n: int, dt: float) -> None:
+    """Drain ``dt`` seconds of work at the current rates; an activity at an infinite rate is done at once."""
+    for a in range(n):
+        r = F[_RATE, a]
+        if np.isfinite(r):
+            if dt > 0:
+                F[_REM, a] -= r * dt
+        else:
+            F[_REM, a] = 0.0
+
+
+@numba.njit(cache=True)
+def _done_indices(F: np.ndarray, n: int, t_eps: float) -> np.ndarray:
+    """Indices (ascending) of the activities finished now: remaining work within ``DONE_REL_EPS`` of their total,
+    or within ``t_eps`` seconds at their rate."""
+    out = np.empty(n, dtype=np.int64)
+    k = 0
+    for a in range(n):
+        rem = F[_REM, a]
+        if rem <= DONE_REL_EPS * F[_WORK, a] or rem <= t_eps * F[_RATE, a]:
+            out[k] = a
+            k += 1
+    return out[:k]
+
+
+@numba.njit(cache=True)
+def _compact(F: np.ndarray, I: np.ndarray, E: np.ndarray, EW: np.ndarray, n: int, m: int, idx: np.ndarray) -> int:  # noqa: E741
+    """Squeeze the activities at ``idx`` (ascending) and their resource entries out of the tables, keeping the
+    others' order; return the number of entries left."""
+    newpos = np.empty(n, dtype=np.int64)
+    j = 0
+    d = 0
+    for a in range(n):
+        if d < idx.shape[0] and idx[d] == a:
+            newpos[a] = -1
+            d += 1
+            continue
+        newpos[a] = j
+        if j != a:
+            F[:, j] = F[:, a]
+            I[:, j] = I[:, a]
+        j += 1
+    k = 0
+    for i in range(m):
+        p = newpos[E[0, i]]
+        if p >= 0:
+            E[0, k] = p
+            E[1, k] = E[1, i]
+            EW[k] = EW[i]
+            k += 1
+    return k
