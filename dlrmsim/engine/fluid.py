@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -72,6 +73,23 @@ class Batch:
 # rows of the scheduler's float and int state tables
 _WORK, _REM, _RATE, _ISSUE, _CAP, _SLOW, _SHARE = range(7)
 _TRIG, _RA, _RB, _TAG, _OWNER = range(5)
+
+
+class _AfterInstant(simpy.Event):
+    """An event processed after every ordinary event due at the current instant, however many those schedule
+    meanwhile: SimPy orders its queue by time, then priority (URGENT 0, NORMAL 1), then insertion, and this one
+    has priority 2. The scheduler's flush waits behind the instant's other events this way without bouncing
+    through the queue once per event."""
+
+    def __init__(self, env: simpy.Environment, callback: Callable[[simpy.Event], None]) -> None:
+        super().__init__(env)
+        self._ok = True  # as simpy.Timeout does: triggered at creation, processed when its turn comes
+        self._value = None
+        self.callbacks.append(callback)
+        env.schedule(self, priority=_LATE)
+
+
+_LATE = 2  # after simpy.core.NORMAL
 
 
 class FluidScheduler:
@@ -263,16 +281,15 @@ class FluidScheduler:
             return  # _step merges what its owners' callbacks add before it solves
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            ev = self.env.timeout(0)
-            ev.callbacks.append(self._on_flush)
+            _AfterInstant(self.env, self._on_flush)
 
     def _on_flush(self, _ev: simpy.Event) -> None:
         queue = self.env._queue
         if queue and queue[0][0] <= self.env.now:
-            # Other events are due at this same instant: they may start or finish more activities, so the
-            # re-solve waits until the instant's last event (no simulated time passes meanwhile, so nothing
-            # integrates the stale rates). One solve per distinct time instead of one per event.
-            self.env.timeout(0).callbacks.append(self._on_flush)
+            # Other events are due at this same instant (another late one): they may start or finish more
+            # activities, so the re-solve waits until the instant's last event (no simulated time passes meanwhile,
+            # so nothing integrates the stale rates). One solve per distinct time instead of one per event.
+            _AfterInstant(self.env, self._on_flush)
             return
         self._flush_scheduled = False
         if self._pending:

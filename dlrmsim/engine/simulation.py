@@ -462,11 +462,12 @@ class _CollectiveRun:
         if self.skip_on:
             red_k = self.red.reshape(K, p) > 0 if self.reduce_on else np.zeros((K, p), dtype=bool)
             self.own = np.asarray(counts) + red_k.sum(axis=1)  # activities each phase starts in all
+            off = np.concatenate([[0], np.cumsum(counts)]).tolist()  # flows are stored phase by phase
             sig = [
                 (
-                    self.fsrc[self.fk == k].tobytes(),
-                    self.fdst[self.fk == k].tobytes(),
-                    self.fnb[self.fk == k].tobytes(),
+                    self.fsrc[off[k] : off[k + 1]].tobytes(),
+                    self.fdst[off[k] : off[k + 1]].tobytes(),
+                    self.fnb[off[k] : off[k + 1]].tobytes(),
                     self.red[k * p : (k + 1) * p].tobytes(),
                 )
                 for k in range(K)
