@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
+import numba
 import numpy as np
 import simpy
 
@@ -363,14 +364,88 @@ class Simulation:
         return out
 
 
-def _gather(ptr: np.ndarray, order: np.ndarray, grp: np.ndarray) -> np.ndarray:
-    """Indices ``order[ptr[g]:ptr[g+1]]`` for every g in ``grp``, concatenated (vectorized)."""
-    lo = ptr[grp]
-    ln = ptr[grp + 1] - lo
-    tot = int(ln.sum())
-    if not tot:
-        return _I0
-    return order[np.repeat(lo - (np.cumsum(ln) - ln), ln) + np.arange(tot)]
+@numba.njit(cache=True)
+def _sends_to_start(
+    ks: np.ndarray,
+    grp: np.ndarray,
+    p: int,
+    s_ptr: np.ndarray,
+    s_order: np.ndarray,
+    d_ptr: np.ndarray,
+    d_order: np.ndarray,
+    fsrc: np.ndarray,
+    fdst: np.ndarray,
+    fk: np.ndarray,
+    cur: np.ndarray,
+    rendezvous: bool,
+) -> np.ndarray:
+    """Flow indices that start when ranks ``grp`` enter phases ``ks``: their sends (phase by phase, ranks in the
+    order given) and, with rendezvous, only those whose receiver has entered the phase too, plus the sends already
+    waiting on ``grp`` (then ascending, each once)."""
+    order = np.argsort(ks, kind="mergesort")  # stable: phase by phase, ranks in the order given
+    size = 0
+    for j in range(ks.shape[0]):
+        key = ks[j] * p + grp[j]
+        size += s_ptr[key + 1] - s_ptr[key] + (d_ptr[key + 1] - d_ptr[key] if rendezvous else 0)
+    out = np.empty(size, dtype=np.int64)
+    n = 0
+    for j in order:
+        key = ks[j] * p + grp[j]
+        for i in range(s_ptr[key], s_ptr[key + 1]):
+            f = s_order[i]
+            if not rendezvous or cur[fdst[f]] >= fk[f]:
+                out[n] = f
+                n += 1
+    if not rendezvous:
+        return out[:n]
+    for j in order:
+        key = ks[j] * p + grp[j]
+        for i in range(d_ptr[key], d_ptr[key + 1]):
+            f = d_order[i]
+            if cur[fsrc[f]] >= fk[f]:
+                out[n] = f
+                n += 1
+    if n < 2:
+        return out[:n]
+    srt = np.sort(out[:n])
+    m = 1
+    for i in range(1, n):
+        if srt[i] != srt[m - 1]:
+            srt[m] = srt[i]
+            m += 1
+    return srt[:m]
+
+
+@numba.njit(cache=True)
+def _ranks_with_flows_done(
+    ft: np.ndarray,
+    fsrc: np.ndarray,
+    fdst: np.ndarray,
+    fk: np.ndarray,
+    p: int,
+    n_phases: int,
+    remaining: np.ndarray,
+    cur: np.ndarray,
+    in_reduction: np.ndarray,
+) -> np.ndarray:
+    """Count finished flows ``ft`` off both ends' (phase, rank) tallies in ``remaining``; return the ranks
+    (ascending) those flows touched whose current phase now has no flow left and that are not reducing."""
+    touched = np.zeros(p, dtype=np.bool_)
+    for f in ft:
+        kp = fk[f] * p
+        remaining[kp + fsrc[f]] -= 1
+        remaining[kp + fdst[f]] -= 1
+        touched[fsrc[f]] = True
+        touched[fdst[f]] = True
+    out = np.empty(p, dtype=np.int64)
+    n = 0
+    for r in range(p):
+        if touched[r]:
+            k = cur[r]
+            if k < n_phases and not in_reduction[r] and remaining[k * p + r] == 0:
+                out[n] = r
+                n += 1
+    return out[:n]
 
 
 class _EventOwner:
@@ -509,21 +584,10 @@ class _CollectiveRun:
         have entered the phase, so sends from ``grp`` to ranks still behind wait, and sends already waiting
         on ``grp`` start now.
         """
-        if ks.size > 1 and ks.min() != ks.max():
-            o = np.argsort(ks, kind="stable")  # phase by phase, ranks in the order given
-            ks, grp = ks[o], grp[o]
-        keys = ks * self.p + grp
-        fidx = _gather(self.s_ptr, self.s_order, keys)
-        if self.rendezvous:
-            cur, fk = self.cur, self.fk
-            fidx = fidx[cur[self.fdst[fidx]] >= fk[fidx]]
-            inc = _gather(self.d_ptr, self.d_order, keys)
-            inc = inc[cur[self.fsrc[inc]] >= fk[inc]]
-            if inc.size:
-                fidx = np.concatenate([fidx, inc])
-            if fidx.size > 1:
-                fidx = np.sort(fidx)
-                fidx = fidx[np.concatenate([[True], fidx[1:] != fidx[:-1]])]
+        fidx = _sends_to_start(
+            ks, grp, self.p, self.s_ptr, self.s_order, self.d_ptr, self.d_order, self.fsrc, self.fdst, self.fk, self.cur,
+            self.rendezvous,
+        )  # fmt: skip
         if not fidx.size:
             return
         batch, delay = self.sim.flow_batch(self.nodes[self.fsrc[fidx]], self.nodes[self.fdst[fidx]], self.fnb[fidx], fidx)
@@ -633,21 +697,11 @@ class _CollectiveRun:
             keep = ~is_red
             ft, ti = tags[keep], t_issue[keep]
         if ft.size:
-            src, dst = self.fsrc[ft], self.fdst[ft]
-            kp = self.fk[ft] * p
-            np.subtract.at(self.remaining, kp + src, 1)
-            np.subtract.at(self.remaining, kp + dst, 1)
             if self.sim.record_flows:
-                self._record_flows(src, dst, self.fnb[ft], ti, now)
-            touched = np.zeros(p, dtype=bool)
-            touched[src] = True
-            touched[dst] = True
-            cand = np.flatnonzero(touched)
-            ks = self.cur[cand]
-            ok = (ks < self.K) & ~self.in_reduction[cand]
-            if not ok.all():
-                cand, ks = cand[ok], ks[ok]
-            cand = cand[self.remaining[ks * p + cand] == 0]
+                self._record_flows(self.fsrc[ft], self.fdst[ft], self.fnb[ft], ti, now)
+            cand = _ranks_with_flows_done(
+                ft, self.fsrc, self.fdst, self.fk, p, self.K, self.remaining, self.cur, self.in_reduction
+            )
             advance.append(self._flows_complete(cand))
         if advance:
             self._advance(advance[0] if len(advance) == 1 else np.concatenate(advance))
