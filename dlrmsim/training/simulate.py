@@ -168,11 +168,14 @@ class Inputs:
     mapping: RankMapping | None = None  # the sockets the ranks run on (topology already remapped to them)
 
 
-def load_inputs(cfg: TrainingConfig, workload: Workload | None = None, topology: Topology | None = None) -> Inputs:
+def load_inputs(
+    cfg: TrainingConfig, workload: Workload | None = None, topology: Topology | None = None, placement: Placement | None = None
+) -> Inputs:
     """Load YAMLs, apply what-ifs and calibration, check placement and memory; refuse what cannot run.
 
     ``workload`` / ``topology`` objects, when given, replace loading ``cfg.workload`` / ``cfg.topology``
-    (validation builds its small workloads in memory).
+    (validation builds its small workloads in memory); a ``placement`` (e.g. a TorchRec plan read by
+    ``dlrmsim.interop.torchrec``) replaces placing the tables by ``cfg.placement``.
     """
     wl_over = dict(cfg.workload_overrides)
     if cfg.precision is not None:
@@ -207,7 +210,14 @@ def load_inputs(cfg: TrainingConfig, workload: Workload | None = None, topology:
             field="ranks",
             fix=f"use at most {topo.num_ranks} ranks, or a larger topology (a fat tree scales with --sockets {cfg.ranks})",
         )
-    placement = place(w, cfg.placement, cfg.ranks, source=_source(cfg.workload))
+    if placement is None:
+        placement = place(w, cfg.placement, cfg.ranks, source=_source(cfg.workload))
+    elif placement.ranks != cfg.ranks:
+        raise DlrmsimError(
+            f"the placement is for {placement.ranks} ranks, the run for {cfg.ranks}",
+            field="ranks",
+            fix=f"run {placement.ranks} ranks",
+        )
     optimizer = load_optimizer(cfg.optimizer)
     # Ranks go to sockets whose memory holds their shards (topologies/mapping.py); rank r is then topo.compute(r).
     mapping = map_placement(

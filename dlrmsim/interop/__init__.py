@@ -1,0 +1,1 @@
+"""Reading other tools' model descriptions and plans into dlrmsim workloads and placements."""
