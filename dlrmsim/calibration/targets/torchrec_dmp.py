@@ -1,0 +1,157 @@
+"""TorchRec across ranks: ``DistributedModelParallel`` over a gloo group of processes on this host.
+
+What a TorchRec user launches with ``torchrun --nproc_per_node=N`` on a CPU server: one process per rank, the
+tables sharded by TorchRec's own ``EmbeddingShardingPlanner`` (``collective_plan``: every rank agrees on the
+plan), fbgemm's fused SGD applied to the tables inside backward (``apply_optimizer_in_backward``), the dense
+MLPs stepped by ``torch.optim.SGD`` after DMP's gradient allreduce. The embedding outputs travel by DMP's
+alltoall over gloo.
+
+Timing follows :mod:`dlrmsim.calibration.targets.measurement`, with one addition that several ranks need: every
+rank must run the same number of steps (each step holds collectives), so the steps per sample are fixed from the
+slowest rank's warm-up (an allreduce of the per-step times) and every sample ends on a barrier. Rank 0's samples
+are the measurement. The plan comes back as a dlrmsim :class:`~dlrmsim.workloads.placement.Placement`
+(:func:`dlrmsim.interop.torchrec.placement_from_plan`), so the prediction simulates the very sharding measured.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dlrmsim.calibration.targets.measurement import StepMeasurement
+from dlrmsim.calibration.targets.torchrec import LEARNING_RATE, _check_workload, make_batches, require_torchrec, table_configs
+from dlrmsim.errors import DlrmsimError
+from dlrmsim.interop.torchrec import placement_from_plan
+from dlrmsim.workloads.placement import Placement
+from dlrmsim.workloads.schema import Workload
+
+START_TIMEOUT_S = 600.0  # spawning, importing torch and planning, per rank, before a result must arrive
+
+
+@dataclass(frozen=True)
+class DmpMeasurement:
+    """Rank 0's per-step samples and the plan the ranks ran, as a dlrmsim placement."""
+
+    step: StepMeasurement
+    placement: Placement
+    plan_text: str
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _rank_main(rank: int, ranks: int, port: int, w: Workload, batch: int, threads: int, params: tuple, queue: Any) -> None:
+    """One rank's process: join the gloo group, plan, wrap in DMP, time the steps; rank 0 reports."""
+    samples, min_sample_s, warmup_steps, seed = params
+    torch, _ = require_torchrec()
+    import torch.distributed as dist
+    from torchrec.distributed import DistributedModelParallel
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+    from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
+    from torchrec.distributed.planner.types import ParameterConstraints
+    from torchrec.models.dlrm import DLRM
+    from torchrec.modules.embedding_modules import EmbeddingBagCollection
+    from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
+
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    torch.set_num_threads(threads)
+    dist.init_process_group("gloo", rank=rank, world_size=ranks)
+    try:
+        torch.manual_seed(seed)
+        tables = table_configs(w)
+        model = DLRM(
+            embedding_bag_collection=EmbeddingBagCollection(tables=tables, device=torch.device("meta")),
+            dense_in_features=w.bottom_mlp[0],
+            dense_arch_layer_sizes=list(w.bottom_mlp[1:]),
+            over_arch_layer_sizes=list(w.top_mlp),
+        )
+        apply_optimizer_in_backward(torch.optim.SGD, model.sparse_arch.parameters(), {"lr": LEARNING_RATE})
+        constraints = {t.name: ParameterConstraints(pooling_factors=[float(w.lookups_per_sample)]) for t in tables}
+        planner = EmbeddingShardingPlanner(
+            topology=Topology(world_size=ranks, compute_device="cpu", local_world_size=ranks),
+            batch_size=batch // ranks,
+            constraints=constraints,
+        )
+        plan = planner.collective_plan(model, [EmbeddingBagCollectionSharder()], dist.GroupMember.WORLD)
+        dmp = DistributedModelParallel(module=model, device=torch.device("cpu"), plan=plan)
+        opt = torch.optim.SGD([p for n, p in dmp.named_parameters() if "embedding_bags" not in n], lr=LEARNING_RATE)
+        batches = make_batches(w, batch // ranks, 4, seed + rank)
+        loss_fn = torch.nn.BCEWithLogitsLoss()
+
+        def step(i: int) -> None:
+            dense, kjt, labels = batches[i % len(batches)]
+            opt.zero_grad(set_to_none=True)
+            loss_fn(dmp(dense, kjt), labels).backward()
+            opt.step()
+
+        with torch.enable_grad():
+            t0 = time.perf_counter()
+            for i in range(warmup_steps):
+                step(i)
+            per_step = torch.tensor([(time.perf_counter() - t0) / max(warmup_steps, 1)])
+            dist.all_reduce(per_step, op=dist.ReduceOp.MAX)  # every rank the same count of steps per sample
+            k = max(1, int(np.ceil(min_sample_s / max(float(per_step), 1e-6))))
+            out = []
+            for s in range(samples):
+                dist.barrier()
+                t0 = time.perf_counter()
+                for i in range(k):
+                    step(warmup_steps + s * k + i)
+                out.append((time.perf_counter() - t0) / k)
+        if rank == 0:
+            module_plan = plan.plan
+            placement = placement_from_plan(plan, tables, ranks, module_path=next(iter(module_plan)))
+            queue.put((tuple(out), k, placement, str(plan)))
+    except Exception as exc:  # noqa: BLE001 - the parent turns it into a one-line error
+        queue.put(exc)
+        raise
+    finally:
+        dist.destroy_process_group()
+
+
+def measure_dmp_step(
+    w: Workload,
+    batch: int,
+    ranks: int,
+    threads: int,
+    samples: int = 7,
+    min_sample_s: float = 0.05,
+    warmup_steps: int = 3,
+    seed: int = 0,
+) -> DmpMeasurement:
+    """Time TorchRec DMP training steps of ``w`` with global batch ``batch`` on ``ranks`` processes of ``threads``
+    threads each (forward, BCE loss, backward with the fused table update, dense SGD step)."""
+    torch, _ = require_torchrec()
+    import torch.multiprocessing as mp
+
+    _check_workload(w)
+    if batch % ranks:
+        raise DlrmsimError(f"batch {batch} does not split over {ranks} ranks", field="batch", fix=f"use a multiple of {ranks}")
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    port = _free_port()
+    params = (samples, min_sample_s, warmup_steps, seed)
+    procs = [ctx.Process(target=_rank_main, args=(r, ranks, port, w, batch, threads, params, queue)) for r in range(ranks)]
+    for p in procs:
+        p.start()
+    try:
+        got = queue.get(timeout=START_TIMEOUT_S)
+    finally:
+        for p in procs:
+            p.join(timeout=60)
+            if p.is_alive():
+                p.kill()
+    if isinstance(got, Exception):
+        raise DlrmsimError(f"TorchRec DMP run of {w.name} failed: {got}", fix="run it alone to see the traceback") from None
+    out, k, placement, plan_text = got
+    step = StepMeasurement(f"torchrec/dmp{ranks}", threads, batch, out, k)
+    return DmpMeasurement(step, placement, plan_text)
