@@ -55,6 +55,12 @@ class Backend(StrictModel):
         "after another); null: no limit",
     )
     interference: Interference | None = None
+    intra_node_copy_cores: PositiveFloat | None = Field(
+        None,
+        description="cores that copy a rank's messages to and from ranks of the same shared-memory node (paths over "
+        "load/store links only) through shared buffers, each at one core's streaming rate; null: such transfers run "
+        "at link speed",
+    )
     message_overhead_us: NonNegativeFloat = Field(description="software time per message on top of the links' own overhead")
     bucket_MB: PositiveFloat = Field(description="gradient bucket size for the overlapped allreduce")
     prepost: PrePost

@@ -5,7 +5,8 @@ Resources (indices into one capacity vector shared with memory domains):
 - every node with a non-one-sided (NIC-stack) link gets an injection and an ejection port whose capacity
   is the node attribute ``nic_bandwidth_Bps`` if set, else the sum of its NIC-stack links' bandwidth;
 - every memory domain (``ComputeSpec.memory_domain``, else the node itself) gets one memory-bandwidth
-  resource of ``memory_bandwidth_Bps * memory_efficiency(inf)``.
+  resource of ``memory_bandwidth_Bps * memory_efficiency(inf)``;
+- with ``CommSettings.intra_node_copy_cores``, every compute node gets a copy-out and a copy-in port.
 
 A transfer between two nodes is one activity. With ``CommSettings.ecmp == "hash"`` (default) a rank-to-rank
 flow follows ``Topology.route(src, dst)``, the topology's deterministic pick from its ECMP set (what static
@@ -13,7 +14,11 @@ fabric routing does); with ``"split"`` (and always between non-rank nodes) it sp
 fewest-hop paths, drawing ``rate * (fraction of paths using the link)`` from each link direction. Its rate cap is the
 narrowest lane on its paths (``bandwidth_Bps / lanes``: one flow hashes onto one lane of a trunk). When a
 path crosses a link that is not ``one_sided``, the flow also uses both NIC ports and draws
-``copy_traffic_factor * rate`` from the memory domain at each end (the NIC-stack copy). Before the fluid
+``copy_traffic_factor * rate`` from the memory domain at each end (the NIC-stack copy). A path of one-sided
+(load/store) links only between two compute nodes is an intra-node message: with
+``CommSettings.intra_node_copy_cores`` it goes through shared-memory buffers, so it uses the sender's copy-out
+and the receiver's copy-in port (each the streaming rate of those cores) and draws the same copy traffic from
+both memory domains; without, it runs at link speed. Before the fluid
 part, a flow waits the (mean) path latency, including the ``latency_s`` attribute of transit nodes such as
 switches, plus the largest per-message overhead of its link types plus the
 backend's per-message overhead.
@@ -28,6 +33,7 @@ from itertools import chain
 
 import numpy as np
 
+from dlrmsim.engine import costs
 from dlrmsim.engine.resources import CommSettings
 from dlrmsim.errors import DlrmsimError
 from dlrmsim.topologies.topology import ComputeSpec, Topology
@@ -76,6 +82,7 @@ class Network:
         self._add_links(caps)
         self._add_nic_ports(caps)
         self._add_memory_domains(caps)
+        self._add_copy_ports(caps)
         self.capacity = np.asarray(caps, dtype=float)
         self.rank_node = np.array([self.node_id[n] for n in topology.ranks], dtype=np.int64)
         self.node_rank = np.full(len(self.nodes), -1, dtype=np.int64)
@@ -153,6 +160,27 @@ class Network:
                 caps.append(spec.memory_bandwidth_Bps * spec.memory_efficiency(math.inf))
                 self.resource_names.append(f"mem:{dom}")
             self.mem[i] = domains[dom]
+
+    def _add_copy_ports(self, caps: list[float]) -> None:
+        """With ``CommSettings.intra_node_copy_cores``: a copy-out and a copy-in port per compute node, each the
+        payload rate those cores copy at, ``task_bandwidth_cap(cores) / copy_traffic_factor`` (B/s; every payload
+        byte is read and written once per copy). Intra-node flows share them (see :meth:`_add_pairs`)."""
+        n_nodes = len(self.nodes)
+        self.copy_out = np.full(n_nodes, -1, dtype=np.int64)
+        self.copy_in = np.full(n_nodes, -1, dtype=np.int64)
+        cores = self.comm.intra_node_copy_cores
+        if cores is None:
+            return
+        for i, spec in enumerate(self.spec):
+            if spec is None:
+                continue
+            rate = costs.task_bandwidth_cap(spec, math.inf, cores)
+            if self.comm.copy_traffic_factor > 0:
+                rate /= self.comm.copy_traffic_factor
+            for table, kind in ((self.copy_out, "copy_out"), (self.copy_in, "copy_in")):
+                table[i] = len(caps)
+                caps.append(rate)
+                self.resource_names.append(f"{kind}:{self.nodes[i]}")
 
     def _init_pair_tables(self) -> None:
         """Empty flow-template tables per node pair (see :meth:`_add_pairs`); rows are allocated per source node."""
@@ -391,10 +419,15 @@ class Network:
         delay += self.comm.message_overhead_s
         same = src == dst
         cap[same] = np.inf
-        fi = np.flatnonzero(nic)
-        if fi.size:
-            copy = self.comm.copy_traffic_factor
-            ends = [(self.nic_out, src, 1.0), (self.nic_in, dst, 1.0)]
+        copy = self.comm.copy_traffic_factor
+        # A NIC-stack path uses both NIC ports; a load/store path between two compute nodes, with copy cores set,
+        # the sender's copy-out and the receiver's copy-in ports. Both copy the payload at each end.
+        shm = ~nic & ~same & (self.copy_out[src] >= 0) & (self.copy_in[dst] >= 0)
+        for sel, out_port, in_port in ((nic, self.nic_out, self.nic_in), (shm, self.copy_out, self.copy_in)):
+            fi = np.flatnonzero(sel)
+            if not fi.size:
+                continue
+            ends = [(out_port, src, 1.0), (in_port, dst, 1.0)]
             if copy > 0:
                 ends += [(self.mem, src, copy), (self.mem, dst, copy)]
             for res_of, node, wt in ends:

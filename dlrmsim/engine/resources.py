@@ -45,6 +45,13 @@ class CommSettings(StrictModel):
         2.0, ge=0, description="memory bytes per network byte at each end when the path crosses a NIC stack (a copy: read+write)"
     )
     reduce_traffic_factor: float = Field(3.0, ge=0, description="memory bytes per reduced byte (read two operands, write one)")
+    intra_node_copy_cores: float | None = Field(
+        None,
+        gt=0,
+        description="cores per rank copying its intra-node messages (paths over one-sided links only) through shared "
+        "buffers: the sender's copy-in and the receiver's copy-out each run at these cores' streaming rate and draw "
+        "copy_traffic_factor x the rate from their memory domain; None: intra-node transfers run at link speed",
+    )
     reduction_cores: float | None = Field(
         None, gt=0, description="cores doing reduction arithmetic; default max(pinned_cores, 1)"
     )

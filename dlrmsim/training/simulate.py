@@ -488,6 +488,7 @@ def comm_settings(backend: Backend, cores: int) -> CommSettings:
         "message_overhead_s": backend.message_overhead_s,
         "in_order_completion": backend.in_order,
         "algorithms": backend.algorithms.model_dump(),
+        "intra_node_copy_cores": backend.intra_node_copy_cores,
     }
     if backend.progress == "unpinned_thread" and backend.interference is not None:
         inter = backend.interference

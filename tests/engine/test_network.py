@@ -91,6 +91,33 @@ def test_nic_stack_copy_draws_memory_bandwidth_at_both_ends() -> None:
     assert ends["f0"] == pytest.approx(1e-6 + 3e6 / 7.5e9, rel=1e-12)
 
 
+def test_intra_node_copies_run_at_the_copy_cores_streaming_rate() -> None:
+    # A load/store link of 100 GB/s between two sockets whose memory (100 GB/s) saturates at 10 cores: one core
+    # streams 10 GB/s of memory traffic, and a copy reads and writes each payload byte (factor 2), so 2 copy
+    # cores move 2 x 10 / 2 = 10 GB/s of payload at each end.
+    spec = simple_spec(memory_bandwidth_Bps=100 * GB, saturation_cores=10)
+    topo = two_node(bw=100 * GB, lat=1e-6, spec=spec, one_sided=True)
+    comm = CommSettings(intra_node_copy_cores=2.0, copy_traffic_factor=2.0)
+    ends = run_transfers(topo, [(0, 1, 10 * MB, 0.0)], comm)
+    # because the copy ports (10 GB/s), not the link (100 GB/s), bound the flow
+    assert ends["f0"] == pytest.approx(1e-6 + 10e6 / 10e9, rel=1e-12)
+    # because two messages of one rank share its copy cores: each gets half
+    ends = run_transfers(topo, [(0, 1, 10 * MB, 0.0), (0, 1, 10 * MB, 0.0)], comm)
+    assert ends["f1"] == pytest.approx(1e-6 + 10e6 / 5e9, rel=1e-12)
+    # because without copy cores an intra-node transfer runs at link speed
+    ends = run_transfers(topo, [(0, 1, 10 * MB, 0.0)], CommSettings(copy_traffic_factor=2.0))
+    assert ends["f0"] == pytest.approx(1e-6 + 10e6 / 100e9, rel=1e-12)
+
+
+def test_copy_cores_leave_nic_paths_alone() -> None:
+    # Because a path through a NIC stack uses the NIC ports, not the shared-memory copy ports: a 10 GB/s NIC link
+    # with fast memory runs at 10 GB/s whatever the copy cores.
+    spec = simple_spec(memory_bandwidth_Bps=1000 * GB, saturation_cores=10)
+    topo = two_node(bw=10 * GB, lat=1e-6, spec=spec, one_sided=False)
+    ends = run_transfers(topo, [(0, 1, 10 * MB, 0.0)], CommSettings(intra_node_copy_cores=0.01))
+    assert ends["f0"] == pytest.approx(1e-6 + 10e6 / 10e9, rel=1e-12)
+
+
 def test_trunk_caps_a_single_flow_at_one_lane() -> None:
     g = nx.Graph()
     for n in ("a", "b"):
