@@ -26,6 +26,7 @@ SUBCOMMANDS: dict[str, str] = {
     "instances": "dlrmsim.instances.cli",
     "calibrate": "dlrmsim.calibration.cli",
     "validate": "dlrmsim.calibration.cli",
+    "agreement": "dlrmsim.calibration.cli",
     "sweep": "dlrmsim.studies.cli",
     "report": "dlrmsim.studies.cli",
     "study": "dlrmsim.studies.cli",

@@ -303,6 +303,51 @@ def _print_drift(rounds: list[list[DriftSample]]) -> None:
         )
 
 
+def agreement(
+    first: Annotated[Path, typer.Argument(help="a calibration YAML")],
+    second: Annotated[Path, typer.Argument(help="another calibration of the same host")],
+    case: Annotated[list[str] | None, typer.Option("--case", help="predict only these validation cases (repeatable)")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """How far two calibrations of one host agree: every fitted parameter, and the validation cases' predicted
+    iteration times under each (relative differences |a - b| / max(|a|, |b|))."""
+    from dlrmsim.calibration.agreement import compare
+    from dlrmsim.calibration.schema import load_calibration
+    from dlrmsim.calibration.validate import check_case_names, load_cases
+
+    check_case_names(case)
+    a, b = load_calibration(first), load_calibration(second)
+    ag = compare(a, b, load_cases(only=case or None))
+    pm, px = ag.parameter_median_max
+    qm, qx = ag.prediction_median_max
+    if json_out:
+        print_json(
+            {
+                "parameters": {"median": pm, "max": px, "count": len(ag.parameters)},
+                "predictions": {"median": qm, "max": qx, "cases": {r.name: [r.a, r.b] for r in ag.predictions}},
+                "worst_parameters": {r.name: [r.a, r.b] for r in ag.worst_parameters()},
+                "only_in_one": list(ag.only_in_one),
+            }
+        )
+        return
+    print_table(
+        f"Predicted iteration (ms): {first.name} vs {second.name}",
+        ["case", "first", "second", "difference %"],
+        [(r.name, r.a * 1e3, r.b * 1e3, 100 * r.difference) for r in ag.predictions],
+    )
+    print_table(
+        "Parameters that differ most",
+        ["parameter", "first", "second", "difference %"],
+        [(r.name, r.a, r.b, 100 * r.difference) for r in ag.worst_parameters()],
+    )
+    console.print(
+        f"{len(ag.parameters)} fitted parameters: median difference {100 * pm:.1f}%, max {100 * px:.1f}%; "
+        f"{len(ag.predictions)} predictions: median {100 * qm:.1f}%, max {100 * qx:.1f}%",
+        highlight=False,
+    )
+
+
 def register(app: typer.Typer) -> None:
     app.command("calibrate")(calibrate)
     app.command("validate")(validate)
+    app.command("agreement")(agreement)
