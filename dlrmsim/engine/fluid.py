@@ -595,8 +595,10 @@ def _compact(F: np.ndarray, I: np.ndarray, E: np.ndarray, EW: np.ndarray, n: int
             continue
         newpos[a] = j
         if j != a:
-            F[:, j] = F[:, a]
-            I[:, j] = I[:, a]
+            for r in range(F.shape[0]):  # row by row: plain loops compile in a fraction of slice assignment's time
+                F[r, j] = F[r, a]
+            for r in range(I.shape[0]):
+                I[r, j] = I[r, a]
         j += 1
     k = 0
     for i in range(m):

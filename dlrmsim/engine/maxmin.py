@@ -111,7 +111,8 @@ def progressive_filling(
         for a in range(n_act):
             lvl[a] = act_cap[a] if free[a] else np.inf
         if k:
-            wsum[:] = 0.0
+            for r in range(n_res):  # (plain loops: slice assignment multiplies the compile time)
+                wsum[r] = 0.0
             for i in range(k):
                 wsum[er[i]] += ew[i]
             for r in range(n_res):
@@ -122,7 +123,8 @@ def progressive_filling(
                 if t < lvl[ea[i]] or t != t:  # np.minimum: a nan wins
                     lvl[ea[i]] = t
             # a resource saturates now unless one of its activities stops below its level
-            settled[:] = True
+            for r in range(n_res):
+                settled[r] = True
             for i in range(k):
                 if lvl[ea[i]] * grow < t_res[er[i]]:
                     settled[er[i]] = False
@@ -151,7 +153,8 @@ def progressive_filling(
         if n_free == 0:
             break
         if k:
-            add[:] = 0.0
+            for r in range(n_res):
+                add[r] = 0.0
             j = 0
             for i in range(k):
                 a = ea[i]
@@ -163,10 +166,7 @@ def progressive_filling(
                     ew[j] = ew[i]
                     j += 1
             k = j
-            if first:
-                used[:] = add
-            else:
-                for r in range(n_res):
-                    used[r] += add[r]
+            for r in range(n_res):
+                used[r] = add[r] if first else used[r] + add[r]
         first = False
     return rate

@@ -379,41 +379,31 @@ def _sends_to_start(
     cur: np.ndarray,
     rendezvous: bool,
 ) -> np.ndarray:
-    """Flow indices that start when ranks ``grp`` enter phases ``ks``: their sends (phase by phase, ranks in the
-    order given) and, with rendezvous, only those whose receiver has entered the phase too, plus the sends already
-    waiting on ``grp`` (then ascending, each once)."""
-    order = np.argsort(ks, kind="mergesort")  # stable: phase by phase, ranks in the order given
+    """Flow indices that start when ranks ``grp`` enter phases ``ks`` (in that order): their sends and, with
+    rendezvous, only those whose receiver has entered the phase too, then the sends already waiting on ``grp``
+    (a flow may appear twice then; the caller keeps each once)."""
     size = 0
     for j in range(ks.shape[0]):
         key = ks[j] * p + grp[j]
         size += s_ptr[key + 1] - s_ptr[key] + (d_ptr[key + 1] - d_ptr[key] if rendezvous else 0)
     out = np.empty(size, dtype=np.int64)
     n = 0
-    for j in order:
+    for j in range(ks.shape[0]):
         key = ks[j] * p + grp[j]
         for i in range(s_ptr[key], s_ptr[key + 1]):
             f = s_order[i]
             if not rendezvous or cur[fdst[f]] >= fk[f]:
                 out[n] = f
                 n += 1
-    if not rendezvous:
-        return out[:n]
-    for j in order:
-        key = ks[j] * p + grp[j]
-        for i in range(d_ptr[key], d_ptr[key + 1]):
-            f = d_order[i]
-            if cur[fsrc[f]] >= fk[f]:
-                out[n] = f
-                n += 1
-    if n < 2:
-        return out[:n]
-    srt = np.sort(out[:n])
-    m = 1
-    for i in range(1, n):
-        if srt[i] != srt[m - 1]:
-            srt[m] = srt[i]
-            m += 1
-    return srt[:m]
+    if rendezvous:
+        for j in range(ks.shape[0]):
+            key = ks[j] * p + grp[j]
+            for i in range(d_ptr[key], d_ptr[key + 1]):
+                f = d_order[i]
+                if cur[fsrc[f]] >= fk[f]:
+                    out[n] = f
+                    n += 1
+    return out[:n]
 
 
 @numba.njit(cache=True)
@@ -584,10 +574,15 @@ class _CollectiveRun:
         have entered the phase, so sends from ``grp`` to ranks still behind wait, and sends already waiting
         on ``grp`` start now.
         """
+        if ks.size > 1 and ks.min() != ks.max():
+            o = np.argsort(ks, kind="stable")  # phase by phase, ranks in the order given
+            ks, grp = ks[o], grp[o]
         fidx = _sends_to_start(
             ks, grp, self.p, self.s_ptr, self.s_order, self.d_ptr, self.d_order, self.fsrc, self.fdst, self.fk, self.cur,
             self.rendezvous,
         )  # fmt: skip
+        if self.rendezvous and fidx.size > 1:
+            fidx = np.unique(fidx)  # a flow can be both a send of grp and one waiting on grp: once each, ascending
         if not fidx.size:
             return
         batch, delay = self.sim.flow_batch(self.nodes[self.fsrc[fidx]], self.nodes[self.fdst[fidx]], self.fnb[fidx], fidx)
