@@ -70,24 +70,7 @@ def json_schema(kind: str) -> dict[str, Any]:
             field="KIND",
             fix=f"use one of: {', '.join(KINDS)}",
         )
-    schema = model_of(kind).model_json_schema()
-    if kind == "sweep":
-        _scalar_or_list(schema["$defs"]["Grid"])
-    return schema
-
-
-def _scalar_or_list(grid: dict[str, Any]) -> None:
-    """A sweep grid takes a scalar wherever it takes a list (``workload: small`` is ``[small]``; Grid's
-    before-validators do this, which pydantic cannot see): say so in the schema."""
-    for name, prop in grid["properties"].items():
-        if prop.get("type") == "array":
-            grid["properties"][name] = {
-                **{k: v for k, v in prop.items() if k not in ("type", "items")},
-                "anyOf": [prop["items"], {"type": "array", "items": prop["items"]}],
-            }
-        elif prop.get("type") == "object" and isinstance(prop.get("additionalProperties"), dict):
-            values = prop["additionalProperties"]
-            prop["additionalProperties"] = {"anyOf": [values.get("items", {}), values]}
+    return model_of(kind).model_json_schema()
 
 
 def _type(prop: dict[str, Any]) -> str:

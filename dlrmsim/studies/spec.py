@@ -33,9 +33,9 @@ import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import NonNegativeInt, PositiveInt, field_validator
+from pydantic import BeforeValidator, NonNegativeInt, PositiveInt, field_validator
 
 from dlrmsim import config
 from dlrmsim.config import StrictModel
@@ -115,33 +115,38 @@ def _unique(values: Iterable[Any]) -> list[Any]:
     return seen
 
 
+def _one_or_many(value: Any) -> list[Any]:
+    """A sweep axis: a scalar is a one-value list; repeated values count once."""
+    return _unique(_listify(value))
+
+
+# A sweep axis of T: a list of T, or one T (the JSON Schema says both, as the validator accepts both).
+Axis = {
+    t: Annotated[list[t], BeforeValidator(_one_or_many, json_schema_input_type=t | list[t])]  # type: ignore[valid-type]
+    for t in (str, PositiveInt, Scaling, Strategy, NonNegativeInt | None, Comm, Precision | None, bool, Any)
+}
+
+
 class Grid(StrictModel):
     """The values to sweep per field; a scalar means a one-value list."""
 
-    topology: list[str]
-    workload: list[str]
-    ranks: list[PositiveInt]
-    scaling: list[Scaling] = ["strong"]
-    backend: list[str] = ["ccl"]
-    placement: list[Strategy] = ["table_wise"]
-    replicate_below_rows: list[NonNegativeInt | None] = [None]
-    comm: list[Comm] = ["alltoall"]
-    precision: list[Precision | None] = [None]
-    blocking: list[bool] = [False]
-    topology_overrides: dict[str, list[Any]] = {}
-    workload_overrides: dict[str, list[Any]] = {}
-
-    @field_validator(*POINT_FIELDS, mode="before")
-    @classmethod
-    def _as_list(cls, value: Any) -> list[Any]:
-        return _unique(_listify(value))
+    topology: Axis[str]
+    workload: Axis[str]
+    ranks: Axis[PositiveInt]
+    scaling: Axis[Scaling] = ["strong"]
+    backend: Axis[str] = ["ccl"]
+    placement: Axis[Strategy] = ["table_wise"]
+    replicate_below_rows: Axis[NonNegativeInt | None] = [None]
+    comm: Axis[Comm] = ["alltoall"]
+    precision: Axis[Precision | None] = [None]
+    blocking: Axis[bool] = [False]
+    topology_overrides: dict[str, Axis[Any]] = {}
+    workload_overrides: dict[str, Axis[Any]] = {}
 
     @field_validator("topology_overrides", "workload_overrides", mode="before")
     @classmethod
-    def _values_as_lists(cls, value: Any) -> Any:
-        if isinstance(value, dict):
-            return {str(k): _unique(_listify(v)) for k, v in value.items()}
-        return value
+    def _keys_as_paths(cls, value: Any) -> Any:
+        return {str(k): v for k, v in value.items()} if isinstance(value, dict) else value
 
 
 class SweepSpec(StrictModel):
