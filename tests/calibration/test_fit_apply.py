@@ -9,7 +9,7 @@ import networkx as nx
 import pytest
 import yaml
 
-from dlrmsim.calibration.apply import apply_calibration
+from dlrmsim.calibration.apply import apply_calibration, calibrated_compute
 from dlrmsim.calibration.fit import (
     RATE_GRID_POINTS,
     FittedModel,
@@ -509,3 +509,25 @@ def test_other_host_warns_naming_differences(quick_cal_path: Path, tmp_path: Pat
 
 def test_efficiency_table_type_matches_simulator() -> None:
     assert EfficiencyTable(((1e6, 0.2), (1e9, 0.6)))(1e7) == pytest.approx(0.2 + 0.4 / 3)
+
+
+def test_a_kind_an_implementation_runs_on_one_thread_takes_the_one_core_fit(quick_cal: Calibration) -> None:
+    """A 2-core rank whose implementation runs the fused update on one thread (fbgemm's CPU TBE) runs that task on
+    one core, so it must take the fit measured on one core: the 2-core fit's per-row time is already the two
+    cores' share, and its bandwidth fraction is relative to two cores' stream bandwidth."""
+    fits = [
+        EmbeddingFit(op=op, distribution="uniform", cores=c, bandwidth_GBps=4.0 * c, stream_fraction=0.3, row_time_ns=60.0 / c)
+        for op in ("forward", "update")
+        for c in (1, 2)
+    ]
+    cal = quick_cal.model_copy(update={"embedding": fits, "host": quick_cal.host.model_copy(update={"cores": 2})})
+    spec = dataclasses.replace(_tiny_host_topology().compute(0), cores=2)
+    plain = calibrated_compute(spec, cal)
+    pinned = calibrated_compute(spec, cal, threads_by_kind={"update": 1})
+    # Because only the update is pinned, it alone takes the 1-core fit (60 ns a row); the forward keeps the 2-core one.
+    assert plain.row_time_s_by_kind["update"] == pytest.approx(30e-9)
+    assert pinned.row_time_s_by_kind["update"] == pytest.approx(60e-9)
+    assert pinned.row_time_s_by_kind["embedding"] == pytest.approx(30e-9)
+    assert pinned.bandwidth_fraction_by_kind["update"] == pytest.approx(4.0 / memory_bandwidth_GBps(cal.memory, 1))
+    # A thread count at or above the rank's cores changes nothing.
+    assert calibrated_compute(spec, cal, threads_by_kind={"update": 8}) == plain
