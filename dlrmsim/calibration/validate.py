@@ -201,7 +201,10 @@ def predict(case: ValidationCase, cal: Calibration, implementation: str | None =
     """
     impl = load_implementation(implementation) if implementation else None
     topo = load_topology("host", {"compute.host-cpu.cores": case.ranks * case.threads}, ranks=case.ranks)
-    topo = apply_calibration(topo, cal, case.workload.index_distribution.kind, impl.threads_by_kind() if impl else None)
+    if impl is not None:
+        topo = apply_calibration(topo, cal, case.workload.index_distribution.kind, impl.threads_by_kind(), impl.embedding_kernel)
+    else:
+        topo = apply_calibration(topo, cal, case.workload.index_distribution.kind)
     cfg = TrainingConfig(
         topology="host",
         workload=case.workload.name,

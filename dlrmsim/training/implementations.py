@@ -11,7 +11,7 @@ the kernel rates themselves stay the calibration's.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, PositiveInt, field_validator
 
@@ -50,6 +50,11 @@ class ImplementationProfile(StrictModel):
         False, description="the sparse update runs inside the embedding backward (no gradient rows written and read back)"
     )
     op_threads: list[OpThreads] = Field(default_factory=list)
+    embedding_kernel: Literal["framework", "tbe"] = Field(
+        "framework",
+        description="which calibrated embedding kernel the embedding kinds run: the framework's embedding bags, or "
+        "fbgemm's table-batched embedding (the calibration's tbe fits, where it measured them)",
+    )
 
     @field_validator("op_threads")
     @classmethod

@@ -9,12 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from dlrmsim.calibration.benchmarks.tbe import fused_update_bytes
 from dlrmsim.errors import DlrmsimError
 from dlrmsim.topologies import load_topology
 from dlrmsim.topologies.topology import ComputeSpec, Topology
 from dlrmsim.training.implementations import implementation_names, load_implementation, task_cores
 from dlrmsim.training.simulate import TrainingConfig, load_inputs, run_iteration
-from dlrmsim.workloads import load_workload
+from dlrmsim.training.taskgraph import IterationSettings, embedding_backward_update_tasks
+from dlrmsim.workloads import load_workload, model
 
 TINY = load_workload("small").model_copy(
     update={"tables": load_workload("small").tables.model_copy(update={"count": 4, "rows": 100_000}), "lookups_per_sample": 16}
@@ -99,3 +101,14 @@ def test_the_profile_fuses_the_update_into_backward() -> None:
     # Because fbgemm applies SGD inside its backward, the step writes no gradient rows to read back.
     assert inputs.settings.fuse_backward_update
     assert dict(inputs.settings.op_threads) == {"embedding": 1, "update": 1}
+
+
+def test_the_tbe_benchmark_counts_a_fused_updates_bytes_as_the_simulators_task_does() -> None:
+    """The TBE fit's per-byte term means something to the simulator only if the benchmark counts the fused
+    update's bytes as the fused update task does: pooled gradient, indices, touched rows read and written."""
+    batch, rows = 1024, TINY.table_rows[0]
+    s = IterationSettings(global_batch=batch, fuse_backward_update=True)
+    (task,) = embedding_backward_update_tasks(TINY, "emb0", rows, batch, TINY.embedding_dim, s)
+    unique = model.expected_unique_rows(rows, batch * TINY.lookups_per_sample, TINY.index_distribution)
+    expected = fused_update_bytes(batch, TINY.lookups_per_sample, TINY.embedding_dim, unique)  # type: ignore[arg-type]
+    assert task.kind == "update" and task.bytes == pytest.approx(expected, rel=1e-12)
