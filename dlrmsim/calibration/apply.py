@@ -13,21 +13,34 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections.abc import Mapping
 
 from dlrmsim.calibration.fit import memory_bandwidth_GBps
-from dlrmsim.calibration.schema import Calibration, EmbeddingFit
+from dlrmsim.calibration.schema import Calibration, EmbeddingFit, select_embedding_fit
 from dlrmsim.topologies.topology import ComputeSpec, EfficiencyTable, Link, Topology
 
 SHM_LINK_KIND = "shm"
 
 
-def calibrated_compute(spec: ComputeSpec, cal: Calibration, distribution: str = "uniform") -> ComputeSpec:
+def calibrated_compute(
+    spec: ComputeSpec,
+    cal: Calibration,
+    distribution: str = "uniform",
+    threads_by_kind: Mapping[str, int] | None = None,
+    embedding_kernel: str = "framework",
+) -> ComputeSpec:
     """``spec`` with the host's fitted fp32 GEMM, memory bandwidth and saturation, embedding costs for the
-    workload's index ``distribution``, interaction costs, and per-op overheads."""
+    workload's index ``distribution``, interaction costs, and per-op overheads.
+
+    ``threads_by_kind`` (an implementation profile's, training.implementations): task kinds whose kernels run on
+    fewer threads than the rank's cores take the embedding fit measured at that thread count, as the simulator
+    runs those tasks on that many cores (a fit at the rank's cores would already hold the other cores' share).
+    ``embedding_kernel`` "tbe": the embedding kinds take the fits of fbgemm's table-batched embedding (``cal.tbe``)
+    where the calibration measured it, the framework's embedding-bag fits elsewhere."""
     host = cal.host
     cores = max(1, min(spec.cores, host.cores))
     inter = interaction_costs(cal, cores)
-    emb = embedding_costs(cal, distribution, cores)
+    emb = embedding_costs(cal, distribution, cores, threads_by_kind, embedding_kernel)
     table = cal.gemm.table(cores)
     peak = cores * host.clock_GHz * 1e9 * host.flops_per_cycle_fp32
     return dataclasses.replace(
@@ -63,18 +76,29 @@ def calibrated_compute(spec: ComputeSpec, cal: Calibration, distribution: str = 
 EMBEDDING_KINDS = {"forward": "embedding", "backward": "embedding_bwd", "update": "update"}
 
 
-def embedding_fits(cal: Calibration, distribution: str = "uniform", cores: int | None = None) -> dict[str, EmbeddingFit]:
+def embedding_fits(
+    cal: Calibration,
+    distribution: str = "uniform",
+    cores: int | None = None,
+    threads_by_kind: Mapping[str, int] | None = None,
+    embedding_kernel: str = "framework",
+) -> dict[str, EmbeddingFit]:
     """The embedding fit per task kind for index ``distribution`` (the uniform fit where the calibration did not
-    measure it) at the core count nearest ``cores`` (None: the most cores measured).
+    measure it) at the core count nearest ``cores`` (None: the most cores measured), or for a kind in
+    ``threads_by_kind`` nearest its thread count when that is fewer; from the TBE fits (``cal.tbe``) first when
+    ``embedding_kernel`` is "tbe".
 
     Skewed indices hit the cache on their hot rows, so each distribution has its own fit; a zipf workload uses
     the fit measured at the benchmark's exponent (benchmarks.embedding.ZIPF_EXPONENT), whatever its own exponent is.
     """
     out: dict[str, EmbeddingFit] = {}
     for op, kind in EMBEDDING_KINDS.items():
-        for dist in dict.fromkeys((distribution, "uniform")):
+        threads = (threads_by_kind or {}).get(kind)
+        at = threads if threads is not None and (cores is None or threads < cores) else cores
+        sources = ([cal.tbe] if embedding_kernel == "tbe" else []) + [cal.embedding]
+        for fits, dist in ((f, d) for f in sources for d in dict.fromkeys((distribution, "uniform"))):
             try:
-                out[kind] = cal.embedding_fit(op, dist, cores)
+                out[kind] = select_embedding_fit(fits, op, dist, at)
                 break
             except KeyError:
                 continue
@@ -95,12 +119,18 @@ class EmbeddingCosts:
     run_start_s_by_kind: dict[str, float]
 
 
-def embedding_costs(cal: Calibration, distribution: str = "uniform", cores: int | None = None) -> EmbeddingCosts:
+def embedding_costs(
+    cal: Calibration,
+    distribution: str = "uniform",
+    cores: int | None = None,
+    threads_by_kind: Mapping[str, int] | None = None,
+    embedding_kernel: str = "framework",
+) -> EmbeddingCosts:
     """Fitted bandwidth fraction, and time per looked-up row, per L2-missing page walk, per reloaded row, per
-    op and per run of ops (s), per embedding task kind, at the core count nearest ``cores``; a kind appears in
-    a time table only where its term is non-zero."""
+    op and per run of ops (s), per embedding task kind, at the core count nearest ``cores`` (or a kind's fewer
+    threads in ``threads_by_kind``); a kind appears in a time table only where its term is non-zero."""
     out = EmbeddingCosts({}, {}, {}, {}, {}, {})
-    for kind, fit in embedding_fits(cal, distribution, cores).items():
+    for kind, fit in embedding_fits(cal, distribution, cores, threads_by_kind, embedding_kernel).items():
         # Relative to the stream bandwidth at the fit's own core count: the simulator scales a task's bandwidth
         # cap by its cores' share of the socket's (costs.task_bandwidth_cap), and a fit measured on 1 core
         # already holds that share. Taken over the saturated bandwidth, it was charged twice: a 1-core lookup
@@ -154,9 +184,16 @@ def calibrated_link(link: Link, cal: Calibration) -> Link:
     return dataclasses.replace(link, bandwidth_Bps=fit.bus_bandwidth_GBps * 1e9, latency_s=0.0, overhead_s=fit.alpha_us * 1e-6)
 
 
-def apply_calibration(topology: Topology, cal: Calibration, distribution: str = "uniform") -> Topology:
+def apply_calibration(
+    topology: Topology,
+    cal: Calibration,
+    distribution: str = "uniform",
+    threads_by_kind: Mapping[str, int] | None = None,
+    embedding_kernel: str = "framework",
+) -> Topology:
     """A new Topology (same class, ranks and routes) whose compute specs and shm links use ``cal``'s rates
-    (embedding costs for the workload's index ``distribution``).
+    (embedding costs for the workload's index ``distribution``, at ``threads_by_kind``'s thread counts where an
+    implementation runs a kind on fewer threads: :func:`calibrated_compute`).
 
     Every node carrying a ComputeSpec is calibrated (ranks and any other endpoint); other links are kept.
     The input topology is not modified.
@@ -165,7 +202,7 @@ def apply_calibration(topology: Topology, cal: Calibration, distribution: str = 
     for node, data in graph.nodes(data=True):
         spec = data.get("compute")
         if isinstance(spec, ComputeSpec):
-            graph.nodes[node]["compute"] = calibrated_compute(spec, cal, distribution)
+            graph.nodes[node]["compute"] = calibrated_compute(spec, cal, distribution, threads_by_kind, embedding_kernel)
     for u, v, data in graph.edges(data=True):
         link = data.get("link")
         if isinstance(link, Link) and link.kind == SHM_LINK_KIND:

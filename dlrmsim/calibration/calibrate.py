@@ -24,6 +24,7 @@ from dlrmsim.calibration.fit import (
     fit_interaction,
     fit_memory,
     fit_overhead,
+    fit_tbe,
     peak_bound_host,
 )
 from dlrmsim.calibration.host import detect_host, host_key, steady_allocator
@@ -171,6 +172,7 @@ def run_calibration(quick: bool, backend: str | None, out: Path | None, progress
         collectives=collectives,
         overhead=overhead,
         interaction=interaction,
+        tbe=fit_tbe(measurements, memory, overhead, host),
         measurements=measurements,
         fit_quality=fit_quality(measurements, FittedModel(gemm, memory, embedding, collectives, overhead, interaction, host)),
         eq_check=eq_check(measurements, collectives),

@@ -373,6 +373,15 @@ def fit_embedding(
     return out
 
 
+def fit_tbe(
+    measurements: Sequence[Measurement], memory: MemoryFit, overhead: OverheadFit | None = None, host: HostInfo | None = None
+) -> list[EmbeddingFit]:
+    """:func:`fit_embedding` of the fbgemm TBE rows (benchmarks/tbe.py): the same terms, per table, for its forward
+    and its backward with the update fused in (op "update"); empty when the calibration ran no TBE benchmark."""
+    rows = [m.model_copy(update={"benchmark": "embedding"}) for m in measurements if m.benchmark == "tbe"]
+    return fit_embedding(rows, memory, overhead, host) if rows else []
+
+
 def fit_overhead(measurements: Sequence[Measurement]) -> OverheadFit | None:
     """Per-op fixed costs at each core count: the median over element counts of the dispatch benchmark's
     first-op-after-flush times (a task's first op) and of its following ops' times (each further op)."""

@@ -171,7 +171,7 @@ class Measurement(StrictModel):
     """One micro-benchmark: time per call over repeats after warm-up (median; best for memory streams), in the
     fastest of the plan's passes."""
 
-    benchmark: Literal["gemm", "linear", "stream", "embedding", "interaction", "allreduce", "alltoall", "dispatch"]
+    benchmark: Literal["gemm", "linear", "stream", "embedding", "interaction", "allreduce", "alltoall", "dispatch", "tbe"]
     name: str
     cores: Annotated[int, Field(gt=0)]
     params: dict[str, float | int | str] = {}
@@ -231,6 +231,11 @@ class Calibration(StrictModel):
     overhead: OverheadFit | None = None
     interaction: list[InteractionFit] = Field(
         default_factory=list, description="empty: a calibration from before the interaction benchmark"
+    )
+    tbe: list[EmbeddingFit] = Field(
+        default_factory=list,
+        description="fbgemm's CPU table-batched embedding (TorchRec's fused kernel), per table: op forward, and op update "
+        "for its backward with SGD fused in (benchmarks/tbe.py); empty without fbgemm-gpu-cpu",
     )
     measurements: list[Measurement] = []
     fit_quality: list[FitRow] = []

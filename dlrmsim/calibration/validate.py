@@ -35,6 +35,7 @@ from dlrmsim.errors import DlrmsimError, closest
 from dlrmsim.host import read_host, usable_cores
 from dlrmsim.output import err_console
 from dlrmsim.topologies import load_topology
+from dlrmsim.training.implementations import load_implementation
 from dlrmsim.training.simulate import TrainingConfig, load_inputs, run_iteration
 from dlrmsim.workloads.schema import Workload
 
@@ -191,14 +192,19 @@ def sim_phase(name: str, category: str) -> str:
     return "other"
 
 
-def predict(case: ValidationCase, cal: Calibration, fuse_backward_update: bool = False) -> tuple[float, dict[str, float]]:
+def predict(case: ValidationCase, cal: Calibration, implementation: str | None = None) -> tuple[float, dict[str, float]]:
     """Simulated iteration time (s) and per-phase times of ``case`` on the host model calibrated by ``cal``.
 
-    ``fuse_backward_update``: the implementation applies the sparse update inside the embedding backward
-    (fbgemm's table-batched embedding in TorchRec) instead of writing gradient rows and stepping them after.
+    ``implementation``: the profile (training.implementations) of the implementation the case is compared with,
+    e.g. torchrec-fused: fbgemm's table-batched embedding applies the sparse update inside its backward, and its
+    forward and backward run on one thread; None is the project's runner (every op on all the rank's threads).
     """
+    impl = load_implementation(implementation) if implementation else None
     topo = load_topology("host", {"compute.host-cpu.cores": case.ranks * case.threads}, ranks=case.ranks)
-    topo = apply_calibration(topo, cal, case.workload.index_distribution.kind)
+    if impl is not None:
+        topo = apply_calibration(topo, cal, case.workload.index_distribution.kind, impl.threads_by_kind(), impl.embedding_kernel)
+    else:
+        topo = apply_calibration(topo, cal, case.workload.index_distribution.kind)
     cfg = TrainingConfig(
         topology="host",
         workload=case.workload.name,
@@ -206,7 +212,7 @@ def predict(case: ValidationCase, cal: Calibration, fuse_backward_update: bool =
         scaling="strong",
         backend="shm",
         blocking=True,  # the runner waits on every collective from its compute thread
-        fuse_backward_update=fuse_backward_update,
+        implementation=implementation,
         workload_overrides={"minibatch.strong_global": case.batch},
     )
     w = case.workload.model_copy(update={"minibatch": case.workload.minibatch.model_copy(update={"strong_global": case.batch})})
@@ -247,6 +253,8 @@ def measure(case: ValidationCase, backend: str, iterations: int, warmup: int) ->
 
 
 TARGETS = ("project", "torchrec", "reference")
+# The implementation profile (training/presets/implementations) each target's step is predicted with; absent: none.
+TARGET_IMPLEMENTATIONS = {"torchrec": "torchrec-fused"}
 
 
 def measure_target(case: ValidationCase, against: str, reference: Path | None, samples: int) -> tuple[list[float], float | None]:
@@ -352,8 +360,9 @@ def _validate_target(
             bar.update(task, description=f"{case.name}: {against}")
             runs, planner = measure_target(case, against, reference, max(samples, 5))
             measured = statistics.median(runs)
-            # TorchRec's fused embedding updates rows inside backward: no gradient rows are written and read back.
-            predicted, pphases = predict(case, cal, fuse_backward_update=against == "torchrec")
+            # The implementation's profile: TorchRec's fused embedding updates rows inside backward (no gradient rows
+            # written and read back), and fbgemm's CPU kernels run on one thread (presets/implementations/torchrec-fused.yaml).
+            predicted, pphases = predict(case, cal, implementation=TARGET_IMPLEMENTATIONS.get(against))
             results.append(
                 CaseResult.of(
                     case,

@@ -114,6 +114,9 @@ def register(app: typer.Typer) -> None:
         precision: str | None = typer.Option(None, help="fp32 | bf16 (default: the workload's)"),
         update_strategy: str = typer.Option("race_free", help="atomic | rtm | race_free"),
         fuse_backward_update: bool = typer.Option(False, "--fuse-backward-update"),
+        implementation: str | None = typer.Option(
+            None, help="implementation profile (torchrec-fused) or YAML: kinds it runs on one thread, fused update"
+        ),
         optimizer: str = typer.Option("sgd", help="optimizer preset (sgd, lamb) or an optimizer YAML"),
         comm_cores: int | None = typer.Option(None, help="pinned communication cores (overrides the backend)"),
         allreduce_algorithm: str | None = typer.Option(None, help="ring | rs_ag | halving_doubling | hierarchical ..."),

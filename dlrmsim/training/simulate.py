@@ -27,6 +27,7 @@ from dlrmsim.errors import DlrmsimError
 from dlrmsim.topologies import load_topology
 from dlrmsim.topologies.mapping import RankMapping, capacities, remap
 from dlrmsim.topologies.topology import Topology
+from dlrmsim.training.implementations import load_implementation, task_cores
 from dlrmsim.training.optimizers import load_optimizer
 from dlrmsim.training.taskgraph import (
     Collective,
@@ -46,7 +47,7 @@ from dlrmsim.workloads.schema import Loader, Workload
 
 Scaling = Literal["strong", "weak", "single"]
 # TrainingConfig fields left out of a result's JSON when unset (None).
-OPTIONAL_KNOBS = ("rank_sockets", "sockets", "threads_per_rank")
+OPTIONAL_KNOBS = ("rank_sockets", "sockets", "threads_per_rank", "implementation")
 
 
 class TrainingConfig(StrictModel):
@@ -63,6 +64,11 @@ class TrainingConfig(StrictModel):
     blocking: bool = False
     update_strategy: UpdateStrategy = "race_free"
     fuse_backward_update: bool = False
+    implementation: str | None = Field(
+        None,
+        description="implementation profile (torchrec-fused, or a YAML): which kinds run on one thread, fused update; "
+        "None: every task on all the rank's cores",
+    )
     optimizer: str = Field("sgd", description="optimizer preset (sgd, lamb) or an optimizer YAML")
     comm_cores: int | None = Field(None, ge=0, description="override the backend's pinned communication cores")
     allreduce_algorithm: str | None = None
@@ -186,8 +192,13 @@ def load_inputs(
         w = load_workload(cfg.workload, wl_over or None)
     w = with_loader(w, cfg.loader)
     topo = topology if topology is not None else load_training_topology(cfg)
+    impl = load_implementation(cfg.implementation) if cfg.implementation else None
+    threads_by_kind = impl.threads_by_kind() if impl is not None else {}
     if cfg.calibration:
-        topo = apply_calibration(topo, load_calibration(Path(cfg.calibration)), w.index_distribution.kind)
+        kernel = impl.embedding_kernel if impl is not None else "framework"
+        topo = apply_calibration(
+            topo, load_calibration(Path(cfg.calibration)), w.index_distribution.kind, threads_by_kind, kernel
+        )
     be_over = dict(cfg.backend_overrides)
     if cfg.comm_cores is not None:
         be_over["comm_cores"] = cfg.comm_cores
@@ -240,7 +251,8 @@ def load_inputs(
         blocking=cfg.blocking,
         bucket_bytes=backend.bucket_bytes,
         update_strategy=cfg.update_strategy,
-        fuse_backward_update=cfg.fuse_backward_update,
+        fuse_backward_update=cfg.fuse_backward_update or (impl is not None and impl.fuse_backward_update),
+        op_threads=tuple(sorted(threads_by_kind.items())),
         optimizer=optimizer,
         threads=compute_cores,
         update_costs=costs,
@@ -385,12 +397,17 @@ def _rank_process(
     precision: str,
     acc: dict[str, float],
     waits: dict[str, float],
+    op_threads: dict[str, int] | None = None,
 ) -> Any:
     env: simpy.Environment = sim.env
+    rank_cores = float(sim.rank_resources[rank].pool("compute").capacity)
+    op_threads = op_threads or {}
     for step in graph.programs[rank]:
         if isinstance(step, Task):
             t0 = env.now
             kind = step.kind
+            # A kind the implementation runs on fewer threads holds only that many of the rank's cores.
+            cores = task_cores(op_threads, kind, rank_cores)
             prec = precision if kind in MATRIX_KINDS else "fp32"
             overhead = fixed_time_s(
                 sim.rank_resources[rank].spec, kind, step.ops, step.rows, step.tables_bytes, step.reuse_bytes, step.run_start
@@ -404,6 +421,7 @@ def _rank_process(
                 precision=prec,
                 category=step.category,
                 overhead_s=overhead,
+                cores=cores,
             )
             if step.serial_s > env.now - t0:
                 # Conflicting row updates serialise on cache-line transfers; cores cannot shorten the chain.
@@ -436,7 +454,8 @@ def run_iteration(inputs: Inputs, cfg: TrainingConfig, record_flows: bool = True
     accs = [{"compute": 0.0, "prepost": 0.0, "wait_allreduce": 0.0, "wait_alltoall": 0.0, "end": 0.0} for _ in range(p)]
     waits: list[dict[str, float]] = [{} for _ in range(p)]
     precision = inputs.workload.precision
-    procs = [sim.env.process(_rank_process(sim, r, graph, coord, precision, accs[r], waits[r])) for r in range(p)]
+    threads = dict(inputs.settings.op_threads)
+    procs = [sim.env.process(_rank_process(sim, r, graph, coord, precision, accs[r], waits[r], threads)) for r in range(p)]
     sim.run(simpy.AllOf(sim.env, procs))
     iteration = max(a["end"] for a in accs)
     per_rank = [

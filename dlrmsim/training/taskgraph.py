@@ -55,6 +55,9 @@ class IterationSettings:
     fuse_backward_update: bool = False
     optimizer: OptimizerSpec = field(default_factory=lambda: load_optimizer("sgd"))
     threads: int = 1  # compute threads per rank, for the race-free update's load balance
+    # Task kinds the implementation runs on fewer threads than the rank's cores (implementations.ImplementationProfile):
+    # (kind, threads) pairs; the rank runs such a task on that many cores.
+    op_threads: tuple[tuple[str, int], ...] = ()
     update_costs: UpdateCosts = field(default_factory=lambda: UpdateCosts(0.0, 0.0))
     # Pre/post-processing passes per collective: copies into and out of flat buffers, gradient averaging.
     allreduce_prepost_passes: float = 3.0

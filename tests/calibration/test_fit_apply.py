@@ -9,7 +9,8 @@ import networkx as nx
 import pytest
 import yaml
 
-from dlrmsim.calibration.apply import apply_calibration
+from dlrmsim.calibration.apply import apply_calibration, calibrated_compute
+from dlrmsim.calibration.benchmarks.tbe import TbeConfig, TbeTiming, fused_update_bytes, tbe_measurements
 from dlrmsim.calibration.fit import (
     RATE_GRID_POINTS,
     FittedModel,
@@ -19,6 +20,7 @@ from dlrmsim.calibration.fit import (
     fit_interaction,
     fit_memory,
     fit_overhead,
+    fit_tbe,
     memory_bandwidth_GBps,
     predict_gemm_s,
     predict_s,
@@ -509,3 +511,79 @@ def test_other_host_warns_naming_differences(quick_cal_path: Path, tmp_path: Pat
 
 def test_efficiency_table_type_matches_simulator() -> None:
     assert EfficiencyTable(((1e6, 0.2), (1e9, 0.6)))(1e7) == pytest.approx(0.2 + 0.4 / 3)
+
+
+def test_a_kind_an_implementation_runs_on_one_thread_takes_the_one_core_fit(quick_cal: Calibration) -> None:
+    """A 2-core rank whose implementation runs the fused update on one thread (fbgemm's CPU TBE) runs that task on
+    one core, so it must take the fit measured on one core: the 2-core fit's per-row time is already the two
+    cores' share, and its bandwidth fraction is relative to two cores' stream bandwidth."""
+    fits = [
+        EmbeddingFit(op=op, distribution="uniform", cores=c, bandwidth_GBps=4.0 * c, stream_fraction=0.3, row_time_ns=60.0 / c)
+        for op in ("forward", "update")
+        for c in (1, 2)
+    ]
+    cal = quick_cal.model_copy(update={"embedding": fits, "host": quick_cal.host.model_copy(update={"cores": 2})})
+    spec = dataclasses.replace(_tiny_host_topology().compute(0), cores=2)
+    plain = calibrated_compute(spec, cal)
+    pinned = calibrated_compute(spec, cal, threads_by_kind={"update": 1})
+    # Because only the update is pinned, it alone takes the 1-core fit (60 ns a row); the forward keeps the 2-core one.
+    assert plain.row_time_s_by_kind["update"] == pytest.approx(30e-9)
+    assert pinned.row_time_s_by_kind["update"] == pytest.approx(60e-9)
+    assert pinned.row_time_s_by_kind["embedding"] == pytest.approx(30e-9)
+    assert pinned.bandwidth_fraction_by_kind["update"] == pytest.approx(4.0 / memory_bandwidth_GBps(cal.memory, 1))
+    # A thread count at or above the rank's cores changes nothing.
+    assert calibrated_compute(spec, cal, threads_by_kind={"update": 8}) == plain
+
+
+def test_tbe_kernel_takes_the_tbe_fits_and_the_framework_fits_where_none_was_measured(quick_cal: Calibration) -> None:
+    """An implementation running fbgemm's table-batched embedding (TorchRec) costs what that kernel costs alone,
+    not what the framework's embedding bags cost: its kinds take the calibration's tbe fits."""
+    emb = [
+        EmbeddingFit(op=op, distribution="uniform", cores=1, bandwidth_GBps=5.0, stream_fraction=0.5, row_time_ns=100.0)
+        for op in ("forward", "backward", "update")
+    ]
+    tbe = [
+        EmbeddingFit(op=op, distribution="uniform", cores=1, bandwidth_GBps=9.0, stream_fraction=0.9, row_time_ns=t)
+        for op, t in (("forward", 3.0), ("update", 25.0))
+    ]
+    cal = quick_cal.model_copy(update={"embedding": emb, "tbe": tbe})
+    spec = apply_calibration(_tiny_host_topology(), cal, embedding_kernel="tbe").compute(0)
+    assert spec.row_time_s_by_kind["embedding"] == pytest.approx(3e-9)
+    assert spec.row_time_s_by_kind["update"] == pytest.approx(25e-9)
+    # fbgemm's fused backward has no separate backward kernel measured: that kind keeps the framework's fit.
+    assert spec.row_time_s_by_kind["embedding_bwd"] == pytest.approx(100e-9)
+    # Without the profile's kernel, or without tbe fits (a calibration without fbgemm), the framework's fits apply.
+    assert apply_calibration(_tiny_host_topology(), cal).compute(0).row_time_s_by_kind["update"] == pytest.approx(100e-9)
+    no_tbe = cal.model_copy(update={"tbe": []})
+    assert apply_calibration(_tiny_host_topology(), no_tbe, embedding_kernel="tbe").compute(0).row_time_s_by_kind[
+        "update"
+    ] == pytest.approx(100e-9)
+
+
+def test_tbe_rows_are_per_table_and_fit_back_to_their_own_model(quick_cal: Calibration) -> None:
+    """The TBE benchmark times one call over all its tables; its rows are per table (the simulator has one task a
+    table), and the embedding fit recovers a closed form t = fixed + lookups x row + bytes / bandwidth from them."""
+    fixed, row, bw = 20e-6, 30e-9, 10e9
+    rows = []
+    first_forward = 0.0
+    for pooling in (4, 16, 64):
+        for dim in (32, 128):
+            cfg = TbeConfig(rows=2**18, dim=dim, pooling=pooling, batch=2048, tables=4)
+            unique = min(cfg.rows, cfg.batch * pooling) // 2
+            per_table = {
+                op: fixed + cfg.batch * pooling * row + b / bw
+                for op, b in (
+                    ("forward", cfg.batch * pooling * (dim * 4 + 8) + cfg.batch * dim * 4),
+                    ("update", fused_update_bytes(cfg.batch, pooling, dim, unique)),
+                )
+            }
+            t = TbeTiming(cfg, 1, 4 * per_table["forward"], 4 * per_table["update"], 1.0, 1.0, 9)
+            rows += tbe_measurements(t, unique, (1.0, 1.0))
+            first_forward = first_forward or per_table["forward"]
+    # Because the simulator runs one task per table, a row holds the 4-table call's time / 4.
+    assert rows[0].params["op"] == "forward" and rows[0].time_s == pytest.approx(first_forward)
+    fits = {f.op: f for f in fit_tbe(rows, quick_cal.memory)}
+    for op in ("forward", "update"):
+        assert fits[op].fixed_us == pytest.approx(20.0, rel=1e-3)
+        assert fits[op].row_time_ns == pytest.approx(30.0, rel=1e-3)
+        assert fits[op].bandwidth_GBps == pytest.approx(10.0, rel=1e-3)

@@ -21,6 +21,7 @@ from dlrmsim.calibration.benchmarks.gemm import (
 from dlrmsim.calibration.benchmarks.interaction import interaction_configs, interaction_task
 from dlrmsim.calibration.benchmarks.memory import STREAM_STAGE, stream_elements, stream_task
 from dlrmsim.calibration.benchmarks.overhead import dispatch_task
+from dlrmsim.calibration.benchmarks.tbe import tbe_available, tbe_configs, tbe_task
 from dlrmsim.calibration.benchmarks.timing import BenchTask, TimingPolicy, core_counts, policy_for
 from dlrmsim.calibration.ops import Ops
 from dlrmsim.calibration.schema import Measurement
@@ -148,6 +149,9 @@ def _first_pass(k: Ops, quick: bool, cores: int, implementation: str, ranks: int
         tasks += [embedding_task(k, cfg, c, policy) for c in emb_cores]
     for icfg in interaction_configs(quick):
         tasks += [interaction_task(k, icfg, c, policy) for c in emb_cores]
+    # fbgemm's CPU TBE (TorchRec's fused embedding) runs on one thread: measured there (benchmarks/tbe.py).
+    if k.name == "torch" and tbe_available():
+        tasks += [tbe_task(cfg, policy) for cfg in tbe_configs()]
     if cores >= 1:
         threads = max(1, cores // ranks)
         for op in ("allreduce", "alltoall"):

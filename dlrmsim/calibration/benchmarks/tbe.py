@@ -1,0 +1,223 @@
+"""fbgemm's table-batched embedding (TBE) on CPU, timed alone: forward, and backward with the SGD update fused in.
+
+This is the kernel TorchRec's ``FusedEmbeddingBagCollection`` runs on a CPU (fbgemm_gpu's
+``SplitTableBatchedEmbeddingBagsCodegen`` with ``EmbeddingLocation.HOST``, ``ComputeDevice.CPU`` and
+``OptimType.EXACT_SGD``), outside any DLRM step, so that how its time changes with the thread count is a
+micro-benchmark fact and not something read off the step we validate against.
+
+Each call is timed by the wall clock and by the process's CPU time (all its threads): a kernel that runs its work
+on ``n`` threads shows CPU time near ``n`` x wall time, one that runs on a single thread shows CPU time = wall time
+whatever ``torch.set_num_threads`` says. (No OpenMP region runs between the timed calls, so no idle OpenMP worker
+spins and inflates the CPU time.) torch and fbgemm-gpu-cpu are optional; they are imported where used.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dlrmsim.calibration.benchmarks.embedding import ZIPF_EXPONENT
+from dlrmsim.calibration.benchmarks.timing import BenchTask, TimingPolicy, median_spread
+from dlrmsim.calibration.ops import embedding_bytes, make_indices
+from dlrmsim.calibration.schema import Measurement
+
+LEARNING_RATE = 0.01  # any positive rate costs the same
+
+
+@dataclass(frozen=True)
+class TbeConfig:
+    """Tables of ``rows`` x ``dim`` fp32, ``tables`` of them batched in one TBE, ``pooling`` lookups per sample."""
+
+    rows: int
+    dim: int
+    pooling: int
+    batch: int
+    tables: int = 4
+    distribution: str = "uniform"
+
+
+@dataclass(frozen=True)
+class TbeTiming:
+    """Median seconds per call of the TBE forward and of its backward (with the fused SGD update) on ``threads``
+    threads, and the median ratio of process CPU time to wall time over the same calls (the threads busy)."""
+
+    config: TbeConfig
+    threads: int
+    forward_s: float
+    backward_s: float
+    forward_busy_threads: float
+    backward_busy_threads: float
+    samples: int
+
+
+def build_tbe(cfg: TbeConfig, seed: int = 0) -> Any:
+    """The TBE module TorchRec's fused embedding-bag collection builds on a CPU for ``cfg``'s tables."""
+    import torch
+    from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation
+    from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+        ComputeDevice,
+        OptimType,
+        SplitTableBatchedEmbeddingBagsCodegen,
+    )
+
+    torch.manual_seed(seed)
+    specs = [(cfg.rows, cfg.dim, EmbeddingLocation.HOST, ComputeDevice.CPU)] * cfg.tables
+    return SplitTableBatchedEmbeddingBagsCodegen(
+        embedding_specs=specs, optimizer=OptimType.EXACT_SGD, learning_rate=LEARNING_RATE, device=torch.device("cpu")
+    )
+
+
+def tbe_inputs(cfg: TbeConfig, count: int, seed: int = 0) -> list[tuple[Any, Any]]:
+    """``count`` (indices, offsets) batches: every table's ``batch`` x ``pooling`` lookups, TBE's flat layout."""
+    import torch
+
+    rng = np.random.default_rng(seed)
+    offsets = torch.arange(0, cfg.tables * cfg.batch + 1, dtype=torch.int64) * cfg.pooling
+    out = []
+    for _ in range(count):
+        idx = np.concatenate(
+            [make_indices(cfg.rows, cfg.batch * cfg.pooling, cfg.distribution, ZIPF_EXPONENT, rng) for _ in range(cfg.tables)]
+        )
+        out.append((torch.from_numpy(idx.astype(np.int64)), offsets))
+    return out
+
+
+def time_tbe(cfg: TbeConfig, threads: int, samples: int = 15, warmup: int = 3, seed: int = 0) -> TbeTiming:
+    """Time ``samples`` forward and backward calls of the TBE of ``cfg`` on ``threads`` threads (medians), each
+    with a new batch of indices as a training step has."""
+    return _time_tbe_samples(cfg, threads, samples, warmup, seed)[0]
+
+
+def _time_tbe_samples(
+    cfg: TbeConfig, threads: int, samples: int, warmup: int, seed: int = 0
+) -> tuple[TbeTiming, list[float], list[float]]:
+    """:func:`time_tbe`, with its forward and backward samples (s)."""
+    import torch
+
+    tbe = build_tbe(cfg, seed)
+    batches = tbe_inputs(cfg, 8, seed)
+    grad = torch.full((cfg.batch, cfg.tables * cfg.dim), 1e-3)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    fwd: list[float] = []
+    bwd: list[float] = []
+    fwd_busy: list[float] = []
+    bwd_busy: list[float] = []
+    try:
+        with torch.enable_grad():
+            for i in range(warmup + samples):
+                indices, offsets = batches[i % len(batches)]
+                w0, c0 = time.perf_counter(), time.process_time()
+                out = tbe(indices, offsets)
+                w1, c1 = time.perf_counter(), time.process_time()
+                out.backward(grad)
+                w2, c2 = time.perf_counter(), time.process_time()
+                if i >= warmup:
+                    fwd.append(w1 - w0)
+                    bwd.append(w2 - w1)
+                    fwd_busy.append((c1 - c0) / (w1 - w0))
+                    bwd_busy.append((c2 - c1) / (w2 - w1))
+    finally:
+        torch.set_num_threads(previous)
+    med = statistics.median
+    return TbeTiming(cfg, threads, med(fwd), med(bwd), med(fwd_busy), med(bwd_busy), samples), fwd, bwd
+
+
+# --- as a calibration benchmark ---------------------------------------------------------------------------------
+
+# Table shapes, poolings and distributions the TBE fit sees: as the embedding-bag benchmark's
+# (benchmarks.embedding.embedding_configs), so the same terms (fixed, per lookup, per byte) separate.
+TBE_SHAPES = ((2**18, 32), (2**18, 128), (2**21, 32))
+TBE_POOLINGS = (4, 16, 64)
+# Two batches: the TBE's backward allocates and sorts per-call buffers of every lookup (csr2csc), and its time per
+# lookup is not the same at 16k and 32k lookups a table (2.2 vs 1.1 ms a table at p16, batch 2048 vs 1024 on this
+# project's 2-core host): the fit must see the sizes the validation steps run.
+TBE_BATCHES = (1024, 2048)
+TBE_TABLES = 4  # a rank of the validation cases holds 4 tables in one TBE
+
+
+def tbe_available() -> bool:
+    """Whether fbgemm-gpu-cpu (and torch) can be imported, without importing them."""
+    return importlib.util.find_spec("fbgemm_gpu") is not None and importlib.util.find_spec("torch") is not None
+
+
+def tbe_configs() -> list[TbeConfig]:
+    return [
+        TbeConfig(rows, dim, p, batch, TBE_TABLES, dist)
+        for rows, dim in TBE_SHAPES
+        for p in TBE_POOLINGS
+        for batch in TBE_BATCHES
+        for dist in ("uniform", "zipf")
+    ]
+
+
+def fused_update_bytes(batch: int, pooling: int, dim: int, unique_rows: int, index_bytes: int = 8) -> float:
+    """Bytes of a backward with the SGD update fused in, counted as the simulator counts its fused update task
+    (taskgraph.embedding_backward_update_tasks with fuse_backward_update): the pooled gradient and the indices
+    read, every touched fp32 row read and written once; no gradient row per lookup is written or read back."""
+    return batch * dim * 4.0 + batch * pooling * index_bytes + 2.0 * unique_rows * dim * 4.0
+
+
+def tbe_measurements(t: TbeTiming, unique_rows: int, spreads: tuple[float, float]) -> list[Measurement]:
+    """Calibration rows of one timed TBE: its forward (op "forward") and its backward with the update fused in
+    (op "update"), each as the time **per table** (the call's time / its tables) with one table's lookups and
+    bytes (the forward's as ops.embedding_bytes, the update's as :func:`fused_update_bytes`), so the fit's terms
+    are per table and per byte as the simulator's embedding tasks count them."""
+    cfg = t.config
+    nbytes = {
+        "forward": embedding_bytes(cfg.batch, cfg.pooling, cfg.dim, unique_rows)["forward"],
+        "update": fused_update_bytes(cfg.batch, cfg.pooling, cfg.dim, unique_rows),
+    }
+    out = []
+    for op, time_s, spread in (("forward", t.forward_s, spreads[0]), ("update", t.backward_s, spreads[1])):
+        out.append(
+            Measurement(
+                benchmark="tbe",
+                name=f"tbe {op} r{cfg.rows} d{cfg.dim} p{cfg.pooling} {cfg.distribution} b{cfg.batch} t{cfg.tables} c{t.threads}",
+                cores=t.threads,
+                params={
+                    "op": op,
+                    "position": "rest",
+                    "rows": cfg.rows,
+                    "dim": cfg.dim,
+                    "pooling": cfg.pooling,
+                    "distribution": cfg.distribution,
+                    "batch": cfg.batch,
+                    "unique_rows": unique_rows,
+                    "lookups": cfg.batch * cfg.pooling,
+                    "tables": cfg.tables,
+                },
+                bytes=nbytes[op],
+                time_s=time_s / cfg.tables,
+                spread_pct=spread,
+                repeats=t.samples,
+            )
+        )
+    return out
+
+
+def tbe_task(cfg: TbeConfig, policy: TimingPolicy, threads: int = 1) -> BenchTask:
+    """One TBE configuration timed on ``threads`` threads (1: the thread fbgemm-gpu-cpu's kernels run on, see
+    training/presets/implementations/torchrec-fused.yaml)."""
+
+    def run() -> list[Measurement]:
+        samples = max(policy.repeats, 7)
+        t, spreads = _time_with_spread(cfg, threads, samples, policy.warmup)
+        rng = np.random.default_rng(cfg.rows + cfg.pooling)
+        draws = [make_indices(cfg.rows, cfg.batch * cfg.pooling, cfg.distribution, ZIPF_EXPONENT, rng) for _ in range(4)]
+        unique_rows = round(statistics.mean(np.unique(d).size for d in draws))
+        return tbe_measurements(t, unique_rows, spreads)
+
+    name = f"tbe r{cfg.rows} d{cfg.dim} p{cfg.pooling} {cfg.distribution} b{cfg.batch} t{cfg.tables} c{threads}"
+    return BenchTask("fbgemm TBE", name, run, repeat=True)
+
+
+def _time_with_spread(cfg: TbeConfig, threads: int, samples: int, warmup: int) -> tuple[TbeTiming, tuple[float, float]]:
+    """:func:`time_tbe` and the (max - min) / median spread in % of its forward and backward samples."""
+    t, fwd, bwd = _time_tbe_samples(cfg, threads, samples, warmup)
+    return t, (median_spread(fwd)[1], median_spread(bwd)[1])

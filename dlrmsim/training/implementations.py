@@ -1,0 +1,86 @@
+"""Implementation profiles: what a DLRM implementation does differently from the simulator's default step.
+
+Two implementations of the same DLRM step can run different kernels with different parallelism: fbgemm's
+table-batched embedding (TorchRec) updates rows inside its backward and runs on one thread whatever the
+framework's thread count, PyTorch's EmbeddingBag writes sparse gradients for a separate SGD step and runs its
+ops on every thread. A profile (presets/implementations/*.yaml) states that per simulator task kind, each
+statement with the source it comes from (the implementation's code, or a micro-benchmark of the kernel alone);
+the kernel rates themselves stay the calibration's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, PositiveInt, field_validator
+
+from dlrmsim import config
+from dlrmsim.config import StrictModel
+
+PRESET_DIR = Path(__file__).resolve().parent / "presets" / "implementations"
+
+# Task kinds of the training task graph (taskgraph.Task.kind) a profile may pin to a thread count.
+TASK_KINDS = frozenset(
+    {"gemm", "elementwise", "embedding", "embedding_bwd", "update", "interaction", "interaction_bwd", "optimizer", "copy"}
+)
+
+
+class OpThreads(StrictModel):
+    """The threads one task kind runs on in this implementation, and where that statement comes from."""
+
+    kind: str = Field(description="simulator task kind (taskgraph.Task.kind)")
+    threads: PositiveInt = Field(description="threads the kind's kernels run on, whatever the framework's thread count")
+    source: str = Field(min_length=1, description="where this comes from: the kernel's source file, or a measurement")
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, v: str) -> str:
+        if v not in TASK_KINDS:
+            raise ValueError(f"unknown task kind '{v}'; use one of: {', '.join(sorted(TASK_KINDS))}")
+        return v
+
+
+class ImplementationProfile(StrictModel):
+    """A DLRM implementation as the simulator models its step (see presets/implementations/*.yaml)."""
+
+    name: str
+    description: str = ""
+    fuse_backward_update: bool = Field(
+        False, description="the sparse update runs inside the embedding backward (no gradient rows written and read back)"
+    )
+    op_threads: list[OpThreads] = Field(default_factory=list)
+    embedding_kernel: Literal["framework", "tbe"] = Field(
+        "framework",
+        description="which calibrated embedding kernel the embedding kinds run: the framework's embedding bags, or "
+        "fbgemm's table-batched embedding (the calibration's tbe fits, where it measured them)",
+    )
+
+    @field_validator("op_threads")
+    @classmethod
+    def _one_per_kind(cls, v: list[OpThreads]) -> list[OpThreads]:
+        kinds = [o.kind for o in v]
+        dup = sorted({k for k in kinds if kinds.count(k) > 1})
+        if dup:
+            raise ValueError(f"kind {', '.join(dup)} listed more than once")
+        return v
+
+    def threads_by_kind(self) -> dict[str, int]:
+        """Task kind -> threads it runs on; kinds not listed run on all the rank's compute cores."""
+        return {o.kind: o.threads for o in self.op_threads}
+
+
+def load_implementation(name_or_path: str | Path, overrides: dict[str, Any] | None = None) -> ImplementationProfile:
+    """Load an implementation preset (torchrec-fused, ...) or a user's profile YAML."""
+    return config.load(name_or_path, ImplementationProfile, PRESET_DIR, "implementation", overrides)
+
+
+def implementation_names() -> list[str]:
+    return config.preset_names(PRESET_DIR)
+
+
+def task_cores(threads_by_kind: dict[str, int], kind: str, rank_cores: float) -> float:
+    """Cores a task of ``kind`` runs on, of a rank with ``rank_cores`` compute cores: the kind's thread count
+    from the implementation profile (never more than the rank has), or all of them."""
+    threads = threads_by_kind.get(kind)
+    return rank_cores if threads is None else float(min(threads, rank_cores))
