@@ -29,6 +29,7 @@ from dlrmsim.calibration.ops import get_ops
 from dlrmsim.calibration.schema import Calibration, load_calibration
 from dlrmsim.calibration.targets.reference import measure_reference
 from dlrmsim.calibration.targets.torchrec import measure_step, planner_estimate
+from dlrmsim.calibration.targets.torchrec_dmp import measure_dmp_step
 from dlrmsim.config import StrictModel
 from dlrmsim.engine.frames import records_frame
 from dlrmsim.errors import DlrmsimError, closest
@@ -37,6 +38,7 @@ from dlrmsim.output import err_console
 from dlrmsim.topologies import load_topology
 from dlrmsim.training.implementations import load_implementation
 from dlrmsim.training.simulate import TrainingConfig, load_inputs, run_iteration
+from dlrmsim.workloads.placement import Placement
 from dlrmsim.workloads.schema import Workload
 
 CASES_FILE = Path(__file__).resolve().parent / "validation_cases.yaml"
@@ -192,12 +194,15 @@ def sim_phase(name: str, category: str) -> str:
     return "other"
 
 
-def predict(case: ValidationCase, cal: Calibration, implementation: str | None = None) -> tuple[float, dict[str, float]]:
+def predict(
+    case: ValidationCase, cal: Calibration, implementation: str | None = None, placement: Placement | None = None
+) -> tuple[float, dict[str, float]]:
     """Simulated iteration time (s) and per-phase times of ``case`` on the host model calibrated by ``cal``.
 
     ``implementation``: the profile (training.implementations) of the implementation the case is compared with,
     e.g. torchrec-fused: fbgemm's table-batched embedding applies the sparse update inside its backward, and its
     forward and backward run on one thread; None is the project's runner (every op on all the rank's threads).
+    ``placement``: the sharding the implementation ran (TorchRec's plan), instead of dlrmsim's table-wise default.
     """
     impl = load_implementation(implementation) if implementation else None
     topo = load_topology("host", {"compute.host-cpu.cores": case.ranks * case.threads}, ranks=case.ranks)
@@ -216,7 +221,7 @@ def predict(case: ValidationCase, cal: Calibration, implementation: str | None =
         workload_overrides={"minibatch.strong_global": case.batch},
     )
     w = case.workload.model_copy(update={"minibatch": case.workload.minibatch.model_copy(update={"strong_global": case.batch})})
-    res = run_iteration(load_inputs(cfg, workload=w, topology=topo), cfg)
+    res = run_iteration(load_inputs(cfg, workload=w, topology=topo, placement=placement), cfg)
     df = records_frame(res.records)
     phases: dict[str, float] = {}
     if not df.empty:
@@ -257,18 +262,25 @@ TARGETS = ("project", "torchrec", "reference")
 TARGET_IMPLEMENTATIONS = {"torchrec": "torchrec-fused"}
 
 
-def measure_target(case: ValidationCase, against: str, reference: Path | None, samples: int) -> tuple[list[float], float | None]:
-    """Per-step samples (s) of ``case`` run by an implementation this project did not write, and TorchRec's
-    planner estimate (s) when the target is TorchRec."""
+@dataclass(frozen=True)
+class TargetRun:
+    """One case run by an implementation this project did not write."""
+
+    samples_s: list[float]  # per-step seconds, one per sample
+    planner_s: float | None = None  # TorchRec's planner estimate of the same step
+    placement: Placement | None = None  # the sharding it ran (TorchRec's plan), simulated as is
+
+
+def measure_target(case: ValidationCase, against: str, reference: Path | None, samples: int) -> TargetRun:
+    """``case`` run by TorchRec (one process, or DistributedModelParallel over ``case.ranks`` processes with the
+    plan TorchRec's planner made) or by the reference DLRM."""
     if against == "torchrec":
-        if case.ranks != 1:
-            raise DlrmsimError(
-                f"case {case.name}: the TorchRec target runs one rank",
-                field="--case",
-                fix="pick 1-rank cases (multi-rank TorchRec needs DistributedModelParallel, not built yet)",
-            )
+        if case.ranks > 1:
+            dmp = measure_dmp_step(case.workload, case.batch, case.ranks, case.threads, samples=samples)
+            planner = planner_estimate(case.workload, case.batch // case.ranks, world_size=case.ranks)
+            return TargetRun(list(dmp.step.samples_s), planner.step_s, dmp.placement)
         m = measure_step(case.workload, case.batch, case.threads, "fused", samples=samples)
-        return list(m.samples_s), planner_estimate(case.workload, case.batch).step_s
+        return TargetRun(list(m.samples_s), planner_estimate(case.workload, case.batch).step_s)
     if reference is None:
         raise DlrmsimError(
             "--against reference needs --reference PATH",
@@ -276,7 +288,7 @@ def measure_target(case: ValidationCase, against: str, reference: Path | None, s
             fix="clone https://github.com/facebookresearch/dlrm into a temporary directory and pass its path",
         )
     m = measure_reference(reference, case.workload, case.batch, ranks=case.ranks, threads=case.threads, iterations=10 * samples)
-    return list(m.samples_s), None
+    return TargetRun(list(m.samples_s))
 
 
 def run_validation(
@@ -352,17 +364,19 @@ def _validate_target(
     """Each case run by another implementation (samples of whole steps, median kept) against the prediction."""
     cases = load_cases(only=only)
     if against == "torchrec":
-        cases = [c for c in cases if c.ranks == 1 and c.workload.bottom_mlp[-1] == c.workload.embedding_dim]
+        # TorchRec's DLRM feeds the bottom MLP's output into the dot interaction with the embeddings
+        cases = [c for c in cases if c.workload.bottom_mlp[-1] == c.workload.embedding_dim]
     results = []
     with Progress(console=err_console, transient=True, disable=not progress) as bar:
         task = bar.add_task("validating", total=len(cases))
         for case in cases:
             bar.update(task, description=f"{case.name}: {against}")
-            runs, planner = measure_target(case, against, reference, max(samples, 5))
+            run = measure_target(case, against, reference, max(samples, 5))
+            runs, planner = run.samples_s, run.planner_s
             measured = statistics.median(runs)
             # The implementation's profile: TorchRec's fused embedding updates rows inside backward (no gradient rows
             # written and read back), and fbgemm's CPU kernels run on one thread (presets/implementations/torchrec-fused.yaml).
-            predicted, pphases = predict(case, cal, implementation=TARGET_IMPLEMENTATIONS.get(against))
+            predicted, pphases = predict(case, cal, implementation=TARGET_IMPLEMENTATIONS.get(against), placement=run.placement)
             results.append(
                 CaseResult.of(
                     case,

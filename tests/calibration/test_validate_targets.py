@@ -9,7 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from dlrmsim.calibration import validate
+from dlrmsim.calibration.schema import load_calibration
 from dlrmsim.cli import app, main
+from dlrmsim.workloads.placement import Placement, PlacementSpec, Shard
 
 SAMPLES = [0.010, 0.012, 0.011, 0.013, 0.011]
 
@@ -18,9 +20,16 @@ SAMPLES = [0.010, 0.012, 0.011, 0.013, 0.011]
 def fake_target(monkeypatch: pytest.MonkeyPatch) -> None:
     """Replace the measured implementation by fixed samples (and a fixed planner estimate): the test is about
     how validate combines them with the prediction, not about this host's speed."""
-    monkeypatch.setattr(
-        validate, "measure_target", lambda case, against, ref, n: (SAMPLES, 0.002 if against == "torchrec" else None)
-    )
+
+    def fake(case: validate.ValidationCase, against: str, ref: Path | None, n: int) -> validate.TargetRun:
+        plan = None
+        if case.ranks > 1:  # the plan TorchRec made: every table on rank 1
+            rows = case.workload.table_rows
+            shards = tuple(Shard(t, 1, r, case.workload.embedding_dim) for t, r in enumerate(rows))
+            plan = Placement(PlacementSpec(), case.ranks, shards, (), tuple(range(len(rows))))
+        return validate.TargetRun(SAMPLES, 0.002 if against == "torchrec" else None, plan)
+
+    monkeypatch.setattr(validate, "measure_target", fake)
 
 
 def test_torchrec_report_has_dlrmsim_and_planner_errors(quick_cal_path: Path, fake_target: None) -> None:
@@ -35,10 +44,17 @@ def test_torchrec_report_has_dlrmsim_and_planner_errors(quick_cal_path: Path, fa
     assert case["planner_error"] == pytest.approx((0.002 - 0.011) / 0.011) and case["target"] == "torchrec"
 
 
-def test_torchrec_skips_multi_rank_cases(quick_cal_path: Path, fake_target: None) -> None:
+def test_torchrec_two_rank_cases_are_predicted_with_the_plan_torchrec_ran(quick_cal_path: Path, fake_target: None) -> None:
     report = validate.run_validation(quick_cal_path, against="torchrec", only=["base", "ranks-2"], progress=False)
-    # Because the TorchRec target runs one process, the 2-rank case is left out rather than mis-measured.
-    assert [c.name for c in report.cases] == ["base"]
+    # Because multi-rank TorchRec runs DistributedModelParallel, the 2-rank case is measured too
+    assert [c.name for c in report.cases] == ["base", "ranks-2"]
+    (two,) = [c for c in report.cases if c.name == "ranks-2"]
+    # and predicted on TorchRec's plan (every table on rank 1), not on dlrmsim's balanced default: one rank does
+    # all the lookups, so the step is slower than with the tables spread
+    cal = load_calibration(quick_cal_path)
+    case = next(c for c in validate.load_cases(only=["ranks-2"]))
+    spread, _ = validate.predict(case, cal, implementation="torchrec-fused")
+    assert two.predicted_s > spread
 
 
 def one_line_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
