@@ -122,6 +122,7 @@ class FluidScheduler:
         self._wake_at = np.inf
         self._flush_scheduled = False
         self._in_step = False  # inside _step, whose loop merges every batch added meanwhile
+        self._added = False  # add_one wrote an activity straight into the tables since the last step
         self.stats = {"activities": 0, "finished": 0, "solves": 0, "wakeups": 0}
         self._held = False  # between hold() and resume(): simulated time passes without integration or wake-ups
         self._need_solve = False
@@ -208,12 +209,41 @@ class FluidScheduler:
         """Start one activity now (the common case of a compute task): ``res`` the one resource it draws
         ``1 * rate`` from, or -1 for none. Same as :meth:`add` of a one-activity :class:`Batch`."""
         now = self.env.now
-        fb = np.array([[work], [work], [0.0], [now], [cap], [cap_slow], [share]])
-        ib = np.array([[trig], [rank_a], [rank_b], [tag], [owner]], dtype=np.int64)
+        if self._pending or self._held:
+            # behind batches still pending: keep the start order (it fixes the order owners hear)
+            fb = np.array([[work], [work], [0.0], [now], [cap], [cap_slow], [share]])
+            ib = np.array([[trig], [rank_a], [rank_b], [tag], [owner]], dtype=np.int64)
+            if res >= 0:
+                self._pending.append((fb, ib, _ZERO1, np.array([res], dtype=np.int64), _ONE1))
+            else:
+                self._pending.append((fb, ib, _I0, _I0, _F0))
+            self._request_flush()
+            return
+        # Straight into the tables at rate 0, as a merge would put it: nothing integrates it before the re-solve
+        # this instant (a rate of 0 drains nothing), and this skips building and copying two one-column arrays.
+        n, m = self._n, self._m
+        self._reserve(n + 1, m + 1)
+        F, I = self._F, self._I  # noqa: E741
+        F[_WORK, n] = work
+        F[_REM, n] = work
+        F[_RATE, n] = 0.0
+        F[_ISSUE, n] = now
+        F[_CAP, n] = cap
+        F[_SLOW, n] = cap_slow
+        F[_SHARE, n] = share
+        I[_TRIG, n] = trig
+        I[_RA, n] = rank_a
+        I[_RB, n] = rank_b
+        I[_TAG, n] = tag
+        I[_OWNER, n] = owner
         if res >= 0:
-            self._pending.append((fb, ib, _ZERO1, np.array([res], dtype=np.int64), _ONE1))
-        else:
-            self._pending.append((fb, ib, _I0, _I0, _F0))
+            self._E[0, m] = n
+            self._E[1, m] = res
+            self._EW[m] = 1.0
+            self._m = m + 1
+        self._n = n + 1
+        self.stats["activities"] += 1
+        self._added = True  # the flush runs a full step (advance, finish, solve), as for a pending batch
         self._request_flush()
 
     @property
@@ -222,8 +252,8 @@ class FluidScheduler:
 
     # ---- skipping repeated cycles exactly (used by collectives; see simulation._CollectiveRun._try_skip) ------
     def quiet(self) -> bool:
-        """Nothing waits to start: no pending batch and no delayed one."""
-        return not self._pending and not self._delayed
+        """Nothing waits to start: no pending batch, no delayed one, no activity added since the last step."""
+        return not self._pending and not self._delayed and not self._added
 
     def remaining(self) -> np.ndarray:
         """A copy of the running activities' remaining work (units), in start order."""
@@ -292,7 +322,7 @@ class FluidScheduler:
             _AfterInstant(self.env, self._on_flush)
             return
         self._flush_scheduled = False
-        if self._pending:
+        if self._pending or self._added:
             self._step(solve_now=True)
         elif self._need_solve:
             self._need_solve = False
@@ -323,6 +353,7 @@ class FluidScheduler:
         """Advance to now, start due activities, finish completed ones, re-solve and reschedule (at once, or, if
         ``solve_now`` is false, after this instant's other events, see :meth:`_on_flush`)."""
         self._advance()
+        self._added = False
         now = self.env.now
         delayed = self._delayed
         while delayed and delayed[0][0] <= now * (1 + 1e-15) + 1e-18:
@@ -340,6 +371,7 @@ class FluidScheduler:
                 self._finish(done)
         finally:
             self._in_step = False
+            self._added = False  # whatever owners added meanwhile was taken in by the loop above
         queue = self.env._queue
         if solve_now or self._held or not (queue and queue[0][0] <= now):
             self._solve()  # now, when no other event is due at this instant (returns at once while held)
@@ -352,20 +384,7 @@ class FluidScheduler:
         n0, m0 = self._n, self._m
         n1 = n0 + sum(b[0].shape[1] for b in batches)
         m1 = m0 + sum(len(b[2]) for b in batches)
-        if n1 > self._F.shape[1]:
-            size = max(2 * self._F.shape[1], n1)
-            F = np.zeros((7, size))
-            F[:, :n0] = self._F[:, :n0]
-            I = np.zeros((5, size), dtype=np.int64)  # noqa: E741
-            I[:, :n0] = self._I[:, :n0]
-            self._F, self._I = F, I
-        if m1 > len(self._EW):
-            size = max(2 * len(self._EW), m1)
-            E = np.zeros((2, size), dtype=np.int64)
-            E[:, :m0] = self._E[:, :m0]
-            EW = np.zeros(size)
-            EW[:m0] = self._EW[:m0]
-            self._E, self._EW = E, EW
+        self._reserve(n1, m1)
         F, I, E, EW = self._F, self._I, self._E, self._EW  # noqa: E741
         n, m = n0, m0
         for fb, ib, ea, er, ew in batches:
@@ -381,6 +400,24 @@ class FluidScheduler:
             n += k
         self._n, self._m = n1, m1
         self.stats["activities"] += n1 - n0
+
+    def _reserve(self, n: int, m: int) -> None:
+        """Grow the tables (capacity doubling) to hold ``n`` activities and ``m`` resource entries."""
+        n0, m0 = self._n, self._m
+        if n > self._F.shape[1]:
+            size = max(2 * self._F.shape[1], n)
+            F = np.zeros((7, size))
+            F[:, :n0] = self._F[:, :n0]
+            I = np.zeros((5, size), dtype=np.int64)  # noqa: E741
+            I[:, :n0] = self._I[:, :n0]
+            self._F, self._I = F, I
+        if m > len(self._EW):
+            size = max(2 * len(self._EW), m)
+            E = np.zeros((2, size), dtype=np.int64)
+            E[:, :m0] = self._E[:, :m0]
+            EW = np.zeros(size)
+            EW[:m0] = self._EW[:m0]
+            self._E, self._EW = E, EW
 
     def _finish(self, idx: np.ndarray) -> None:
         """Remove the activities at indices ``idx`` (ascending) and tell their owners."""
