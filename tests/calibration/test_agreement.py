@@ -26,22 +26,23 @@ def test_a_calibration_agrees_with_itself(quick_cal: Calibration) -> None:
     assert len(ag.parameters) > 20 and not ag.only_in_one
 
 
-def test_faster_collectives_show_in_their_parameters_and_in_two_rank_predictions(quick_cal: Calibration) -> None:
-    faster = quick_cal.model_copy(
+def test_slower_gemms_show_in_their_parameters_and_in_mlp_bound_predictions(quick_cal: Calibration) -> None:
+    slower = quick_cal.model_copy(
         update={
-            "collectives": [
-                c.model_copy(update={"beta_GBps": c.beta_GBps * 4, "bus_bandwidth_GBps": c.bus_bandwidth_GBps * 4})
-                for c in quick_cal.collectives
-            ]
+            "gemm": quick_cal.gemm.model_copy(
+                update={
+                    "tables": [t.model_copy(update={"points": [(f, e / 2) for f, e in t.points]}) for t in quick_cal.gemm.tables]
+                }
+            )
         }
     )
-    ag = compare(quick_cal, faster, load_cases(only=["ranks-2"]))
+    ag = compare(quick_cal, slower, load_cases(only=["wide-mlp"]))
     changed = [r for r in ag.parameters if r.difference > 0]
-    # because only the collectives' bandwidths changed, each by 1 - 1/4
-    assert changed and all(r.name.startswith("collectives.") and r.name.endswith("_GBps") for r in changed)
-    assert all(r.difference == pytest.approx(0.75) for r in changed)
-    # and a two-rank iteration, which exchanges activations and gradients, is predicted faster
-    assert ag.predictions[0].b < ag.predictions[0].a
+    # because only the GEMM efficiency points changed, each by half
+    assert changed and all(r.name.startswith("gemm.tables.") and "points@" in r.name for r in changed)
+    assert all(r.difference == pytest.approx(0.5) for r in changed)
+    # and the MLP-heavy case's GEMMs take longer at half the efficiency
+    assert ag.predictions[0].b > ag.predictions[0].a
     # because list entries are named by what they describe, not by position
     assert any(k.startswith("embedding.forward/uniform/") for k in fitted_parameters(quick_cal))
 
