@@ -51,6 +51,23 @@ def embedding_configs(quick: bool) -> list[EmbeddingConfig]:
     return configs
 
 
+def lookup_params(cfg: Any, op: str, position: str, unique_rows: int, tables: int) -> dict[str, float | int | str]:
+    """The parameters of an embedding-lookup measurement that the embedding fit reads (fit.embedding_features):
+    ``cfg`` is any configuration with rows, dim, pooling, distribution and batch (an embedding bag's or a TBE's)."""
+    return {
+        "op": op,
+        "position": position,
+        "rows": cfg.rows,
+        "dim": cfg.dim,
+        "pooling": cfg.pooling,
+        "distribution": cfg.distribution,
+        "batch": cfg.batch,
+        "unique_rows": unique_rows,
+        "lookups": cfg.batch * cfg.pooling,
+        "tables": tables,
+    }
+
+
 def tables_per_cycle(cfg: EmbeddingConfig, cache_bytes: int) -> int:
     """Tables one benchmark cycle walks: enough that together they exceed twice the last-level cache (a rank
     of a DLRM holds many tables), from 2 to 4."""
@@ -161,18 +178,7 @@ def embedding_task(k: Ops, cfg: EmbeddingConfig, cores: int, policy: TimingPolic
                     benchmark="embedding",
                     name=f"embedding {label} {base}",
                     cores=cores,
-                    params={
-                        "op": op_name,
-                        "position": position,
-                        "rows": cfg.rows,
-                        "dim": cfg.dim,
-                        "pooling": cfg.pooling,
-                        "distribution": cfg.distribution,
-                        "batch": cfg.batch,
-                        "unique_rows": unique_rows,
-                        "lookups": cfg.batch * cfg.pooling,
-                        "tables": tables,
-                    },
+                    params=lookup_params(cfg, op_name, position, unique_rows, tables),
                     bytes=nbytes[op_name],
                     time_s=med,
                     spread_pct=spread,

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from dlrmsim.calibration.benchmarks.embedding import ZIPF_EXPONENT
+from dlrmsim.calibration.benchmarks.embedding import ZIPF_EXPONENT, lookup_params
 from dlrmsim.calibration.benchmarks.timing import BenchTask, TimingPolicy, median_spread
 from dlrmsim.calibration.ops import embedding_bytes, make_indices
 from dlrmsim.calibration.schema import Measurement
@@ -180,18 +180,7 @@ def tbe_measurements(t: TbeTiming, unique_rows: int, spreads: tuple[float, float
                 benchmark="tbe",
                 name=f"tbe {op} r{cfg.rows} d{cfg.dim} p{cfg.pooling} {cfg.distribution} b{cfg.batch} t{cfg.tables} c{t.threads}",
                 cores=t.threads,
-                params={
-                    "op": op,
-                    "position": "rest",
-                    "rows": cfg.rows,
-                    "dim": cfg.dim,
-                    "pooling": cfg.pooling,
-                    "distribution": cfg.distribution,
-                    "batch": cfg.batch,
-                    "unique_rows": unique_rows,
-                    "lookups": cfg.batch * cfg.pooling,
-                    "tables": cfg.tables,
-                },
+                params=lookup_params(cfg, op, "rest", unique_rows, cfg.tables),
                 bytes=nbytes[op],
                 time_s=time_s / cfg.tables,
                 spread_pct=spread,
