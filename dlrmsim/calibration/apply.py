@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dlrmsim.calibration.fit import memory_bandwidth_GBps
 from dlrmsim.calibration.schema import Calibration, EmbeddingFit, select_embedding_fit
 from dlrmsim.topologies.topology import ComputeSpec, EfficiencyTable, Link, Topology
+from dlrmsim.training.implementations import ImplementationProfile
 
 SHM_LINK_KIND = "shm"
 
@@ -185,24 +186,22 @@ def calibrated_link(link: Link, cal: Calibration) -> Link:
 
 
 def apply_calibration(
-    topology: Topology,
-    cal: Calibration,
-    distribution: str = "uniform",
-    threads_by_kind: Mapping[str, int] | None = None,
-    embedding_kernel: str = "framework",
+    topology: Topology, cal: Calibration, distribution: str = "uniform", implementation: ImplementationProfile | None = None
 ) -> Topology:
     """A new Topology (same class, ranks and routes) whose compute specs and shm links use ``cal``'s rates
-    (embedding costs for the workload's index ``distribution``, at ``threads_by_kind``'s thread counts where an
-    implementation runs a kind on fewer threads: :func:`calibrated_compute`).
+    (embedding costs for the workload's index ``distribution``; with an ``implementation`` profile, at the thread
+    counts it runs kinds on and from the embedding kernel it runs: :func:`calibrated_compute`).
 
     Every node carrying a ComputeSpec is calibrated (ranks and any other endpoint); other links are kept.
     The input topology is not modified.
     """
+    threads_by_kind = implementation.threads_by_kind() if implementation is not None else None
+    kernel = implementation.embedding_kernel if implementation is not None else "framework"
     graph = topology.graph.copy()
     for node, data in graph.nodes(data=True):
         spec = data.get("compute")
         if isinstance(spec, ComputeSpec):
-            graph.nodes[node]["compute"] = calibrated_compute(spec, cal, distribution, threads_by_kind, embedding_kernel)
+            graph.nodes[node]["compute"] = calibrated_compute(spec, cal, distribution, threads_by_kind, kernel)
     for u, v, data in graph.edges(data=True):
         link = data.get("link")
         if isinstance(link, Link) and link.kind == SHM_LINK_KIND:

@@ -206,10 +206,7 @@ def predict(
     """
     impl = load_implementation(implementation) if implementation else None
     topo = load_topology("host", {"compute.host-cpu.cores": case.ranks * case.threads}, ranks=case.ranks)
-    if impl is not None:
-        topo = apply_calibration(topo, cal, case.workload.index_distribution.kind, impl.threads_by_kind(), impl.embedding_kernel)
-    else:
-        topo = apply_calibration(topo, cal, case.workload.index_distribution.kind)
+    topo = apply_calibration(topo, cal, case.workload.index_distribution.kind, impl)
     cfg = TrainingConfig(
         topology="host",
         workload=case.workload.name,

@@ -195,10 +195,7 @@ def load_inputs(
     impl = load_implementation(cfg.implementation) if cfg.implementation else None
     threads_by_kind = impl.threads_by_kind() if impl is not None else {}
     if cfg.calibration:
-        kernel = impl.embedding_kernel if impl is not None else "framework"
-        topo = apply_calibration(
-            topo, load_calibration(Path(cfg.calibration)), w.index_distribution.kind, threads_by_kind, kernel
-        )
+        topo = apply_calibration(topo, load_calibration(Path(cfg.calibration)), w.index_distribution.kind, impl)
     be_over = dict(cfg.backend_overrides)
     if cfg.comm_cores is not None:
         be_over["comm_cores"] = cfg.comm_cores

@@ -30,6 +30,7 @@ from dlrmsim.calibration.schema import Calibration, EmbeddingFit, InteractionFit
 from dlrmsim.engine.costs import task_time
 from dlrmsim.errors import DlrmsimError
 from dlrmsim.topologies.topology import ComputeSpec, EfficiencyTable, Link, Topology
+from dlrmsim.training.implementations import ImplementationProfile
 
 
 def test_alpha_beta_recovers_a_closed_form() -> None:
@@ -547,7 +548,8 @@ def test_tbe_kernel_takes_the_tbe_fits_and_the_framework_fits_where_none_was_mea
         for op, t in (("forward", 3.0), ("update", 25.0))
     ]
     cal = quick_cal.model_copy(update={"embedding": emb, "tbe": tbe})
-    spec = apply_calibration(_tiny_host_topology(), cal, embedding_kernel="tbe").compute(0)
+    tbe_kernel = ImplementationProfile(name="tbe-kernel", embedding_kernel="tbe")
+    spec = apply_calibration(_tiny_host_topology(), cal, implementation=tbe_kernel).compute(0)
     assert spec.row_time_s_by_kind["embedding"] == pytest.approx(3e-9)
     assert spec.row_time_s_by_kind["update"] == pytest.approx(25e-9)
     # fbgemm's fused backward has no separate backward kernel measured: that kind keeps the framework's fit.
@@ -555,7 +557,7 @@ def test_tbe_kernel_takes_the_tbe_fits_and_the_framework_fits_where_none_was_mea
     # Without the profile's kernel, or without tbe fits (a calibration without fbgemm), the framework's fits apply.
     assert apply_calibration(_tiny_host_topology(), cal).compute(0).row_time_s_by_kind["update"] == pytest.approx(100e-9)
     no_tbe = cal.model_copy(update={"tbe": []})
-    assert apply_calibration(_tiny_host_topology(), no_tbe, embedding_kernel="tbe").compute(0).row_time_s_by_kind[
+    assert apply_calibration(_tiny_host_topology(), no_tbe, implementation=tbe_kernel).compute(0).row_time_s_by_kind[
         "update"
     ] == pytest.approx(100e-9)
 
