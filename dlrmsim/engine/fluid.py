@@ -353,7 +353,6 @@ class FluidScheduler:
         """Advance to now, start due activities, finish completed ones, re-solve and reschedule (at once, or, if
         ``solve_now`` is false, after this instant's other events, see :meth:`_on_flush`)."""
         self._advance()
-        self._added = False
         now = self.env.now
         delayed = self._delayed
         while delayed and delayed[0][0] <= now * (1 + 1e-15) + 1e-18:
@@ -444,10 +443,6 @@ class FluidScheduler:
                 del self._owners[oid]
                 del self._owner_left[oid]
             owner.on_done(tg, iss, now)
-
-    def effective_caps(self) -> np.ndarray:
-        """Per-activity caps now: the slowed cap where interference applies (see :data:`TRIG_COMPUTE`)."""
-        return _effective_caps(self._F, self._I, self._n, self.n_ranks)
 
     def _solve(self) -> None:
         self._need_solve = False
