@@ -46,7 +46,8 @@ def require_torchrec() -> tuple[Any, Any]:
     return torch, torchrec
 
 
-def _check_workload(w: Workload) -> None:
+def check_workload(w: Workload) -> None:
+    """Refuse, in one line, a workload TorchRec's DLRM cannot build (the single-rank and the DMP target share it)."""
     if w.interaction != "dot":
         raise DlrmsimError(f"workload {w.name}: interaction: {w.interaction} has no TorchRec DLRM; use interaction: dot")
     if w.bottom_mlp[-1] != w.embedding_dim:
@@ -75,7 +76,7 @@ def build_model(w: Workload, path: EmbeddingPath, seed: int = 0) -> tuple[Any, A
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
     from torchrec.modules.fused_embedding_modules import FusedEmbeddingBagCollection
 
-    _check_workload(w)
+    check_workload(w)
     torch.manual_seed(seed)
     tables = table_configs(w)
     if path == "fused":
@@ -172,7 +173,7 @@ def planner_estimate(w: Workload, batch: int, world_size: int = 1) -> PlannerEst
     from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
     from torchrec.distributed.planner.types import ParameterConstraints
 
-    _check_workload(w)
+    check_workload(w)
     topo = Topology(world_size=world_size, compute_device="cpu", local_world_size=world_size)
     constraints = {f"t{i}": ParameterConstraints(pooling_factors=[float(w.lookups_per_sample)]) for i in range(w.num_tables)}
     planner = EmbeddingShardingPlanner(topology=topo, batch_size=batch, constraints=constraints)

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from dlrmsim.calibration.targets.measurement import StepMeasurement
-from dlrmsim.calibration.targets.torchrec import LEARNING_RATE, _check_workload, make_batches, require_torchrec, table_configs
+from dlrmsim.calibration.targets.torchrec import LEARNING_RATE, check_workload, make_batches, require_torchrec, table_configs
 from dlrmsim.errors import DlrmsimError
 from dlrmsim.interop.torchrec import placement_from_plan
 from dlrmsim.workloads.placement import Placement
@@ -133,7 +133,7 @@ def measure_dmp_step(
     torch, _ = require_torchrec()
     import torch.multiprocessing as mp
 
-    _check_workload(w)
+    check_workload(w)
     if batch % ranks:
         raise DlrmsimError(f"batch {batch} does not split over {ranks} ranks", field="batch", fix=f"use a multiple of {ranks}")
     ctx = mp.get_context("spawn")
