@@ -307,10 +307,16 @@ def embedding_features(m: Measurement, host: HostInfo | None) -> np.ndarray:
     return np.array([1.0, _lookups(m), walk_lookups(m, host), reload_lookups(m, host), m.bytes])
 
 
-def fit_embedding_terms(features: np.ndarray, times: np.ndarray) -> np.ndarray:
+def fit_embedding_terms(features: np.ndarray, times: np.ndarray, max_bandwidth_Bps: float = math.inf) -> np.ndarray:
     """Non-negative coefficients c of t = features . c (rows of :func:`embedding_features`), least squares on
-    the relative time error. A term the data does not need, or never exercises (an all-zero column), is 0."""
-    c = nonnegative_least_squares(features / times[:, None], np.ones_like(times))
+    the relative time error. A term the data does not need, or never exercises (an all-zero column), is 0.
+
+    The byte term is s/B: a value below 1 / max_bandwidth_Bps would be a stream faster than the host can move
+    bytes at all (its L1 ports), so it is not a bandwidth but noise on a term the data does not resolve (the
+    other terms already explain the time); such a fit is not admitted, and the best fit without it wins."""
+    floors = np.zeros(features.shape[1])
+    floors[-1] = 1.0 / max_bandwidth_Bps
+    c = nonnegative_least_squares(features / times[:, None], np.ones_like(times), floors)
     c[~features.any(axis=0)] = 0.0  # least squares leaves rounding noise on a column it cannot see
     return c
 
@@ -338,6 +344,12 @@ def run_start_s(measurements: Sequence[Measurement]) -> float:
 NO_BYTE_TERM_GBPS = 1e6
 
 
+def _stream_bound_Bps(host: HostInfo | None, cores: int) -> float:
+    """The fastest stream (B/s) an embedding fit on `cores` cores may claim: those cores' share of the host's
+    physical bound on any stream (L1 ports), or without host facts the unbounded rate (older files)."""
+    return host.memory_bound_GBps * 1e9 * min(cores / host.cores, 1.0) if host is not None else math.inf
+
+
 def fit_embedding(
     measurements: Sequence[Measurement], memory: MemoryFit, overhead: OverheadFit | None = None, host: HostInfo | None = None
 ) -> list[EmbeddingFit]:
@@ -354,7 +366,8 @@ def fit_embedding(
         start = dispatch_s(overhead, cores, 1.0)
         # The cold start is a small part of any benchmarked lookup; the floor only guards a noisy dispatch fit.
         work = np.array([max(m.time_s - start, 0.5 * m.time_s) for m in ms])
-        fixed, a, walk, reload, inv_bw = fit_embedding_terms(np.stack([embedding_features(m, host) for m in ms]), work)
+        features = np.stack([embedding_features(m, host) for m in ms])
+        fixed, a, walk, reload, inv_bw = fit_embedding_terms(features, work, _stream_bound_Bps(host, cores))
         bw = 1.0 / max(float(inv_bw), 1.0 / (NO_BYTE_TERM_GBPS * 1e9))
         out.append(
             EmbeddingFit(
@@ -405,14 +418,18 @@ def dispatch_s(overhead: OverheadFit | None, cores: int, ops: float) -> float:
     return dispatch_time_s(overhead.task_overhead_s(cores), overhead.op_overhead_s(cores), ops)
 
 
-def nonnegative_least_squares(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """argmin |x c - y|^2 subject to c >= 0, exactly, by trying every subset of free columns (a handful here)."""
+def nonnegative_least_squares(x: np.ndarray, y: np.ndarray, floors: np.ndarray | None = None) -> np.ndarray:
+    """argmin |x c - y|^2 subject to c >= 0, exactly, by trying every subset of free columns (a handful here).
+
+    With floors, a column in the fit must also reach its floor (c_i = 0 or c_i >= floors_i): a subset whose
+    unconstrained solution puts a column below it is not admitted."""
     k = x.shape[1]
+    low = np.zeros(k) if floors is None else np.asarray(floors, dtype=float)
     best_err, best = math.inf, np.zeros(k)
     for n in range(1, k + 1):
         for cols in itertools.combinations(range(k), n):
             sol, *_ = np.linalg.lstsq(x[:, cols], y, rcond=None)
-            if (sol < 0).any():
+            if (sol < 0).any() or (sol < low[list(cols)]).any():
                 continue
             c = np.zeros(k)
             c[list(cols)] = sol

@@ -12,6 +12,7 @@ import yaml
 from dlrmsim.calibration.apply import apply_calibration, calibrated_compute
 from dlrmsim.calibration.benchmarks.tbe import TbeConfig, TbeTiming, fused_update_bytes, tbe_measurements
 from dlrmsim.calibration.fit import (
+    NO_BYTE_TERM_GBPS,
     RATE_GRID_POINTS,
     FittedModel,
     fit_alpha_beta,
@@ -205,6 +206,24 @@ def test_embedding_fit_exact_for_one_bandwidth(quick_cal: Calibration) -> None:
     ms = [_m("embedding", 2, nb / 5e9, bytes=nb, params={"op": "forward", "distribution": "zipf"}) for nb in (1e6, 3e7, 2e8)]
     (fit,) = fit_embedding(ms, quick_cal.memory)
     assert fit.bandwidth_GBps == pytest.approx(5.0, rel=1e-4)
+
+
+def test_embedding_fit_never_claims_a_stream_faster_than_the_hosts_l1_ports(quick_cal: Calibration) -> None:
+    """Times that are a per-lookup cost plus a sliver growing with bytes: unconstrained least squares reads
+    the sliver as a byte term of about 1.5 TB/s on 2 cores (the CI failure of 2026-11-24). Because no stream is
+    faster than the cores' L1 ports (host.memory_bound_GBps), the fit must drop that term and explain the time
+    by the lookups, recorded as the no-byte-term marker."""
+    host = quick_cal.host.model_copy(update={"cores": 2, "memory_bound_GBps": 1000.0})
+    cases = [(2e4, 5e6), (8e4, 1e8), (3.2e5, 3e8), (1.28e6, 5e8)]
+    ms = [
+        _m("embedding", 2, n * 2.8e-9 + nb / 1.5e12, bytes=nb, params={"op": "backward", "distribution": "zipf", "lookups": n})
+        for n, nb in cases
+    ]
+    (free,) = fit_embedding(ms, quick_cal.memory)  # no host facts: nothing bounds the byte term
+    assert free.bandwidth_GBps == pytest.approx(1500.0, rel=1e-3)
+    (fit,) = fit_embedding(ms, quick_cal.memory, host=host)
+    assert fit.bandwidth_GBps == NO_BYTE_TERM_GBPS
+    assert fit.row_time_ns > 2.8
 
 
 def test_overhead_fit_splits_first_op_from_further_ops() -> None:
