@@ -292,12 +292,15 @@ def walk_lookups(m: Measurement, host: HostInfo | None) -> float:
 def reload_lookups(m: Measurement, host: HostInfo | None) -> float:
     """Lookups of an update measurement weighted by the share whose rows its cycle pushed out of the last-level
     cache between the forward and the update (costs.cache_miss_share of the cycle's tables' update working
-    sets, taskgraph.update_reuse_bytes); 0 for the forward and backward, and rows without tables or host."""
+    sets, taskgraph.update_reuse_bytes, plus the bytes the benchmark swept between them, ``between_bytes``, as
+    taskgraph.bytes_since_lookups counts a step's dense work); 0 for the forward and backward, and rows without
+    tables or host."""
     p = m.params
     if host is None or p.get("op") != "update" or "tables" not in p:
         return 0.0
     per_table = (float(p["unique_rows"]) + _lookups(m)) * float(p["dim"]) * 4.0
-    return _lookups(m) * cache_miss_share(float(p["tables"]) * per_table, host.llc_bytes)
+    reuse = float(p["tables"]) * per_table + float(p.get("between_bytes", 0.0))
+    return _lookups(m) * cache_miss_share(reuse, host.llc_bytes)
 
 
 def embedding_features(m: Measurement, host: HostInfo | None) -> np.ndarray:

@@ -78,7 +78,7 @@ class Task:
     rows: float = 0.0  # items the task walks one by one (embedding rows looked up or updated, samples of the
     # interaction's batched small matrices); each pays ComputeSpec.row_time_s_by_kind[kind]
     tables_bytes: float = 0.0  # embedding tables on the rank whose page tables a lookup walks (costs.fixed_time_s)
-    reuse_bytes: float = 0.0  # the rank's embedding working set between a table's forward and its update (ditto)
+    reuse_bytes: float = 0.0  # bytes through the rank's cache between a table's forward and its update (ditto)
     run_start: bool = False  # the first of a run of same-kind tasks on its rank: pays ComputeSpec.run_start_s_by_kind
 
 
@@ -597,21 +597,50 @@ class RankProgram:
 
     def finish(self) -> list[Step]:
         """Lookups and updates read the tables at random: their page walks compete with every table on the
-        rank. An update re-reads what its table's forward and backward touched, after every other table's did."""
+        rank. An update re-reads what its table's forward and backward touched, after every other table's did
+        and after the dense work the rank ran since its lookups (:func:`bytes_since_lookups`)."""
         w = self.w
         held = self.placement.table_bytes_on(w, self.r)
         lookups = self.s.global_batch * w.lookups_per_sample
-        reuse = sum(
+        tables = sum(
             update_reuse_bytes(w, sh.rows, lookups * lookup_fraction(w, sh, self.row_wise), sh.columns) for sh in self.shards
         )
+        between = bytes_since_lookups(self.prog)
         return mark_run_starts(
             [
-                replace(t, tables_bytes=held, reuse_bytes=reuse if t.kind == "update" else 0.0)
+                replace(t, tables_bytes=held, reuse_bytes=tables + between[i] if t.kind == "update" else 0.0)
                 if isinstance(t, Task) and t.kind in TABLE_WALK_KINDS
                 else t
-                for t in self.prog
+                for i, t in enumerate(self.prog)
             ]
         )
+
+
+# Kinds whose bytes the update's working set already counts (update_reuse_bytes: the rows the lookups read and
+# the gradient rows the backward wrote) or that are the updates themselves.
+_TABLE_WORK_KINDS = ("embedding", "embedding_bwd", "update")
+
+
+def bytes_since_lookups(program: list[Step]) -> list[float]:
+    """Per step of a rank's ``program``: the bytes its other tasks (MLPs, interaction, copies) moved since the
+    rank's last embedding lookup before it (0 before any lookup).
+
+    Between a table's forward and its update the dense forward and backward stream their activations, weights
+    and gradients through the same last-level cache, pushing out rows the update re-reads: the LRU distance of
+    those rows is the table working set plus these bytes. Counting each task's traffic once is an upper bound
+    on the distinct bytes (a tensor read twice counts twice); the cache_miss_share it feeds saturates anyway.
+    """
+    out: list[float] = []
+    acc = 0.0
+    seen_lookup = False
+    for step in program:
+        if isinstance(step, Task):
+            if step.kind == "embedding":
+                acc, seen_lookup = 0.0, True
+            elif seen_lookup and step.kind not in _TABLE_WORK_KINDS:
+                acc += step.bytes
+        out.append(acc)
+    return out
 
 
 def mark_run_starts(program: list[Step]) -> list[Step]:

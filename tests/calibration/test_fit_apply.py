@@ -608,3 +608,28 @@ def test_tbe_rows_are_per_table_and_fit_back_to_their_own_model(quick_cal: Calib
         assert fits[op].fixed_us == pytest.approx(20.0, rel=1e-3)
         assert fits[op].row_time_ns == pytest.approx(30.0, rel=1e-3)
         assert fits[op].bandwidth_GBps == pytest.approx(10.0, rel=1e-3)
+
+
+def test_tbe_reload_term_is_told_apart_by_the_read_between_forward_and_backward(quick_cal: Calibration) -> None:
+    """A fused backward whose time grows with the share of its rows pushed out of the last-level cache, that share
+    being cache_miss_share(tables' working set + bytes read between forward and backward): the TBE rows swept by
+    0, 1 and 4 caches carry the reload term, and the fit recovers it (with the fixed and per-lookup terms),
+    because only it changes with between_bytes at a fixed shape."""
+    from dlrmsim.engine.costs import cache_miss_share
+
+    host = quick_cal.host.model_copy(update={"llc_bytes": 32 << 20, "memory_bound_GBps": 1e4, "cores": 1})
+    fixed, row, reload = 20e-6, 30e-9, 40e-9
+    rows = []
+    for pooling in (4, 16, 64):
+        for between in (0, 32 << 20, 128 << 20):
+            cfg = TbeConfig(rows=2**18, dim=32, pooling=pooling, batch=1024, tables=4, between_bytes=between)
+            lookups = cfg.batch * pooling
+            unique = min(cfg.rows, lookups) // 2
+            reuse = 4 * (unique + lookups) * 32 * 4.0 + between
+            update = fixed + lookups * (row + reload * cache_miss_share(reuse, host.llc_bytes))
+            t = TbeTiming(cfg, 1, 4 * 1e-4, 4 * update, 1.0, 1.0, 9)
+            rows += [m for m in tbe_measurements(t, unique, (1.0, 1.0)) if m.params["op"] == "update"]
+    assert {m.params["between_bytes"] for m in rows} == {0, 32 << 20, 128 << 20}
+    (fit,) = fit_tbe(rows, quick_cal.memory, host=host)
+    assert fit.reload_time_ns == pytest.approx(40.0, rel=1e-3)
+    assert fit.row_time_ns == pytest.approx(30.0, rel=1e-3) and fit.fixed_us == pytest.approx(20.0, rel=1e-3)

@@ -25,6 +25,7 @@ from dlrmsim.calibration.benchmarks.tbe import tbe_available, tbe_configs, tbe_t
 from dlrmsim.calibration.benchmarks.timing import BenchTask, TimingPolicy, core_counts, policy_for
 from dlrmsim.calibration.ops import Ops
 from dlrmsim.calibration.schema import Measurement
+from dlrmsim.host import last_level_cache_bytes
 from dlrmsim.workloads import load_workload
 
 # The tiny plan (notebooks, smoke tests): every fit gets the fewest points it needs, in a few seconds.
@@ -151,7 +152,7 @@ def _first_pass(k: Ops, quick: bool, cores: int, implementation: str, ranks: int
         tasks += [interaction_task(k, icfg, c, policy) for c in emb_cores]
     # fbgemm's CPU TBE (TorchRec's fused embedding) runs on one thread: measured there (benchmarks/tbe.py).
     if k.name == "torch" and tbe_available():
-        tasks += [tbe_task(cfg, policy) for cfg in tbe_configs()]
+        tasks += [tbe_task(cfg, policy) for cfg in tbe_configs(last_level_cache_bytes())]
     if cores >= 1:
         threads = max(1, cores // ranks)
         for op in ("allreduce", "alltoall"):

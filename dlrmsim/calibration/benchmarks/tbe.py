@@ -31,7 +31,8 @@ LEARNING_RATE = 0.01  # any positive rate costs the same
 
 @dataclass(frozen=True)
 class TbeConfig:
-    """Tables of ``rows`` x ``dim`` fp32, ``tables`` of them batched in one TBE, ``pooling`` lookups per sample."""
+    """Tables of ``rows`` x ``dim`` fp32, ``tables`` of them batched in one TBE, ``pooling`` lookups per sample;
+    ``between_bytes`` read between each forward and its backward (0: back to back)."""
 
     rows: int
     dim: int
@@ -39,6 +40,7 @@ class TbeConfig:
     batch: int
     tables: int = 4
     distribution: str = "uniform"
+    between_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,8 @@ def _time_tbe_samples(
     tbe = build_tbe(cfg, seed)
     batches = tbe_inputs(cfg, 8, seed)
     grad = torch.full((cfg.batch, cfg.tables * cfg.dim), 1e-3)
+    # Read between forward and backward, as a training step's dense work streams through the cache between them.
+    sweep = torch.ones(cfg.between_bytes // 4) if cfg.between_bytes else None
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     fwd: list[float] = []
@@ -115,13 +119,18 @@ def _time_tbe_samples(
                 w0, c0 = time.perf_counter(), time.process_time()
                 out = tbe(indices, offsets)
                 w1, c1 = time.perf_counter(), time.process_time()
+                if sweep is not None:
+                    float(sweep.sum())
+                    w1b, c1b = time.perf_counter(), time.process_time()
+                else:
+                    w1b, c1b = w1, c1
                 out.backward(grad)
                 w2, c2 = time.perf_counter(), time.process_time()
                 if i >= warmup:
                     fwd.append(w1 - w0)
-                    bwd.append(w2 - w1)
+                    bwd.append(w2 - w1b)
                     fwd_busy.append((c1 - c0) / (w1 - w0))
-                    bwd_busy.append((c2 - c1) / (w2 - w1))
+                    bwd_busy.append((c2 - c1b) / (w2 - w1b))
     finally:
         torch.set_num_threads(previous)
     med = statistics.median
@@ -139,6 +148,11 @@ TBE_POOLINGS = (4, 16, 64)
 # project's 2-core host): the fit must see the sizes the validation steps run.
 TBE_BATCHES = (1024, 2048)
 TBE_TABLES = 4  # a rank of the validation cases holds 4 tables in one TBE
+# Bytes read between forward and backward, in last-level caches: in a training step the dense forward and backward
+# run between them and push out rows the fused update re-reads (TorchRec's step on this project's 2-core host: the
+# backward took 5.1-5.3 ms against 3.2-4.7 ms back to back, and 5.6-5.8 ms after a 64 MiB read). The fit's reload
+# term (fit.reload_lookups) can only be told apart when its rows see that traffic change: 0, 1 and 4 caches.
+TBE_SWEEP_CACHES = (1, 4)
 
 
 def tbe_available() -> bool:
@@ -146,14 +160,23 @@ def tbe_available() -> bool:
     return importlib.util.find_spec("fbgemm_gpu") is not None and importlib.util.find_spec("torch") is not None
 
 
-def tbe_configs() -> list[TbeConfig]:
-    return [
+def tbe_configs(cache_bytes: int) -> list[TbeConfig]:
+    """The TBE shapes of the calibration, and the first shape at pooling 16 again with a read of ``cache_bytes``
+    (the last-level cache) times each of TBE_SWEEP_CACHES between forward and backward."""
+    configs = [
         TbeConfig(rows, dim, p, batch, TBE_TABLES, dist)
         for rows, dim in TBE_SHAPES
         for p in TBE_POOLINGS
         for batch in TBE_BATCHES
         for dist in ("uniform", "zipf")
     ]
+    rows, dim = TBE_SHAPES[0]
+    configs += [
+        TbeConfig(rows, dim, 16, TBE_BATCHES[0], TBE_TABLES, dist, k * cache_bytes)
+        for k in TBE_SWEEP_CACHES
+        for dist in ("uniform", "zipf")
+    ]
+    return configs
 
 
 def fused_update_bytes(batch: int, pooling: int, dim: int, unique_rows: int, index_bytes: int = 8) -> float:
@@ -161,6 +184,12 @@ def fused_update_bytes(batch: int, pooling: int, dim: int, unique_rows: int, ind
     (taskgraph.embedding_backward_update_tasks with fuse_backward_update): the pooled gradient and the indices
     read, every touched fp32 row read and written once; no gradient row per lookup is written or read back."""
     return batch * dim * 4.0 + batch * pooling * index_bytes + 2.0 * unique_rows * dim * 4.0
+
+
+def config_label(cfg: TbeConfig) -> str:
+    """A TBE configuration's part of its measurement and task names (the read between passes when there is one)."""
+    label = f"r{cfg.rows} d{cfg.dim} p{cfg.pooling} {cfg.distribution} b{cfg.batch} t{cfg.tables}"
+    return f"{label} s{cfg.between_bytes}" if cfg.between_bytes else label
 
 
 def tbe_measurements(t: TbeTiming, unique_rows: int, spreads: tuple[float, float]) -> list[Measurement]:
@@ -178,9 +207,9 @@ def tbe_measurements(t: TbeTiming, unique_rows: int, spreads: tuple[float, float
         out.append(
             Measurement(
                 benchmark="tbe",
-                name=f"tbe {op} r{cfg.rows} d{cfg.dim} p{cfg.pooling} {cfg.distribution} b{cfg.batch} t{cfg.tables} c{t.threads}",
+                name=f"tbe {op} {config_label(cfg)} c{t.threads}",
                 cores=t.threads,
-                params=lookup_params(cfg, op, "rest", unique_rows, cfg.tables),
+                params={**lookup_params(cfg, op, "rest", unique_rows, cfg.tables), "between_bytes": cfg.between_bytes},
                 bytes=nbytes[op],
                 time_s=time_s / cfg.tables,
                 spread_pct=spread,
@@ -202,7 +231,7 @@ def tbe_task(cfg: TbeConfig, policy: TimingPolicy, threads: int = 1) -> BenchTas
         unique_rows = round(statistics.mean(np.unique(d).size for d in draws))
         return tbe_measurements(t, unique_rows, spreads)
 
-    name = f"tbe r{cfg.rows} d{cfg.dim} p{cfg.pooling} {cfg.distribution} b{cfg.batch} t{cfg.tables} c{threads}"
+    name = f"tbe {config_label(cfg)} c{threads}"
     return BenchTask("fbgemm TBE", name, run, repeat=True)
 
 
