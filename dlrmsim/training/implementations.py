@@ -41,6 +41,18 @@ class OpThreads(StrictModel):
         return v
 
 
+class InputDist(StrictModel):
+    """How an implementation sends each rank's local batch of indices to the ranks that own the tables, before the
+    lookups: one alltoall of the per-destination sizes (so receivers can allocate), then one alltoall for the
+    lengths and one for the index values, posted together."""
+
+    split_bytes_per_table: PositiveInt = Field(
+        8, description="bytes of the sizes exchange per table a destination owns (one int64 count each)"
+    )
+    length_bytes: PositiveInt = Field(4, description="bytes of one length (lookups of one sample in one table)")
+    source: str = Field(min_length=1, description="where this comes from: the implementation's code, or a trace")
+
+
 class ImplementationProfile(StrictModel):
     """A DLRM implementation as the simulator models its step (see presets/implementations/*.yaml)."""
 
@@ -50,6 +62,11 @@ class ImplementationProfile(StrictModel):
         False, description="the sparse update runs inside the embedding backward (no gradient rows written and read back)"
     )
     op_threads: list[OpThreads] = Field(default_factory=list)
+    input_dist: InputDist | None = Field(
+        None,
+        description="with several ranks, the indices of each rank's local batch travel to the tables' owners by "
+        "alltoall before the lookups; none: every rank already holds the indices it looks up",
+    )
     embedding_kernel: Literal["framework", "tbe"] = Field(
         "framework",
         description="which calibrated embedding kernel the embedding kinds run: the framework's embedding bags, or "

@@ -249,6 +249,7 @@ def load_inputs(
         bucket_bytes=backend.bucket_bytes,
         update_strategy=cfg.update_strategy,
         fuse_backward_update=cfg.fuse_backward_update or (impl is not None and impl.fuse_backward_update),
+        input_dist=impl.input_dist if impl is not None else None,
         op_threads=tuple(sorted(threads_by_kind.items())),
         optimizer=optimizer,
         threads=compute_cores,

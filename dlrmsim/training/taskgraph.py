@@ -19,6 +19,7 @@ from typing import Literal
 
 import numpy as np
 
+from dlrmsim.training.implementations import InputDist
 from dlrmsim.training.optimizers import OptimizerSpec, load_optimizer
 from dlrmsim.workloads import model
 from dlrmsim.workloads.model import Layer, Pass
@@ -53,6 +54,7 @@ class IterationSettings:
     bucket_bytes: float = 25e6
     update_strategy: UpdateStrategy = "race_free"
     fuse_backward_update: bool = False
+    input_dist: InputDist | None = None  # the implementation sends the local batch's indices to the owners
     optimizer: OptimizerSpec = field(default_factory=lambda: load_optimizer("sgd"))
     threads: int = 1  # compute threads per rank, for the race-free update's load balance
     # Task kinds the implementation runs on fewer threads than the rank's cores (implementations.ImplementationProfile):
@@ -277,6 +279,10 @@ def build_iteration(w: Workload, placement: Placement, s: IterationSettings) -> 
             LOADER_EXCHANGE, "alltoallv", "alltoall", matrix=loader_index_matrix(w, placement, batches)
         )
 
+    # The implementation's input distribution: sizes first, then lengths and values to the owners.
+    if p > 1 and s.input_dist is not None and placement.sharded_tables:
+        collectives.update(input_dist_collectives(w, placement, batches, s.input_dist, row_wise))
+
     # Allreduce buckets: gradients become ready in backward order (last top layer first).
     buckets = _buckets(w, placement, s)
     for i, (_, nbytes) in enumerate(buckets):
@@ -288,6 +294,28 @@ def build_iteration(w: Workload, placement: Placement, s: IterationSettings) -> 
 
 
 LOADER_EXCHANGE = "loader_a2a"
+INPUT_SPLITS, INPUT_LENGTHS, INPUT_VALUES = "input_a2a.splits", "input_a2a.lengths", "input_a2a.values"
+
+
+def input_dist_collectives(
+    w: Workload, placement: Placement, batches: list[int], dist: InputDist, row_wise: bool
+) -> dict[str, Collective]:
+    """The three alltoalls of an implementation's input distribution (implementations.InputDist), as byte
+    matrices (src x dst): the sizes of what each destination will receive (per table shard it owns), the
+    lengths of rank src's local samples in those shards' tables, and their index values (a row shard gets its
+    share of a table's lookups, a column shard all of them)."""
+    p = placement.ranks
+    local = np.array(batches, dtype=float)
+    splits, lengths, values = np.zeros((p, p)), np.zeros((p, p)), np.zeros((p, p))
+    for sh in placement.shards:
+        splits[:, sh.rank] += dist.split_bytes_per_table
+        lengths[:, sh.rank] += local * dist.length_bytes
+        values[:, sh.rank] += local * w.lookups_per_sample * lookup_fraction(w, sh, row_wise) * w.index_bytes
+    out = {}
+    for cid, m in ((INPUT_SPLITS, splits), (INPUT_LENGTHS, lengths), (INPUT_VALUES, values)):
+        np.fill_diagonal(m, 0.0)
+        out[cid] = Collective(cid, "alltoallv", "alltoall", matrix=m)
+    return out
 
 
 def loader_index_matrix(w: Workload, placement: Placement, batches: list[int]) -> np.ndarray:
@@ -447,11 +475,17 @@ class RankProgram:
     def load_data(self) -> None:
         """0. The data loader reads this iteration's samples (the whole global minibatch with the reference
         loader, the local batch with v1, which then sends the tables' indices to their owners and waits: the
-        lookups need them)."""
+        lookups need them); then the implementation's own input distribution, if it has one."""
         self.add(loader_task(self.w, self.n, self.s.global_batch))
         if LOADER_EXCHANGE in self.collectives:
             self.post(LOADER_EXCHANGE)
             self.wait(LOADER_EXCHANGE)
+        if INPUT_SPLITS in self.collectives:
+            # The receivers size their buffers from the first exchange; the implementation then posts the
+            # lengths and the values together (asynchronous calls, even in blocking mode) and waits for both.
+            self.post(INPUT_SPLITS)
+            self.wait(INPUT_SPLITS)
+            self.prog += [Post(INPUT_LENGTHS), Post(INPUT_VALUES), Wait(INPUT_LENGTHS), Wait(INPUT_VALUES)]
 
     def embedding_lookups(self) -> None:
         """1. Embedding lookups: own shards over the global batch (row shards see 1/p of the lookups),

@@ -30,6 +30,8 @@ def test_torchrec_profile_runs_fbgemms_embedding_kernels_on_one_thread_with_the_
     assert p.threads_by_kind() == {"embedding": 1, "update": 1}
     assert p.fuse_backward_update
     assert all("[FBGEMM-1.8]" in o.source for o in p.op_threads)
+    # Because DMP's input_dist sends int32 lengths and int64 ids after a sizes exchange (KJTAllToAll).
+    assert p.input_dist is not None and p.input_dist.length_bytes == 4 and "[TorchRec-1.8]" in p.input_dist.source
 
 
 def test_task_cores_caps_a_kind_at_its_threads_and_never_above_the_rank() -> None:

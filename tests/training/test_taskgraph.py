@@ -213,3 +213,44 @@ def test_a_run_starts_wherever_the_task_kind_changes() -> None:
     g, _ = graph(SMALL, 2)
     starts = [t for t in g.tasks(0) if t.run_start and t.kind in ("embedding", "embedding_bwd", "update")]
     assert [t.kind for t in starts] == ["embedding", "embedding_bwd", "update"]  # one run of each per iteration
+
+
+@pytest.mark.parametrize("strategy", ["table_wise", "column_wise", "row_wise"])
+def test_input_dist_sends_each_ranks_local_ids_to_the_owners_before_any_lookup(strategy: str) -> None:
+    """An implementation with an input distribution (TorchRec's KJTAllToAll) adds three alltoalls: because every
+    rank's local samples' ids of a table go to each shard's owner, the values exchange carries local batch x
+    pooling x index bytes per shard (a row shard its share of the lookups) and the lengths one int32 per sample
+    per shard; the sizes go first, the lengths and values are posted together, and all are waited for before the
+    first lookup."""
+    from dlrmsim.training.implementations import InputDist
+    from dlrmsim.training.taskgraph import INPUT_LENGTHS, INPUT_SPLITS, INPUT_VALUES, lookup_fraction
+
+    dist = InputDist(split_bytes_per_table=8, length_bytes=4, source="test")
+    ranks = 4
+    g, pl = graph(SMALL, ranks, strategy=strategy, input_dist=dist)
+    local = local_batches(SMALL.minibatch.strong_global, ranks)
+    values = np.zeros((ranks, ranks))
+    for sh in pl.shards:
+        frac = lookup_fraction(SMALL, sh, strategy == "row_wise")
+        for src in range(ranks):
+            if src != sh.rank:
+                values[src, sh.rank] += local[src] * SMALL.lookups_per_sample * frac * SMALL.index_bytes
+    np.testing.assert_allclose(g.collectives[INPUT_VALUES].matrix, values)
+    per_dst = np.bincount([sh.rank for sh in pl.shards], minlength=ranks)
+    assert g.collectives[INPUT_LENGTHS].matrix[1, 0] == pytest.approx(local[1] * 4 * per_dst[0])
+    assert g.collectives[INPUT_SPLITS].matrix[1, 0] == pytest.approx(8 * per_dst[0])
+    for r in range(ranks):
+        prog = g.programs[r]
+        first_lookup = next(i for i, s in enumerate(prog) if isinstance(s, Task) and s.kind == "embedding")
+        head = [(type(s).__name__, s.collective) for s in prog[:first_lookup] if isinstance(s, (Post, Wait))]
+        assert head == [
+            ("Post", INPUT_SPLITS),
+            ("Wait", INPUT_SPLITS),
+            ("Post", INPUT_LENGTHS),
+            ("Post", INPUT_VALUES),
+            ("Wait", INPUT_LENGTHS),
+            ("Wait", INPUT_VALUES),
+        ]
+    # One rank holds every table: nothing to distribute.
+    g1, _ = graph(SMALL, 1, input_dist=dist)
+    assert not any(cid.startswith("input_a2a") for cid in g1.collectives)
