@@ -81,7 +81,7 @@ def scaling_cmd(
     workload: str = COMMON["workload"],
     ranks: str = typer.Option("1,2,4,8", "--ranks", "-r", help="comma-separated rank counts"),
     scaling: str = typer.Option("strong", help="strong | weak"),
-    backend: str = typer.Option("ccl"),
+    backend: str | None = typer.Option(None, help="backend preset or YAML (default: the topology's, else ccl)"),
     comm: str = typer.Option("alltoall"),
     placement: str = typer.Option("table_wise"),
     replicate_below_rows: int | None = typer.Option(None),
@@ -126,7 +126,7 @@ def scaling_cmd(
     if html is not None:
         from dlrmsim.studies.report import build_report  # plotly: loaded only for a report
 
-        df_report = df.assign(topology=topology, workload=workload, backend=backend, blocking=blocking, status="ok")
+        df_report = df.assign(topology=topology, workload=workload, backend=cfg.backend, blocking=blocking, status="ok")
         build_report(df_report, html, title=f"{workload} {scaling} scaling on {topology}", notes=[baseline_note(df_report)])
     if json_out:
         cols = [
@@ -144,7 +144,7 @@ def scaling_cmd(
         ]
         print_json(df[df["ranks"].isin(counts)][cols].to_dict(orient="records"))
         return
-    print_scaling_table(df, f"{workload} {scaling} scaling on {topology} ({backend})")
+    print_scaling_table(df, f"{workload} {scaling} scaling on {topology} ({cfg.backend})")
     if html is not None:
         console.print(f"report written to {html}")
 

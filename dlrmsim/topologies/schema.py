@@ -408,6 +408,9 @@ class TopologyFile(StrictModel):
 
     name: str
     description: str = ""
+    default_backend: str | None = Field(
+        None, description="communication backend (preset or YAML) a training simulation uses when none is named; none: ccl"
+    )
     compute: dict[str, ComputeType] = Field(min_length=1)
     links: dict[str, LinkType] = Field(default_factory=dict)
     switches: dict[str, SwitchType] = Field(default_factory=dict)

@@ -106,7 +106,9 @@ def register(app: typer.Typer) -> None:
         workload: str = COMMON["workload"],
         ranks: int = typer.Option(8, "--ranks", "-r", help="number of ranks (one per socket or card)"),
         scaling: str = typer.Option("strong", help="strong | weak | single"),
-        backend: str = typer.Option("ccl", help="backend preset (ccl, mpi) or YAML path"),
+        backend: str | None = typer.Option(
+            None, help="backend preset (ccl, mpi, shm) or YAML path (default: the topology's, else ccl)"
+        ),
         comm: str = typer.Option("alltoall", help="alltoall | fused-scatter | scatter-list"),
         placement: str = typer.Option("table_wise", help="table_wise | column_wise | row_wise"),
         replicate_below_rows: int | None = typer.Option(None, help="replicate tables with fewer rows (data parallel)"),

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import simpy
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from dlrmsim.calibration.apply import apply_calibration
 from dlrmsim.calibration.schema import load_calibration
@@ -25,6 +25,7 @@ from dlrmsim.engine.resources import CommSettings
 from dlrmsim.engine.simulation import Simulation
 from dlrmsim.errors import DlrmsimError
 from dlrmsim.topologies import load_topology
+from dlrmsim.topologies.builder import load_spec
 from dlrmsim.topologies.mapping import RankMapping, capacities, remap
 from dlrmsim.topologies.topology import Topology
 from dlrmsim.training.implementations import load_implementation, task_cores
@@ -50,6 +51,9 @@ Scaling = Literal["strong", "weak", "single"]
 OPTIONAL_KNOBS = ("rank_sockets", "sockets", "threads_per_rank", "implementation")
 
 
+DEFAULT_BACKEND = "ccl"  # what a topology without default_backend simulates with
+
+
 class TrainingConfig(StrictModel):
     """Everything one simulated training iteration depends on; names and paths resolve to YAML files."""
 
@@ -57,7 +61,9 @@ class TrainingConfig(StrictModel):
     workload: str = "mlperf"
     ranks: int = Field(8, ge=1)
     scaling: Scaling = "strong"
-    backend: str = "ccl"
+    backend: str = Field(
+        DEFAULT_BACKEND, description="backend preset or YAML; when not given: the topology's default_backend, else ccl"
+    )
     placement: PlacementSpec = PlacementSpec()
     comm: CommVariant = "alltoall"
     precision: Literal["fp32", "bf16"] | None = None
@@ -92,6 +98,24 @@ class TrainingConfig(StrictModel):
     rank_sockets: list[int] | None = Field(
         None, description="topology endpoint (socket) of each rank, in rank order; None: the memory-aware default"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _topology_default_backend(cls, data: Any) -> Any:
+        """No backend named: the topology's own (the host's calibrated collectives, ``shm``), else ccl."""
+        if isinstance(data, dict) and data.get("backend") is None:
+            data = {**data, "backend": topology_default_backend(data.get("topology") or cls.model_fields["topology"].default)}
+        return data
+
+
+def topology_default_backend(topology: str) -> str:
+    """The backend a topology file names as its default (``default_backend``), else ccl. A topology that does
+    not load keeps ccl here: loading it later reports the problem in one line."""
+    try:
+        spec, _ = load_spec(topology)
+    except DlrmsimError:
+        return DEFAULT_BACKEND
+    return spec.default_backend or DEFAULT_BACKEND
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,17 @@ def test_threads_per_rank_is_for_the_host_only() -> None:
 def test_cli_simulates_two_host_processes(capsys: pytest.CaptureFixture[str]) -> None:
     from dlrmsim.cli import main
 
-    main(["simulate", "-t", "host", "-w", "small", "-r", "2", "--backend", "shm", "--blocking", "--json"])
+    main(["simulate", "-t", "host", "-w", "small", "-r", "2", "--blocking", "--json"])
     out = json.loads(capsys.readouterr().out)
-    # Because the host fabric is generated per rank count, 2 ranks on the host are a valid run, not a refusal.
+    # Because the host fabric is generated per rank count, 2 ranks on the host are a valid run, not a refusal; and
+    # because the host's ranks talk through its calibrated collectives, no backend named means shm (ccl would pin
+    # 4 cores a rank, more than a small host has).
     assert out["config"]["ranks"] == 2 and out["iteration_s"] > 0
+    assert out["config"]["backend"] == "shm"
+
+
+def test_a_topology_names_its_default_backend_and_an_explicit_one_wins() -> None:
+    # Because host.yaml says default_backend: shm and the cluster presets say nothing (ccl, Kalamkar et al.'s).
+    assert TrainingConfig(topology="host").backend == "shm"
+    assert TrainingConfig(topology="clx-64s-opa").backend == "ccl"
+    assert TrainingConfig(topology="host", backend="mpi").backend == "mpi"
