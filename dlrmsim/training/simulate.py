@@ -233,7 +233,7 @@ def load_inputs(
         raise DlrmsimError(
             f"backend uses {backend.comm_cores} communication cores but rank 0 has only {cores0}",
             field="comm_cores",
-            fix=f"use fewer (--comm-cores {cores0 - 1} or 0)",
+            fix=f"use fewer (--comm-cores {cores0 - 1} or 0)" if cores0 > 1 else "use --comm-cores 0, or --backend shm",
         )
     if cfg.ranks > topo.num_ranks:
         raise DlrmsimError(
