@@ -431,10 +431,11 @@ class FluidScheduler:
         else:
             order = np.argsort(owners, kind="stable")
             owners, tags, issued = owners[order], tags[order], issued[order]
-            uniq, starts = np.unique(owners, return_index=True)
+            starts = np.flatnonzero(np.concatenate(([True], owners[1:] != owners[:-1])))  # owners sorted: run starts
             bounds = starts.tolist() + [len(owners)]
             groups = [
-                (oid, tags[bounds[k] : bounds[k + 1]], issued[bounds[k] : bounds[k + 1]]) for k, oid in enumerate(uniq.tolist())
+                (oid, tags[bounds[k] : bounds[k + 1]], issued[bounds[k] : bounds[k + 1]])
+                for k, oid in enumerate(owners[starts].tolist())
             ]
         for oid, tg, iss in groups:
             owner = self._owners[oid]

@@ -380,8 +380,8 @@ def _sends_to_start(
     rendezvous: bool,
 ) -> np.ndarray:
     """Flow indices that start when ranks ``grp`` enter phases ``ks`` (in that order): their sends and, with
-    rendezvous, only those whose receiver has entered the phase too, then the sends already waiting on ``grp``
-    (a flow may appear twice then; the caller keeps each once)."""
+    rendezvous, only those whose receiver has entered the phase too, and the sends already waiting on ``grp``;
+    with rendezvous a flow can be both, so that list comes back sorted with each flow once."""
     size = 0
     for j in range(ks.shape[0]):
         key = ks[j] * p + grp[j]
@@ -403,6 +403,8 @@ def _sends_to_start(
                 if cur[fsrc[f]] >= fk[f]:
                     out[n] = f
                     n += 1
+        if n > 1:
+            return np.unique(out[:n])
     return out[:n]
 
 
@@ -581,8 +583,6 @@ class _CollectiveRun:
             ks, grp, self.p, self.s_ptr, self.s_order, self.d_ptr, self.d_order, self.fsrc, self.fdst, self.fk, self.cur,
             self.rendezvous,
         )  # fmt: skip
-        if self.rendezvous and fidx.size > 1:
-            fidx = np.unique(fidx)  # a flow can be both a send of grp and one waiting on grp: once each, ascending
         if not fidx.size:
             return
         batch, delay = self.sim.flow_batch(self.nodes[self.fsrc[fidx]], self.nodes[self.fdst[fidx]], self.fnb[fidx], fidx)
