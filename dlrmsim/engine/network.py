@@ -29,11 +29,10 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from itertools import chain
 
 import numpy as np
 
-from dlrmsim.engine import costs
+from dlrmsim.engine import costs, routes
 from dlrmsim.engine.resources import CommSettings
 from dlrmsim.errors import DlrmsimError
 from dlrmsim.topologies.topology import ComputeSpec, Topology
@@ -88,6 +87,9 @@ class Network:
         self.node_rank = np.full(len(self.nodes), -1, dtype=np.int64)
         self.node_rank[self.rank_node] = np.arange(len(self.rank_node))
         self._routes: dict[int, SourceRoutes] = {}
+        # All-pairs hop distances and shortest-path counts, and the links as arrays, for hashed routes (built once).
+        self._pair_counts: tuple[np.ndarray, np.ndarray] | None = None
+        self._adjacency: routes.Adjacency | None = None
         self._init_pair_tables()
 
     # ---- resources, by kind (each appends its capacities to ``caps`` and its names) ---------------
@@ -198,10 +200,15 @@ class Network:
 
     # ---- routes --------------------------------------------------------------------------------
     def source_routes(self, src: int) -> SourceRoutes:
-        """Route tables from node id ``src`` to all nodes (BFS, then ECMP split or hashed path), cached."""
+        """Route tables from node id ``src`` to all nodes (hashed path for a rank with hashed ECMP, else BFS and
+        an even ECMP split), cached."""
         cached = self._routes.get(src)
         if cached is not None:
             return cached
+        if self.comm.ecmp == "hash" and self.node_rank[src] >= 0:
+            sr = self._hashed_routes(src)
+            self._routes[src] = sr
+            return sr
         n = len(self.nodes)
         dist = [-1] * n
         dist[src] = 0
@@ -220,10 +227,7 @@ class Network:
                     preds[y].append((x, rid))
                 elif dist[y] == dx:
                     preds[y].append((x, rid))
-        if self.comm.ecmp == "hash" and self.node_rank[src] >= 0:
-            sr = self._hashed_routes(src, order, preds)
-        else:
-            sr = self._split_routes(src, order, preds)
+        sr = self._split_routes(src, order, preds)
         sr.reachable = np.asarray(dist) >= 0
         self._routes[src] = sr
         return sr
@@ -282,76 +286,46 @@ class Network:
             reachable=np.zeros(0, dtype=bool),
         )
 
-    def _hashed_routes(self, src: int, order: list[int], preds: list[list[tuple[int, int]]]) -> SourceRoutes:
+    def _hashed_routes(self, src: int) -> SourceRoutes:
         """One path per destination: ``sorted(all shortest paths)[(src_rank * 7919 + dst_rank) % count]`` for rank
-        destinations (exactly ``Topology.route``), the first sorted path for other nodes.
-
-        Path lists are kept per node in sorted order (node ids follow sorted node names); a rank reached
-        through a single predecessor borrows its predecessor's list lazily, so the common case costs O(1).
-        """
-        n = len(self.nodes)
-        lat, ovh, lane, one, nlat = self._lat, self._ovh, self._lane, self._one_sided, self._node_lat
-        node_rank = self.node_rank
-        # path record: (node ids, link ids, latency, overhead, lane cap, crosses a NIC stack)
-        Path = tuple
-        paths: list[list[Path] | None] = [None] * n
-        lazy: list[tuple[int, int] | None] = [None] * n
-        paths[src] = [((src,), (), 0.0, 0.0, math.inf, False)]
-
-        def ext(p: Path, x: int, y: int, rid: int) -> Path:
-            return (
-                p[0] + (y,),
-                p[1] + (rid,),
-                p[2] + lat[rid] + (nlat[x] if x != src else 0.0),
-                max(p[3], ovh[rid]),
-                min(p[4], lane[rid]),
-                p[5] or not one[rid],
-            )
-
-        def get(y: int) -> list[Path]:
-            if paths[y] is None:
-                x, rid = lazy[y]  # type: ignore[misc]
-                paths[y] = [ext(p, x, y, rid) for p in get(x)]
-            return paths[y]  # type: ignore[return-value]
-
-        for y in order[1:]:
-            py = preds[y]
-            if len(py) == 1 and node_rank[y] >= 0:
-                lazy[y] = py[0]
-            elif len(py) == 1:
-                x, rid = py[0]
-                paths[y] = [ext(p, x, y, rid) for p in get(x)]
-            else:
-                lst = [ext(p, x, y, rid) for x, rid in py for p in get(x)]
-                lst.sort(key=lambda p: p[0])
-                paths[y] = lst
-        s_rank = int(node_rank[src])
-        chosen: list[Path] = [paths[src][0]] * n  # type: ignore[index]
-        for y in order[1:]:
-            r = int(node_rank[y])
-            if paths[y] is None:
-                x, rid = lazy[y]  # type: ignore[misc]
-                base = get(x)
-                k = (s_rank * 7919 + r) % len(base)
-                chosen[y] = ext(base[k], x, y, rid)
-            else:
-                lst = paths[y]
-                chosen[y] = lst[(s_rank * 7919 + r) % len(lst)] if r >= 0 else lst[0]
-        reached = set(order)
-        rids = [chosen[y][1] if y in reached else () for y in range(n)]
-        lens = np.fromiter((len(e) for e in rids), dtype=np.int64, count=n)
-        ptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(lens, out=ptr[1:])
-        res = np.fromiter(chain.from_iterable(rids), dtype=np.int32, count=int(ptr[-1]))
+        destinations (exactly ``Topology.route``), the first sorted path for other nodes; paths compare as tuples
+        of node ids, which follow sorted node names. Found by counting, compiled (engine/routes.py)."""
+        if self._pair_counts is None:
+            self._adjacency = self._adjacency_arrays()
+            self._pair_counts = routes.all_pairs_counts(self._adjacency.ptr, self._adjacency.node)
+        dist, count = self._pair_counts
+        a = self._adjacency
+        assert a is not None  # built with the counts
+        ptr, res, latency, overhead, lane, nic = routes.hashed_source_routes(
+            src, self.node_rank, dist, count, a.ptr, a.node, a.rid, a.latency, a.overhead, a.lane, a.one_sided,
+            a.node_latency,
+        )  # fmt: skip
         return SourceRoutes(
             ptr=ptr,
             res=res,
             w=np.ones(len(res)),
-            latency=np.fromiter((c[2] for c in chosen), dtype=float, count=n),
-            overhead=np.fromiter((c[3] for c in chosen), dtype=float, count=n),
-            lane_cap=np.fromiter((c[4] for c in chosen), dtype=float, count=n),
-            nic=np.fromiter((c[5] for c in chosen), dtype=bool, count=n),
-            reachable=np.zeros(0, dtype=bool),
+            latency=latency,
+            overhead=overhead,
+            lane_cap=lane,
+            nic=nic,
+            reachable=dist[src] >= 0,
+        )
+
+    def _adjacency_arrays(self) -> routes.Adjacency:
+        """The directed links as CSR arrays for the compiled route search (neighbours ascending, as ``_adj``)."""
+        lens = [len(lst) for lst in self._adj]
+        ptr = np.zeros(len(self._adj) + 1, dtype=np.int64)
+        np.cumsum(lens, out=ptr[1:])
+        flat = [pair for lst in self._adj for pair in lst]
+        return routes.Adjacency(
+            ptr=ptr,
+            node=np.fromiter((y for y, _ in flat), dtype=np.int64, count=len(flat)),
+            rid=np.fromiter((r for _, r in flat), dtype=np.int64, count=len(flat)),
+            latency=np.asarray(self._lat, dtype=float),
+            overhead=np.asarray(self._ovh, dtype=float),
+            lane=np.asarray(self._lane, dtype=float),
+            one_sided=np.asarray(self._one_sided, dtype=bool),
+            node_latency=np.asarray(self._node_lat, dtype=float),
         )
 
     def path_link_names(self, src: int, dst: int) -> list[str]:
