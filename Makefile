@@ -10,12 +10,16 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 # Stamps re-run the install whenever pyproject.toml changes.
+# After installing, compile the engine's numba kernels into their cache (dlrmsim/warmup.py), so that the first
+# simulation a user runs does not pay it.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
+	$(BIN)/python -m dlrmsim.warmup
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[test]"
+	$(BIN)/python -m dlrmsim.warmup
 	touch $@ $(VENV)/.installed
 
 demo: $(VENV)/.installed
