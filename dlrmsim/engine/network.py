@@ -30,6 +30,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 from dlrmsim.engine import costs, routes
@@ -397,26 +398,20 @@ class Network:
         # A NIC-stack path uses both NIC ports; a load/store path between two compute nodes, with copy cores set,
         # the sender's copy-out and the receiver's copy-in ports. Both copy the payload at each end.
         shm = ~nic & ~same & (self.copy_out[src] >= 0) & (self.copy_in[dst] >= 0)
+        # Each pair's entries: its route's links, then its ports in this order (-1: none), then copies.
+        ports = np.full((nf, 4), -1, dtype=np.int64)
+        port_w = np.array([1.0, 1.0, copy, copy])
         for sel, out_port, in_port in ((nic, self.nic_out, self.nic_in), (shm, self.copy_out, self.copy_in)):
             fi = np.flatnonzero(sel)
-            if not fi.size:
-                continue
-            ends = [(out_port, src, 1.0), (in_port, dst, 1.0)]
+            ports[fi, 0] = out_port[src[fi]]
+            ports[fi, 1] = in_port[dst[fi]]
             if copy > 0:
-                ends += [(self.mem, src, copy), (self.mem, dst, copy)]
-            for res_of, node, wt in ends:
-                r = res_of[node[fi]]
-                ok = r >= 0
-                acts.append(fi[ok])
-                ress.append(r[ok])
-                ws.append(np.full(int(ok.sum()), wt))
-        if acts:
-            e_act = np.concatenate(acts)
-            order = np.argsort(e_act, kind="stable")  # group by pair, keeping links before ports and copies
-            e_res, e_w = np.concatenate(ress)[order], np.concatenate(ws)[order]
-            cnt = np.bincount(e_act, minlength=nf)
-        else:
-            e_res, e_w, cnt = np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(nf, dtype=np.int64)
+                ports[fi, 2] = self.mem[src[fi]]
+                ports[fi, 3] = self.mem[dst[fi]]
+        l_act = np.concatenate(acts) if acts else np.zeros(0, dtype=np.int64)  # ascending: sources, then pairs
+        l_res = np.concatenate(ress) if acts else np.zeros(0, dtype=np.int64)
+        l_w = np.concatenate(ws) if acts else np.zeros(0)
+        e_res, e_w, cnt = _pair_entries(l_act, l_res, l_w, ports, port_w)
         first = self._n_pairs
         n_ent = int(self._pair_ptr[first])
         self._reserve(first + nf, n_ent + len(e_res))
@@ -471,6 +466,41 @@ class Network:
         # a node sending to itself moves nothing over the network: it finishes after its delay
         work = np.where(same, 0.0, nbytes) if same.any() else nbytes
         return FlowArrays(work=work, cap=self._pair_cap[pid], delay=self._pair_delay[pid], e_act=e_act, e_res=e_res, e_w=e_w)
+
+
+@numba.njit(cache=True)
+def _pair_entries(
+    l_act: np.ndarray, l_res: np.ndarray, l_w: np.ndarray, ports: np.ndarray, port_w: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pairs' resource entries laid out pair by pair: each pair's link entries (``l_act`` its pair, ascending)
+    in their order, then its ports (``ports`` row, -1 none) in column order with ``port_w``'s weights; returns
+    (resources, weights, entries per pair)."""
+    nf = ports.shape[0]
+    cnt = np.zeros(nf, dtype=np.int64)
+    for i in range(l_act.shape[0]):
+        cnt[l_act[i]] += 1
+    total = l_act.shape[0]
+    for i in range(nf):
+        for c in range(ports.shape[1]):
+            if ports[i, c] >= 0:
+                cnt[i] += 1
+                total += 1
+    e_res = np.empty(total, dtype=np.int64)
+    e_w = np.empty(total)
+    k = 0
+    j = 0
+    for i in range(nf):
+        while j < l_act.shape[0] and l_act[j] == i:
+            e_res[k] = l_res[j]
+            e_w[k] = l_w[j]
+            k += 1
+            j += 1
+        for c in range(ports.shape[1]):
+            if ports[i, c] >= 0:
+                e_res[k] = ports[i, c]
+                e_w[k] = port_w[c]
+                k += 1
+    return e_res, e_w, cnt
 
 
 def _sorted_unique(a: np.ndarray) -> np.ndarray:
