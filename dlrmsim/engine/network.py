@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
+from functools import cached_property
 
 import numba
 import numpy as np
@@ -88,9 +89,6 @@ class Network:
         self.node_rank = np.full(len(self.nodes), -1, dtype=np.int64)
         self.node_rank[self.rank_node] = np.arange(len(self.rank_node))
         self._routes: dict[int, SourceRoutes] = {}
-        # All-pairs hop distances and shortest-path counts, and the links as arrays, for hashed routes (built once).
-        self._pair_counts: tuple[np.ndarray, np.ndarray] | None = None
-        self._adjacency: routes.Adjacency | None = None
         self._init_pair_tables()
 
     # ---- resources, by kind (each appends its capacities to ``caps`` and its names) ---------------
@@ -291,12 +289,8 @@ class Network:
         """One path per destination: ``sorted(all shortest paths)[(src_rank * 7919 + dst_rank) % count]`` for rank
         destinations (exactly ``Topology.route``), the first sorted path for other nodes; paths compare as tuples
         of node ids, which follow sorted node names. Found by counting, compiled (engine/routes.py)."""
-        if self._pair_counts is None:
-            self._adjacency = self._adjacency_arrays()
-            self._pair_counts = routes.all_pairs_counts(self._adjacency.ptr, self._adjacency.node)
-        dist, count = self._pair_counts
         a = self._adjacency
-        assert a is not None  # built with the counts
+        dist, count = self._pair_counts
         ptr, res, latency, overhead, lane, nic = routes.hashed_source_routes(
             src, self.node_rank, dist, count, a.ptr, a.node, a.rid, a.latency, a.overhead, a.lane, a.one_sided,
             a.node_latency,
@@ -312,7 +306,13 @@ class Network:
             reachable=dist[src] >= 0,
         )
 
-    def _adjacency_arrays(self) -> routes.Adjacency:
+    @cached_property
+    def _pair_counts(self) -> tuple[np.ndarray, np.ndarray]:
+        """All-pairs hop distances and shortest-path counts (engine/routes.py), once, when a hashed route is needed."""
+        return routes.all_pairs_counts(self._adjacency.ptr, self._adjacency.node)
+
+    @cached_property
+    def _adjacency(self) -> routes.Adjacency:
         """The directed links as CSR arrays for the compiled route search (neighbours ascending, as ``_adj``)."""
         lens = [len(lst) for lst in self._adj]
         ptr = np.zeros(len(self._adj) + 1, dtype=np.int64)

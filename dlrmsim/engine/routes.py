@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-HASH_MULTIPLIER = 7919  # the prime of the hashed path choice (Topology.route)
+from dlrmsim.topologies.topology import ECMP_HASH_PRIME
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ def hashed_source_routes(
     for d in range(n):
         if d == src or dist[src, d] < 0:
             continue
-        k = (s_rank * HASH_MULTIPLIER + node_rank[d]) % count[src, d] if node_rank[d] >= 0 else 0
+        k = (s_rank * ECMP_HASH_PRIME + node_rank[d]) % count[src, d] if node_rank[d] >= 0 else 0
         x = src
         pos = out_ptr[d]
         acc_lat, acc_ovh, acc_cap, acc_nic = 0.0, 0.0, np.inf, False

@@ -12,7 +12,7 @@ from collections import OrderedDict
 
 import networkx as nx
 
-from dlrmsim.topologies.topology import Topology
+from dlrmsim.topologies.topology import Topology, ecmp_index
 
 ROUTE_CACHE_SIZE = 1 << 16  # endpoint pairs kept; an alltoall at 1024 ranks touches 1M pairs
 
@@ -104,7 +104,7 @@ class FatTreeTopology(Topology):
         mids = self._direct(src, dst)
         if mids is None:
             return super().route(src_rank, dst_rank)
-        return [src, *mids[(src_rank * 7919 + dst_rank) % len(mids)], dst]
+        return [src, *mids[ecmp_index(src_rank, dst_rank, len(mids))], dst]
 
     def hops(self, src_rank: int, dst_rank: int) -> int:
         src, dst = self.ranks[src_rank], self.ranks[dst_rank]

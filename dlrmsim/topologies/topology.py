@@ -146,6 +146,16 @@ class Link:
     type_name: str = ""  # the link type's name in the topology file (e.g. "opa", "pcie-x4")
 
 
+# Hashed ECMP: the pair (src, dst) of ranks takes path (src * ECMP_HASH_PRIME + dst) % count of its sorted
+# equal-cost set, so one source's flows spread over the set. The engine's compiled route search uses the same prime.
+ECMP_HASH_PRIME = 7919
+
+
+def ecmp_index(src_rank: int, dst_rank: int, count: int) -> int:
+    """Which of ``count`` sorted equal-cost paths the rank pair (src, dst) takes."""
+    return (src_rank * ECMP_HASH_PRIME + dst_rank) % count
+
+
 class Topology:
     """A built fabric: graph, ranks in order, compute specs, links and (ECMP) routes between ranks."""
 
@@ -208,7 +218,7 @@ class Topology:
     def route(self, src_rank: int, dst_rank: int) -> list[str]:
         """One deterministic shortest path, spread over the ECMP set by the (src, dst) pair."""
         paths = self.routes(src_rank, dst_rank)
-        return paths[(src_rank * 7919 + dst_rank) % len(paths)]
+        return paths[ecmp_index(src_rank, dst_rank, len(paths))]
 
     def hops(self, src_rank: int, dst_rank: int) -> int:
         return len(self.routes(src_rank, dst_rank)[0]) - 1
