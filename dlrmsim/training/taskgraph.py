@@ -13,6 +13,7 @@ wait for it; the dense optimizer waits for every allreduce.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Literal
@@ -304,30 +305,33 @@ def input_dist_collectives(
     matrices (src x dst): the sizes of what each destination will receive (per table shard it owns), the
     lengths of rank src's local samples in those shards' tables, and their index values (a row shard gets its
     share of a table's lookups, a column shard all of them)."""
-    p = placement.ranks
     local = np.array(batches, dtype=float)
-    splits, lengths, values = np.zeros((p, p)), np.zeros((p, p)), np.zeros((p, p))
-    for sh in placement.shards:
-        splits[:, sh.rank] += dist.split_bytes_per_table
-        lengths[:, sh.rank] += local * dist.length_bytes
-        values[:, sh.rank] += local * w.lookups_per_sample * lookup_fraction(w, sh, row_wise) * w.index_bytes
-    out = {}
-    for cid, m in ((INPUT_SPLITS, splits), (INPUT_LENGTHS, lengths), (INPUT_VALUES, values)):
-        np.fill_diagonal(m, 0.0)
-        out[cid] = Collective(cid, "alltoallv", "alltoall", matrix=m)
-    return out
+    matrices = {
+        INPUT_SPLITS: _to_shard_owners(placement, lambda sh: dist.split_bytes_per_table),
+        INPUT_LENGTHS: _to_shard_owners(placement, lambda sh: local * dist.length_bytes),
+        INPUT_VALUES: _to_shard_owners(
+            placement, lambda sh: local * w.lookups_per_sample * lookup_fraction(w, sh, row_wise) * w.index_bytes
+        ),
+    }
+    return {cid: Collective(cid, "alltoallv", "alltoall", matrix=m) for cid, m in matrices.items()}
 
 
 def loader_index_matrix(w: Workload, placement: Placement, batches: list[int]) -> np.ndarray:
     """Bytes (src x dst) of the v1 loader's index exchange: rank src's local samples' indices of every table
     shard on dst (row-wise shards each need all of a table's indices; replicated tables stay local)."""
     assert w.loader is not None
-    p = placement.ranks
     per_shard = w.lookups_per_sample * w.loader.value_bytes
-    m = np.zeros((p, p))
     send = np.array(batches, dtype=float)
+    return _to_shard_owners(placement, lambda sh: send * per_shard)
+
+
+def _to_shard_owners(placement: Placement, send: Callable[[Shard], np.ndarray | float]) -> np.ndarray:
+    """Bytes (src x dst) when every rank sends ``send(shard)`` bytes (one value, or one per source rank) to the
+    owner of each table shard, and nothing to itself."""
+    p = placement.ranks
+    m = np.zeros((p, p))
     for sh in placement.shards:
-        m[:, sh.rank] += send * per_shard
+        m[:, sh.rank] += send(sh)
     np.fill_diagonal(m, 0.0)
     return m
 
