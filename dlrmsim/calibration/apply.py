@@ -64,6 +64,7 @@ def calibrated_compute(
         page_bytes=float(host.page_bytes),
         l2_bytes=float(host.l2_bytes),
         reload_time_s_by_kind=emb.reload_time_s_by_kind,
+        sorted_visit_kinds=emb.sorted_visit_kinds,
         run_start_s_by_kind=emb.run_start_s_by_kind,
         # A rank gets its cores' share of the cache all the host's cores share (two ranks: half each).
         llc_bytes=host.llc_bytes * cores / host.cores,
@@ -118,6 +119,7 @@ class EmbeddingCosts:
     reload_time_s_by_kind: dict[str, float]
     fixed_time_s_by_kind: dict[str, float]
     run_start_s_by_kind: dict[str, float]
+    sorted_visit_kinds: tuple[str, ...] = ()  # kinds whose fit visits rows in ascending order (EmbeddingFit.sorted_rows)
 
 
 def embedding_costs(
@@ -146,6 +148,8 @@ def embedding_costs(
         ):
             if value > 0:
                 table[kind] = value
+        if fit.sorted_rows:
+            out = dataclasses.replace(out, sorted_visit_kinds=(*out.sorted_visit_kinds, kind))
     return out
 
 

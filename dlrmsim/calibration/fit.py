@@ -39,7 +39,14 @@ from dlrmsim.calibration.schema import (
     select_embedding_fit,
     select_interaction_fit,
 )
-from dlrmsim.engine.costs import cache_miss_share, dispatch_time_s, gemm_aspect, gemm_time_s, page_walk_miss_share
+from dlrmsim.engine.costs import (
+    cache_miss_share,
+    dispatch_time_s,
+    gemm_aspect,
+    gemm_time_s,
+    page_walk_miss_share,
+    sorted_visits,
+)
 from dlrmsim.topologies.topology import EfficiencyTable
 from dlrmsim.workloads.model import Gemm, Layer, Pass, layer_gemm
 
@@ -278,36 +285,47 @@ def _lookups(m: Measurement) -> float:
     return 0.0  # no lookup count recorded: bandwidth only
 
 
-def walk_lookups(m: Measurement, host: HostInfo | None) -> float:
+def _sorted_visits(m: Measurement, host: HostInfo) -> tuple[float, float]:
+    """costs.sorted_visits of one table of an update measurement: (pages walked, rows not adjacent)."""
+    p = m.params
+    return sorted_visits(float(p["unique_rows"]), float(p["rows"]), float(p["dim"]) * 4.0, host.page_bytes)
+
+
+def walk_lookups(m: Measurement, host: HostInfo | None, sorted_rows: bool = False) -> float:
     """Lookups of an embedding measurement weighted by the share whose page walk misses L2
     (costs.page_walk_miss_share over the tables its cycle walks); 0 for the backward, which never reads the
-    table, and for rows that do not record their tables or host."""
+    table, and for rows that do not record their tables or host. An update that visits its rows in ascending
+    order (``sorted_rows``) walks each touched page once: its pages, not its lookups, are weighted."""
     p = m.params
     if host is None or p.get("op") == "backward" or "tables" not in p:
         return 0.0
     tables_bytes = float(p["tables"]) * float(p["rows"]) * float(p["dim"]) * 4.0
-    return _lookups(m) * page_walk_miss_share(tables_bytes, host.page_bytes, host.l2_bytes)
+    walks = _sorted_visits(m, host)[0] if sorted_rows and p.get("op") == "update" else _lookups(m)
+    return walks * page_walk_miss_share(tables_bytes, host.page_bytes, host.l2_bytes)
 
 
-def reload_lookups(m: Measurement, host: HostInfo | None) -> float:
+def reload_lookups(m: Measurement, host: HostInfo | None, sorted_rows: bool = False) -> float:
     """Lookups of an update measurement weighted by the share whose rows its cycle pushed out of the last-level
     cache between the forward and the update (costs.cache_miss_share of the cycle's tables' update working
     sets, taskgraph.update_reuse_bytes, plus the bytes the benchmark swept between them, ``between_bytes``, as
     taskgraph.bytes_since_lookups counts a step's dense work); 0 for the forward and backward, and rows without
-    tables or host."""
+    tables or host. With ``sorted_rows``, the rows a prefetcher cannot stream are weighted instead of the lookups
+    (costs.sorted_visits)."""
     p = m.params
     if host is None or p.get("op") != "update" or "tables" not in p:
         return 0.0
     per_table = (float(p["unique_rows"]) + _lookups(m)) * float(p["dim"]) * 4.0
     reuse = float(p["tables"]) * per_table + float(p.get("between_bytes", 0.0))
-    return _lookups(m) * cache_miss_share(reuse, host.llc_bytes)
+    reloads = _sorted_visits(m, host)[1] if sorted_rows else _lookups(m)
+    return reloads * cache_miss_share(reuse, host.llc_bytes)
 
 
-def embedding_features(m: Measurement, host: HostInfo | None) -> np.ndarray:
+def embedding_features(m: Measurement, host: HostInfo | None, sorted_rows: bool = False) -> np.ndarray:
     """The embedding cost's terms for one measurement, in EmbeddingFit's order: 1 (per op: the bag offsets,
     autograd and sparse-gradient set-up, waking the thread pool), lookups (work that does not grow with a
-    row's width, one kernel call per gradient row), walk-missing lookups, reload-missing lookups, bytes."""
-    return np.array([1.0, _lookups(m), walk_lookups(m, host), reload_lookups(m, host), m.bytes])
+    row's width, one kernel call per gradient row), walk-missing lookups (pages, for an update that visits its
+    rows in order), reload-missing lookups (rows a prefetcher cannot stream, ditto), bytes."""
+    return np.array([1.0, _lookups(m), walk_lookups(m, host, sorted_rows), reload_lookups(m, host, sorted_rows), m.bytes])
 
 
 def fit_embedding_terms(features: np.ndarray, times: np.ndarray, max_bandwidth_Bps: float = math.inf) -> np.ndarray:
@@ -354,11 +372,16 @@ def _stream_bound_Bps(host: HostInfo | None, cores: int) -> float:
 
 
 def fit_embedding(
-    measurements: Sequence[Measurement], memory: MemoryFit, overhead: OverheadFit | None = None, host: HostInfo | None = None
+    measurements: Sequence[Measurement],
+    memory: MemoryFit,
+    overhead: OverheadFit | None = None,
+    host: HostInfo | None = None,
+    sorted_update: bool = False,
 ) -> list[EmbeddingFit]:
     """Per (op, distribution, cores): the fixed, per-row, page-walk and bandwidth terms of the later calls of a
     run, once the op's cold start (the dispatch fit's first-op cost, which the simulator charges each task) is
-    taken off, and what the first call of a run costs beyond them (:func:`run_start_s`)."""
+    taken off, and what the first call of a run costs beyond them (:func:`run_start_s`). ``sorted_update``: the
+    kernel's update visits its rows in ascending order (EmbeddingFit.sorted_rows)."""
     groups: dict[tuple[str, str, int], list[Measurement]] = defaultdict(list)
     for m in measurements:
         if m.benchmark == "embedding":
@@ -369,7 +392,8 @@ def fit_embedding(
         start = dispatch_s(overhead, cores, 1.0)
         # The cold start is a small part of any benchmarked lookup; the floor only guards a noisy dispatch fit.
         work = np.array([max(m.time_s - start, 0.5 * m.time_s) for m in ms])
-        features = np.stack([embedding_features(m, host) for m in ms])
+        in_order = sorted_update and op == "update"
+        features = np.stack([embedding_features(m, host, in_order) for m in ms])
         fixed, a, walk, reload, inv_bw = fit_embedding_terms(features, work, _stream_bound_Bps(host, cores))
         bw = 1.0 / max(float(inv_bw), 1.0 / (NO_BYTE_TERM_GBPS * 1e9))
         out.append(
@@ -384,6 +408,7 @@ def fit_embedding(
                 reload_time_ns=_sig(reload * 1e9),
                 fixed_us=_sig(fixed * 1e6),
                 run_start_us=_sig(run_start_s(rows) * 1e6),
+                sorted_rows=in_order,
             )
         )
     return out
@@ -395,7 +420,10 @@ def fit_tbe(
     """:func:`fit_embedding` of the fbgemm TBE rows (benchmarks/tbe.py): the same terms, per table, for its forward
     and its backward with the update fused in (op "update"); empty when the calibration ran no TBE benchmark."""
     rows = [m.model_copy(update={"benchmark": "embedding"}) for m in measurements if m.benchmark == "tbe"]
-    return fit_embedding(rows, memory, overhead, host) if rows else []
+    # fbgemm's CPU backward sorts each table's lookups by row (csr2csc) and then updates the touched rows in that
+    # order ([FBGEMM-1.8] embedding_backward_split_cpu_template.cpp), where torch's sparse SGD adds the gradient rows
+    # in lookup order.
+    return fit_embedding(rows, memory, overhead, host, sorted_update=True) if rows else []
 
 
 def fit_overhead(measurements: Sequence[Measurement]) -> OverheadFit | None:
@@ -612,7 +640,7 @@ def predict_s(m: Measurement, model: FittedModel) -> float | None:
             ]
         )
         first = e.run_start_us * 1e-6 if _is_run_start(m) else 0.0
-        return dispatch_s(overhead, m.cores, 1.0) + float(embedding_features(m, model.host) @ coef) + first
+        return dispatch_s(overhead, m.cores, 1.0) + float(embedding_features(m, model.host, e.sorted_rows) @ coef) + first
     if m.benchmark == "interaction":
         fit = select_interaction_fit(model.interaction, str(m.params["direction"]), m.cores)
         return predict_interaction_s(fit, m, memory, overhead) if fit is not None else None

@@ -108,6 +108,12 @@ class EmbeddingFit(StrictModel):
         description="update only: time per lookup whose rows the forward and backward left in the last-level cache "
         "but the rest of the cycle pushed out, charged as lookups x the cycle's miss share (engine.costs.cache_miss_share)",
     )
+    sorted_rows: bool = Field(
+        False,
+        description="the op visits its touched rows in ascending row order (fbgemm's fused update, after sorting "
+        "its lookups by row): walk_time_ns is then per page walked and reload_time_ns per row not adjacent to the "
+        "previous one (engine.costs.sorted_visits), not per lookup",
+    )
     fixed_us: Annotated[float, Field(ge=0)] = Field(
         0.0,
         description="time per op that grows with neither lookups nor bytes, beyond the dispatch fit's first-op cost "

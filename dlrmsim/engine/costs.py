@@ -145,6 +145,34 @@ def page_walk_miss_share(tables_bytes: float, page_bytes: float, l2_bytes: float
     return cache_miss_share(tables_bytes / page_bytes * PAGE_TABLE_ENTRY_BYTES, l2_bytes)
 
 
+def sorted_visits(unique_rows: float, table_rows: float, row_bytes: float, page_bytes: float) -> tuple[float, float]:
+    """Page-table walks and cache-missing row fetches of one pass over ``unique_rows`` distinct rows of a
+    ``table_rows`` table (rows of ``row_bytes``) visited in ascending row order, as fbgemm's fused update visits
+    them after sorting the lookups by row (csr2csc): (pages touched, rows not adjacent to the previous one).
+
+    Rows drawn at random with density rho = unique_rows / table_rows: the next touched row is the adjacent one
+    with probability rho, and a hardware prefetcher streams such runs, so only the (1 - rho) share that jumps
+    pays a miss; a page of ``page_bytes / row_bytes`` rows is walked once when any of its rows is touched,
+    ``1 - (1 - rho)^rows_per_page`` of the table's pages. Far below full density both counts tend to
+    ``unique_rows``, the random visit's."""
+    if table_rows <= 0 or unique_rows <= 0:
+        return 0.0, 0.0
+    rho = min(unique_rows / table_rows, 1.0)
+    per_page = max(page_bytes / row_bytes, 1.0) if row_bytes > 0 else 1.0
+    pages = table_rows / per_page * -math.expm1(per_page * math.log1p(-rho)) if rho < 1.0 else table_rows / per_page
+    return pages, unique_rows * (1.0 - rho)
+
+
+@dataclass(frozen=True)
+class RowVisit:
+    """The rows an update task visits in ascending order (``ComputeSpec.sorted_visit_kinds``): the distinct rows
+    it touches, its table's (or shard's) rows and a row's bytes."""
+
+    unique_rows: float
+    table_rows: float
+    row_bytes: float
+
+
 def fixed_time_s(
     spec: ComputeSpec,
     kind: str,
@@ -153,21 +181,33 @@ def fixed_time_s(
     tables_bytes: float = 0.0,
     reuse_bytes: float = 0.0,
     run_start: bool = False,
+    visit: RowVisit | None = None,
 ) -> float:
     """Time (s) of a task that neither flops nor bytes explain: dispatch of its ``ops`` framework ops, the
     kind's fixed time per task, its run-start time when it is the first of a run of its kind (``run_start``),
     and per item of its ``rows``: the kind's time per item, the share of lookups into ``tables_bytes`` of
     tables whose page walk misses L2 at the kind's walk time, and the share of items whose data a
-    ``reuse_bytes`` working set has pushed out of the last-level cache at its reload time."""
+    ``reuse_bytes`` working set has pushed out of the last-level cache at its reload time.
+
+    A kind the spec marks as visiting its rows in ascending order (``sorted_visit_kinds``, with the task's
+    ``visit``) walks each touched page once and reloads only the rows a prefetcher cannot stream
+    (:func:`sorted_visits`), instead of walking and reloading per lookup."""
     per_row = spec.row_time_s_by_kind.get(kind, 0.0)
     walk = spec.walk_time_s_by_kind.get(kind, 0.0)
-    if walk > 0:
-        per_row += walk * page_walk_miss_share(tables_bytes, spec.page_bytes, spec.l2_bytes)
     reload = spec.reload_time_s_by_kind.get(kind, 0.0)
-    if reload > 0:
-        per_row += reload * cache_miss_share(reuse_bytes, spec.llc_bytes)
+    walk_share = page_walk_miss_share(tables_bytes, spec.page_bytes, spec.l2_bytes) if walk > 0 else 0.0
+    reload_share = cache_miss_share(reuse_bytes, spec.llc_bytes) if reload > 0 else 0.0
     first = spec.run_start_s_by_kind.get(kind, 0.0) if run_start else 0.0
-    return dispatch_overhead_s(spec, ops) + rows * per_row + spec.fixed_time_s_by_kind.get(kind, 0.0) + first
+    fixed = spec.fixed_time_s_by_kind.get(kind, 0.0)
+    if visit is not None and kind in spec.sorted_visit_kinds:
+        pages, jumps = sorted_visits(visit.unique_rows, visit.table_rows, visit.row_bytes, spec.page_bytes)
+        per_task = pages * walk * walk_share + jumps * reload * reload_share
+        return dispatch_overhead_s(spec, ops) + rows * per_row + per_task + fixed + first
+    if walk > 0:
+        per_row += walk * walk_share
+    if reload > 0:
+        per_row += reload * reload_share
+    return dispatch_overhead_s(spec, ops) + rows * per_row + fixed + first
 
 
 def task_time(

@@ -108,6 +108,11 @@ class ComputeSpec:
     # spec's share of the last-level cache, bytes). Empty = not modelled; a host calibration fits it.
     reload_time_s_by_kind: dict[str, float] = field(default_factory=dict)
     llc_bytes: float = float(32 << 20)
+    # Kinds whose kernel visits the rows it touches in ascending row order (fbgemm's fused update sorts its lookups
+    # by row first): their walk and reload times are charged per page walked and per row not adjacent to the
+    # previous one (costs.sorted_visits), not per lookup. Empty = every kind visits in lookup order; a host
+    # calibration marks the kinds whose fit was made that way (EmbeddingFit.sorted_rows).
+    sorted_visit_kinds: tuple[str, ...] = ()
     # Time the first task of a run of same-kind tasks pays beyond the later ones, by kind (seconds): the op's code
     # and framework state gone cold while the rank did other work (taskgraph marks the task: Task.run_start).
     # Empty = not modelled; a host calibration measures it from the first call of its benchmark cycles.

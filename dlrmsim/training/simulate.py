@@ -432,7 +432,14 @@ def _rank_process(
             cores = task_cores(op_threads, kind, rank_cores)
             prec = precision if kind in MATRIX_KINDS else "fp32"
             overhead = fixed_time_s(
-                sim.rank_resources[rank].spec, kind, step.ops, step.rows, step.tables_bytes, step.reuse_bytes, step.run_start
+                sim.rank_resources[rank].spec,
+                kind,
+                step.ops,
+                step.rows,
+                step.tables_bytes,
+                step.reuse_bytes,
+                step.run_start,
+                step.visit,
             )
             yield sim.compute(
                 rank,

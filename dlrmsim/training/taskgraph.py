@@ -20,6 +20,7 @@ from typing import Literal
 
 import numpy as np
 
+from dlrmsim.engine.costs import RowVisit
 from dlrmsim.training.implementations import InputDist
 from dlrmsim.training.optimizers import OptimizerSpec, load_optimizer
 from dlrmsim.workloads import model
@@ -83,6 +84,7 @@ class Task:
     tables_bytes: float = 0.0  # embedding tables on the rank whose page tables a lookup walks (costs.fixed_time_s)
     reuse_bytes: float = 0.0  # bytes through the rank's cache between a table's forward and its update (ditto)
     run_start: bool = False  # the first of a run of same-kind tasks on its rank: pays ComputeSpec.run_start_s_by_kind
+    visit: RowVisit | None = None  # an update's distinct rows, its table's rows and a row's bytes (costs.sorted_visits)
 
 
 @dataclass(frozen=True)
@@ -203,7 +205,8 @@ def embedding_backward_update_tasks(
     elif s.threads > 1:
         hottest = _hottest_row_share(rows, w.index_distribution) * lookups
         serial_s = hottest * grad_row_bytes / s.update_costs.core_bandwidth_Bps
-    tasks.append(Task(f"{name}.update", "update", flops=flops, bytes=update_bytes, serial_s=serial_s, rows=lookups))
+    visit = RowVisit(unique_rows=unique, table_rows=float(rows), row_bytes=row_bytes)
+    tasks.append(Task(f"{name}.update", "update", flops=flops, bytes=update_bytes, serial_s=serial_s, rows=lookups, visit=visit))
     return tasks
 
 

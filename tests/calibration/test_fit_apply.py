@@ -563,14 +563,19 @@ def test_tbe_kernel_takes_the_tbe_fits_and_the_framework_fits_where_none_was_mea
         for op in ("forward", "backward", "update")
     ]
     tbe = [
-        EmbeddingFit(op=op, distribution="uniform", cores=1, bandwidth_GBps=9.0, stream_fraction=0.9, row_time_ns=t)
-        for op, t in (("forward", 3.0), ("update", 25.0))
+        EmbeddingFit(
+            op=op, distribution="uniform", cores=1, bandwidth_GBps=9.0, stream_fraction=0.9, row_time_ns=t, sorted_rows=s
+        )
+        for op, t, s in (("forward", 3.0, False), ("update", 25.0, True))
     ]
     cal = quick_cal.model_copy(update={"embedding": emb, "tbe": tbe})
     tbe_kernel = ImplementationProfile(name="tbe-kernel", embedding_kernel="tbe")
     spec = apply_calibration(_tiny_host_topology(), cal, implementation=tbe_kernel).compute(0)
     assert spec.row_time_s_by_kind["embedding"] == pytest.approx(3e-9)
     assert spec.row_time_s_by_kind["update"] == pytest.approx(25e-9)
+    # fbgemm's update fit counted its rows visited in ascending order, so the simulator charges its update that way.
+    assert spec.sorted_visit_kinds == ("update",)
+    assert apply_calibration(_tiny_host_topology(), cal).compute(0).sorted_visit_kinds == ()
     # fbgemm's fused backward has no separate backward kernel measured: that kind keeps the framework's fit.
     assert spec.row_time_s_by_kind["embedding_bwd"] == pytest.approx(100e-9)
     # Without the profile's kernel, or without tbe fits (a calibration without fbgemm), the framework's fits apply.
@@ -611,11 +616,12 @@ def test_tbe_rows_are_per_table_and_fit_back_to_their_own_model(quick_cal: Calib
 
 
 def test_tbe_reload_term_is_told_apart_by_the_read_between_forward_and_backward(quick_cal: Calibration) -> None:
-    """A fused backward whose time grows with the share of its rows pushed out of the last-level cache, that share
-    being cache_miss_share(tables' working set + bytes read between forward and backward): the TBE rows swept by
-    0, 1 and 4 caches carry the reload term, and the fit recovers it (with the fixed and per-lookup terms),
-    because only it changes with between_bytes at a fixed shape."""
-    from dlrmsim.engine.costs import cache_miss_share
+    """A fused backward whose time grows with the rows pushed out of the last-level cache: fbgemm's update visits its
+    rows in ascending order, so it reloads only the rows not adjacent to the previous one (costs.sorted_visits),
+    each with probability cache_miss_share(tables' working set + bytes read between forward and backward). The TBE
+    rows swept by 0, 1 and 4 caches carry the reload term, and the fit recovers it (with the fixed and per-lookup
+    terms), because only it changes with between_bytes at a fixed shape; the fit says it counted sorted visits."""
+    from dlrmsim.engine.costs import cache_miss_share, sorted_visits
 
     host = quick_cal.host.model_copy(update={"llc_bytes": 32 << 20, "memory_bound_GBps": 1e4, "cores": 1})
     fixed, row, reload = 20e-6, 30e-9, 40e-9
@@ -626,10 +632,12 @@ def test_tbe_reload_term_is_told_apart_by_the_read_between_forward_and_backward(
             lookups = cfg.batch * pooling
             unique = min(cfg.rows, lookups) // 2
             reuse = 4 * (unique + lookups) * 32 * 4.0 + between
-            update = fixed + lookups * (row + reload * cache_miss_share(reuse, host.llc_bytes))
+            _, jumps = sorted_visits(unique, cfg.rows, 32 * 4.0, host.page_bytes)
+            update = fixed + lookups * row + jumps * reload * cache_miss_share(reuse, host.llc_bytes)
             t = TbeTiming(cfg, 1, 4 * 1e-4, 4 * update, 1.0, 1.0, 9)
             rows += [m for m in tbe_measurements(t, unique, (1.0, 1.0)) if m.params["op"] == "update"]
     assert {m.params["between_bytes"] for m in rows} == {0, 32 << 20, 128 << 20}
     (fit,) = fit_tbe(rows, quick_cal.memory, host=host)
+    assert fit.sorted_rows
     assert fit.reload_time_ns == pytest.approx(40.0, rel=1e-3)
     assert fit.row_time_ns == pytest.approx(30.0, rel=1e-3) and fit.fixed_us == pytest.approx(20.0, rel=1e-3)

@@ -194,6 +194,57 @@ def test_page_walk_miss_share_is_entries_over_entries_plus_l2(tables_bytes: floa
     assert costs.cache_miss_share(tables_bytes / 512, 2.0**20) == pytest.approx(share)
 
 
+def test_sorted_visits_of_sparse_rows_are_one_walk_and_one_miss_each() -> None:
+    # Because 10 rows of a million are almost never neighbours or on one page, an ascending pass over them walks
+    # ~10 pages and misses ~10 times, as a visit in lookup order would.
+    pages, jumps = costs.sorted_visits(10.0, 1e6, 128.0, 4096.0)
+    assert pages == pytest.approx(10.0, rel=1e-3) and jumps == pytest.approx(10.0, rel=1e-3)
+
+
+def test_sorted_visits_of_every_row_stream_the_table() -> None:
+    # Because a pass over every row of a table is one sequential sweep, it walks each of the table's pages once
+    # (32 rows of 128 B a 4 KiB page) and never jumps.
+    assert costs.sorted_visits(2**16, 2**16, 128.0, 4096.0) == (2**16 / 32, 0.0)
+
+
+def test_sorted_visits_at_density_rho_jump_with_probability_one_minus_rho() -> None:
+    # Because the next touched row is the adjacent one with probability rho, (1 - rho) of the rows jump; a page
+    # of 32 rows escapes with probability (1 - rho)^32.
+    rho = 0.25
+    pages, jumps = costs.sorted_visits(rho * 2**20, 2**20, 128.0, 4096.0)
+    assert jumps == pytest.approx((1 - rho) * rho * 2**20)
+    assert pages == pytest.approx(2**20 / 32 * (1 - (1 - rho) ** 32))
+    # rows wider than a page: every touched row walks at least its own page
+    assert costs.sorted_visits(100.0, 1e6, 8192.0, 4096.0)[0] == pytest.approx(100.0, rel=1e-3)
+
+
+def test_a_sorted_visit_kind_pays_walks_per_page_and_reloads_per_jump() -> None:
+    """The spec marks "update" as visiting its rows in order: its walk time is charged per page walked and its
+    reload time per jumping row, the per-lookup time per lookup; without the mark, per lookup."""
+    import dataclasses
+
+    spec = dataclasses.replace(
+        simple_spec(),
+        task_overhead_s=0.0,
+        op_overhead_s=0.0,
+        row_time_s_by_kind={"update": 1e-8},
+        walk_time_s_by_kind={"update": 4e-8},
+        reload_time_s_by_kind={"update": 6e-8},
+        page_bytes=4096.0,
+        l2_bytes=2.0**20,
+        llc_bytes=2.0**20,
+    )
+    visit = costs.RowVisit(unique_rows=2**18, table_rows=2**20, row_bytes=128.0)
+    tables, reuse, lookups = 2.0**29, 3 * 2.0**20, 3e5  # walk share 1/2, reload share 3/4
+    pages, jumps = costs.sorted_visits(2**18, 2**20, 128.0, 4096.0)
+    in_order = costs.fixed_time_s(
+        dataclasses.replace(spec, sorted_visit_kinds=("update",)), "update", 0, lookups, tables, reuse, visit=visit
+    )
+    assert in_order == pytest.approx(lookups * 1e-8 + 0.5 * pages * 4e-8 + 0.75 * jumps * 6e-8, rel=1e-12)
+    by_lookup = costs.fixed_time_s(spec, "update", 0, lookups, tables, reuse, visit=visit)
+    assert by_lookup == pytest.approx(lookups * (1e-8 + 0.5 * 4e-8 + 0.75 * 6e-8), rel=1e-12)
+
+
 def test_first_task_of_a_run_pays_its_kind_s_run_start() -> None:
     import dataclasses
 

@@ -114,3 +114,17 @@ def test_the_tbe_benchmark_counts_a_fused_updates_bytes_as_the_simulators_task_d
     unique = model.expected_unique_rows(rows, batch * TINY.lookups_per_sample, TINY.index_distribution)
     expected = fused_update_bytes(batch, TINY.lookups_per_sample, TINY.embedding_dim, unique)  # type: ignore[arg-type]
     assert task.kind == "update" and task.bytes == pytest.approx(expected, rel=1e-12)
+
+
+def test_an_update_task_carries_the_rows_the_tbe_fit_counted_its_visits_on() -> None:
+    """The TBE fit's walk and reload terms are per page and per jumping row of an ascending visit over the distinct
+    rows of one table (fit.walk_lookups, fit.reload_lookups); the simulator can charge them the same way only if the
+    update task says how many distinct rows of how large a table it touches, and how wide they are."""
+    batch, rows = 1024, TINY.table_rows[0]
+    s = IterationSettings(global_batch=batch, fuse_backward_update=True)
+    (task,) = embedding_backward_update_tasks(TINY, "emb0", rows, batch, TINY.embedding_dim, s)
+    unique = model.expected_unique_rows(rows, batch * TINY.lookups_per_sample, TINY.index_distribution)
+    assert task.visit is not None
+    assert task.visit.unique_rows == pytest.approx(unique, rel=1e-12)
+    assert task.visit.table_rows == rows
+    assert task.visit.row_bytes == TINY.embedding_dim * TINY.table_element_bytes
