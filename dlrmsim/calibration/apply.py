@@ -29,9 +29,11 @@ def calibrated_compute(
     distribution: str = "uniform",
     threads_by_kind: Mapping[str, int] | None = None,
     embedding_kernel: str = "framework",
+    interaction_kernel: str = "framework",
 ) -> ComputeSpec:
     """``spec`` with the host's fitted fp32 GEMM, memory bandwidth and saturation, embedding costs for the
-    workload's index ``distribution``, interaction costs, and per-op overheads.
+    workload's index ``distribution``, interaction costs (TorchRec's kernel for ``interaction_kernel``
+    "torchrec"), and per-op overheads.
 
     ``threads_by_kind`` (an implementation profile's, training.implementations): task kinds whose kernels run on
     fewer threads than the rank's cores take the embedding fit measured at that thread count, as the simulator
@@ -40,7 +42,7 @@ def calibrated_compute(
     where the calibration measured it, the framework's embedding-bag fits elsewhere."""
     host = cal.host
     cores = max(1, min(spec.cores, host.cores))
-    inter = interaction_costs(cal, cores)
+    inter = interaction_costs(cal, cores, interaction_kernel)
     emb = embedding_costs(cal, distribution, cores, threads_by_kind, embedding_kernel)
     table = cal.gemm.table(cores)
     peak = cores * host.clock_GHz * 1e9 * host.flops_per_cycle_fp32
@@ -55,7 +57,7 @@ def calibrated_compute(
         memory_bandwidth_Bps=cal.memory.bandwidth_GBps * 1e9,
         memory_efficiency=EfficiencyTable.constant(1.0),
         saturation_cores=float(cal.memory.saturation_cores),
-        bandwidth_fraction_by_kind=emb.bandwidth_fraction_by_kind,
+        bandwidth_fraction_by_kind={**emb.bandwidth_fraction_by_kind, **inter.bandwidth_fraction_by_kind},
         row_time_s_by_kind={**emb.row_time_s_by_kind, **inter.row_time_s_by_kind},
         flop_rate_by_kind=inter.flop_rate_by_kind,
         # A training step's GEMM pays its cold-call time (measured in step order) as a fixed time of its kind.
@@ -159,24 +161,30 @@ INTERACTION_KINDS = {"forward": "interaction", "backward": "interaction_bwd"}
 
 @dataclasses.dataclass(frozen=True)
 class InteractionCosts:
-    """The interaction fits as ComputeSpec fields, per task kind (s per sample, flop/s, s per task)."""
+    """The interaction fits as ComputeSpec fields, per task kind (s per sample, flop/s, s per task, achieved
+    bandwidth as a fraction of the stream bandwidth at the fit's core count)."""
 
     row_time_s_by_kind: dict[str, float]
     flop_rate_by_kind: dict[str, float]
     fixed_time_s_by_kind: dict[str, float]
+    bandwidth_fraction_by_kind: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
-def interaction_costs(cal: Calibration, cores: int) -> InteractionCosts:
+def interaction_costs(cal: Calibration, cores: int, kernel: str = "framework") -> InteractionCosts:
     """Fitted interaction costs on ``cores`` cores, from the fit at the nearest core count (its flop rate
-    scaled by cores / fit cores); empty when the calibration has no interaction benchmark."""
+    scaled by cores / fit cores), of TorchRec's kernel for ``kernel`` "torchrec" where the calibration measured
+    it; empty when the calibration has no interaction benchmark."""
     out = InteractionCosts({}, {}, {})
     for direction, kind in INTERACTION_KINDS.items():
-        fit = cal.interaction_fit(direction, cores)
+        fit = cal.interaction_fit(direction, cores, kernel)
         if fit is None:
             continue
         out.row_time_s_by_kind[kind] = fit.sample_time_ns * 1e-9
         out.flop_rate_by_kind[kind] = fit.GFLOPs * 1e9 * cores / fit.cores
         out.fixed_time_s_by_kind[kind] = fit.fixed_us * 1e-6
+        if fit.bandwidth_GBps is not None:
+            # as an embedding fit's: relative to the stream bandwidth of the cores it was measured on
+            out.bandwidth_fraction_by_kind[kind] = fit.bandwidth_GBps / memory_bandwidth_GBps(cal.memory, fit.cores)
     return out
 
 
@@ -201,11 +209,12 @@ def apply_calibration(
     """
     threads_by_kind = implementation.threads_by_kind() if implementation is not None else None
     kernel = implementation.embedding_kernel if implementation is not None else "framework"
+    inter_kernel = implementation.interaction_kernel if implementation is not None else "framework"
     graph = topology.graph.copy()
     for node, data in graph.nodes(data=True):
         spec = data.get("compute")
         if isinstance(spec, ComputeSpec):
-            graph.nodes[node]["compute"] = calibrated_compute(spec, cal, distribution, threads_by_kind, kernel)
+            graph.nodes[node]["compute"] = calibrated_compute(spec, cal, distribution, threads_by_kind, kernel, inter_kernel)
     for u, v, data in graph.edges(data=True):
         link = data.get("link")
         if isinstance(link, Link) and link.kind == SHM_LINK_KIND:

@@ -164,6 +164,9 @@ def run_calibration(quick: bool, backend: str | None, out: Path | None, progress
     embedding = fit_embedding(measurements, memory, overhead, host)
     collectives = fit_collectives(measurements)
     interaction = fit_interaction(measurements, memory, host, overhead)
+    interaction_torchrec = fit_interaction(measurements, memory, host, overhead, benchmark="interaction_torchrec")
+    tbe = fit_tbe(measurements, memory, overhead, host)
+    fitted = FittedModel(gemm, memory, embedding, collectives, overhead, interaction, host, tbe, interaction_torchrec)
     cal = Calibration(
         host=host,
         gemm=gemm,
@@ -172,9 +175,10 @@ def run_calibration(quick: bool, backend: str | None, out: Path | None, progress
         collectives=collectives,
         overhead=overhead,
         interaction=interaction,
-        tbe=fit_tbe(measurements, memory, overhead, host),
+        tbe=tbe,
+        interaction_torchrec=interaction_torchrec,
         measurements=measurements,
-        fit_quality=fit_quality(measurements, FittedModel(gemm, memory, embedding, collectives, overhead, interaction, host)),
+        fit_quality=fit_quality(measurements, fitted),
         eq_check=eq_check(measurements, collectives),
     )
     save_calibration(cal, out)

@@ -486,17 +486,27 @@ def interaction_time_s(
 
 
 RATE_GRID_POINTS = 161  # log-spaced flop rates tried by the interaction fit, 1e-3 x peak .. peak
+# Log-spaced byte rates tried by the interaction fit, INTERACTION_BANDWIDTH_FLOOR x stream bandwidth .. stream
+# bandwidth: its tensors are small (S+1 rows of E floats a sample) and its gathers strided, so its bytes move well
+# below a stream's rate (the runner's backward on this project's 2-core host: 18 GB/s on one core against 35).
+BANDWIDTH_GRID_POINTS = 25
+INTERACTION_BANDWIDTH_FLOOR = 1e-2
 
 
 def fit_interaction(
-    measurements: Sequence[Measurement], memory: MemoryFit, host: HostInfo, overhead: OverheadFit | None = None
+    measurements: Sequence[Measurement],
+    memory: MemoryFit,
+    host: HostInfo,
+    overhead: OverheadFit | None = None,
+    benchmark: str = "interaction",
 ) -> list[InteractionFit]:
-    """Per (direction, cores): the flop rate (searched on a log grid up to the physical peak) and, for each
-    rate, the fixed and per-sample times (non-negative least squares) that minimise the relative error of
-    :func:`interaction_time_s` over the measured shapes. Bytes stream at the memory fit's bandwidth."""
+    """Per (direction, cores): the flop rate and the byte rate (searched on log grids, up to the physical peak
+    and to stream bandwidth) and, for each pair, the fixed and per-sample times (non-negative least squares) that
+    minimise the relative error of :func:`interaction_time_s` over the measured shapes. ``benchmark``: the rows of
+    the runner's kernel ("interaction") or of TorchRec's ("interaction_torchrec")."""
     groups: dict[tuple[str, int], list[Measurement]] = defaultdict(list)
     for m in measurements:
-        if m.benchmark == "interaction":
+        if m.benchmark == benchmark:
             groups[(str(m.params["direction"]), m.cores)].append(m)
     out = []
     for (direction, cores), ms in sorted(groups.items()):
@@ -505,24 +515,27 @@ def fit_interaction(
         flops = np.array([m.flops for m in ms])
         nbytes = np.array([m.bytes for m in ms])
         disp = np.array([dispatch_s(overhead, cores, float(m.params["ops"])) for m in ms])
-        bw = memory_bandwidth_GBps(memory, cores) * 1e9
+        stream = memory_bandwidth_GBps(memory, cores) * 1e9
         peak = peak_gflops(host, cores) * 1e9
         x = np.stack([1.0 / t, n / t], axis=1)
-        best = (math.inf, 0.0, 0.0, peak)
-        for rate in np.geomspace(peak * 1e-3, peak, RATE_GRID_POINTS):
-            rest = (t - disp - np.maximum(flops / rate, nbytes / bw)) / t
-            c = nonnegative_least_squares(x, rest)
-            err = float(np.sum((x @ c - rest) ** 2))
-            if err < best[0]:
-                best = (err, float(c[0]), float(c[1]), float(rate))
-        _, fixed, sample, rate = best
+        best = (math.inf, 0.0, 0.0, peak, stream)
+        for bw in np.geomspace(stream * INTERACTION_BANDWIDTH_FLOOR, stream, BANDWIDTH_GRID_POINTS):
+            t_b = nbytes / bw
+            for rate in np.geomspace(peak * 1e-3, peak, RATE_GRID_POINTS):
+                rest = (t - disp - np.maximum(flops / rate, t_b)) / t
+                c = nonnegative_least_squares(x, rest)
+                err = float(np.sum((x @ c - rest) ** 2))
+                if err < best[0]:
+                    best = (err, float(c[0]), float(c[1]), float(rate), float(bw))
+        _, fixed, sample, rate, bw = best
         out.append(
             InteractionFit(
-                direction=direction,
+                direction=direction,  # type: ignore[arg-type]
                 cores=cores,
                 fixed_us=_sig(fixed * 1e6),
                 sample_time_ns=_sig(sample * 1e9),  # type: ignore[arg-type]
                 GFLOPs=_sig(rate / 1e9),
+                bandwidth_GBps=_sig(bw / 1e9),
             )
         )
     return out
@@ -533,7 +546,7 @@ def predict_interaction_s(fit: InteractionFit, m: Measurement, memory: MemoryFit
         fit.fixed_us * 1e-6,
         fit.sample_time_ns * 1e-9,
         fit.GFLOPs * 1e9,
-        memory_bandwidth_GBps(memory, m.cores) * 1e9,
+        (fit.bandwidth_GBps if fit.bandwidth_GBps is not None else memory_bandwidth_GBps(memory, m.cores)) * 1e9,
         float(m.params["batch"]),
         m.flops,
         m.bytes,
@@ -619,6 +632,8 @@ class FittedModel:
     overhead: OverheadFit | None = None
     interaction: Sequence[InteractionFit] = ()
     host: HostInfo | None = None  # page and cache sizes for the embedding walk and reload terms
+    tbe: Sequence[EmbeddingFit] = ()  # fbgemm's table-batched embedding, per table
+    interaction_torchrec: Sequence[InteractionFit] = ()
 
 
 def predict_s(m: Measurement, model: FittedModel) -> float | None:
@@ -628,8 +643,12 @@ def predict_s(m: Measurement, model: FittedModel) -> float | None:
         return predict_gemm_roofline_s(model.gemm, memory, m, overhead)
     if m.benchmark == "stream":
         return m.bytes / (memory_bandwidth_GBps(memory, m.cores) * 1e9)
-    if m.benchmark == "embedding":
-        e = select_embedding_fit(model.embedding, str(m.params["op"]), str(m.params["distribution"]), m.cores)
+    if m.benchmark in ("embedding", "tbe"):
+        fits = model.embedding if m.benchmark == "embedding" else model.tbe
+        try:
+            e = select_embedding_fit(fits, str(m.params["op"]), str(m.params["distribution"]), m.cores)
+        except KeyError:
+            return None
         coef = np.array(
             [
                 e.fixed_us * 1e-6,
@@ -641,8 +660,9 @@ def predict_s(m: Measurement, model: FittedModel) -> float | None:
         )
         first = e.run_start_us * 1e-6 if _is_run_start(m) else 0.0
         return dispatch_s(overhead, m.cores, 1.0) + float(embedding_features(m, model.host, e.sorted_rows) @ coef) + first
-    if m.benchmark == "interaction":
-        fit = select_interaction_fit(model.interaction, str(m.params["direction"]), m.cores)
+    if m.benchmark in ("interaction", "interaction_torchrec"):
+        fits = model.interaction if m.benchmark == "interaction" else model.interaction_torchrec
+        fit = select_interaction_fit(fits, str(m.params["direction"]), m.cores)
         return predict_interaction_s(fit, m, memory, overhead) if fit is not None else None
     if m.benchmark == "dispatch":
         return None

@@ -129,13 +129,19 @@ class EmbeddingFit(StrictModel):
 class InteractionFit(StrictModel):
     """The framework's dot interaction (batched X X^T of S+1 features per sample, pair gather/scatter), one
     direction at one core count: t = dispatch(ops) + fixed + batch x sample_time + max(flops / rate, bytes /
-    memory bandwidth), with flops and bytes as ``workloads.model`` counts them (the simulator's own formula)."""
+    bandwidth), with flops and bytes as ``workloads.model`` counts them (the simulator's own formula)."""
 
     direction: Literal["forward", "backward"]
     cores: Annotated[int, Field(gt=0)]
     fixed_us: Annotated[float, Field(ge=0)] = Field(description="per call, beyond the ops' dispatch")
     sample_time_ns: Annotated[float, Field(ge=0)] = Field(description="per sample: one small matrix product and its pairs")
     GFLOPs: Positive = Field(description="achieved rate of the many small per-sample matrix products")
+    bandwidth_GBps: Positive | None = Field(
+        None,
+        description="achieved rate of its bytes (stacking, the small products' operands and results, gathers, "
+        "concatenation), below stream bandwidth where those tensors are small and strided; None: the memory fit's "
+        "bandwidth (files from before this field)",
+    )
 
 
 class OverheadFit(StrictModel):
@@ -177,7 +183,9 @@ class Measurement(StrictModel):
     """One micro-benchmark: time per call over repeats after warm-up (median; best for memory streams), in the
     fastest of the plan's passes."""
 
-    benchmark: Literal["gemm", "linear", "stream", "embedding", "interaction", "allreduce", "alltoall", "dispatch", "tbe"]
+    benchmark: Literal[
+        "gemm", "linear", "stream", "embedding", "interaction", "interaction_torchrec", "allreduce", "alltoall", "dispatch", "tbe"
+    ]
     name: str
     cores: Annotated[int, Field(gt=0)]
     params: dict[str, float | int | str] = {}
@@ -243,6 +251,11 @@ class Calibration(StrictModel):
         description="fbgemm's CPU table-batched embedding (TorchRec's fused kernel), per table: op forward, and op update "
         "for its backward with SGD fused in (benchmarks/tbe.py); empty without fbgemm-gpu-cpu",
     )
+    interaction_torchrec: list[InteractionFit] = Field(
+        default_factory=list,
+        description="TorchRec's InteractionArch with autograd's backward (benchmarks/interaction.py), for an "
+        "implementation whose interaction_kernel is torchrec; empty without TorchRec",
+    )
     measurements: list[Measurement] = []
     fit_quality: list[FitRow] = []
     eq_check: list[EqCheckRow] = []
@@ -257,8 +270,11 @@ class Calibration(StrictModel):
         """The embedding fit of ``op`` at the core count nearest ``cores`` (None: the most cores measured)."""
         return select_embedding_fit(self.embedding, op, distribution, cores)
 
-    def interaction_fit(self, direction: str, cores: int) -> InteractionFit | None:
-        """The interaction fit of ``direction`` at the core count nearest ``cores`` (None: not measured)."""
+    def interaction_fit(self, direction: str, cores: int, kernel: str = "framework") -> InteractionFit | None:
+        """The interaction fit of ``direction`` at the core count nearest ``cores`` (None: not measured), of
+        TorchRec's kernel for ``kernel`` "torchrec" where the calibration measured it, else of the framework's."""
+        if kernel == "torchrec" and self.interaction_torchrec:
+            return select_interaction_fit(self.interaction_torchrec, direction, cores)
         return select_interaction_fit(self.interaction, direction, cores)
 
 

@@ -72,6 +72,11 @@ class ImplementationProfile(StrictModel):
         description="which calibrated embedding kernel the embedding kinds run: the framework's embedding bags, or "
         "fbgemm's table-batched embedding (the calibration's tbe fits, where it measured them)",
     )
+    interaction_kernel: Literal["framework", "torchrec"] = Field(
+        "framework",
+        description="which calibrated dot interaction the interaction kinds run: the project runner's, or TorchRec's "
+        "InteractionArch with autograd's backward (the calibration's interaction_torchrec fits, where it measured them)",
+    )
 
     @field_validator("op_threads")
     @classmethod

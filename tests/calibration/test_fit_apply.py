@@ -12,6 +12,8 @@ import yaml
 from dlrmsim.calibration.apply import apply_calibration, calibrated_compute
 from dlrmsim.calibration.benchmarks.tbe import TbeConfig, TbeTiming, fused_update_bytes, tbe_measurements
 from dlrmsim.calibration.fit import (
+    BANDWIDTH_GRID_POINTS,
+    INTERACTION_BANDWIDTH_FLOOR,
     NO_BYTE_TERM_GBPS,
     RATE_GRID_POINTS,
     FittedModel,
@@ -348,6 +350,57 @@ def test_interaction_fit_recovers_its_own_model(quick_cal: Calibration) -> None:
     for m in ms:
         pred = predict_s(m, FittedModel(quick_cal.gemm, quick_cal.memory, overhead=overhead, interaction=[fit]))
         assert pred == pytest.approx(m.time_s, rel=1e-3)
+
+
+def test_interaction_fit_recovers_a_byte_rate_below_stream_bandwidth(quick_cal: Calibration) -> None:
+    """An interaction whose bytes move at a fifth of stream bandwidth (small, strided tensors): because the shapes
+    are byte-bound, only that rate explains their times, and the fit finds it (a grid point) with the other terms."""
+    cores = 2
+    overhead = OverheadFit(task_overhead_us_by_cores=[(cores, 20.0)], op_overhead_us_by_cores=[(cores, 2.0)])
+    peak = peak_gflops(quick_cal.host, cores) * 1e9
+    rate = peak * 10 ** (-3 + 3 * 120 / (RATE_GRID_POINTS - 1))
+    stream = memory_bandwidth_GBps(quick_cal.memory, cores) * 1e9
+    k = 19  # a grid point of the byte rates
+    bw = stream * INTERACTION_BANDWIDTH_FLOOR ** (1 - k / (BANDWIDTH_GRID_POINTS - 1))
+    assert 0.1 * stream < bw < 0.5 * stream
+    fixed, sample = 150e-6, 200e-9
+    ms = []
+    for n, s, e in ((256, 4, 32), (2048, 4, 32), (256, 26, 64), (2048, 26, 64), (1024, 16, 128), (4096, 4, 128)):
+        flops, nbytes = 2.0 * (s + 1) ** 2 * e * n, 4.0 * n * (s + 1) * e * 3
+        t = 20e-6 + 4 * 2e-6 + fixed + n * sample + max(flops / rate, nbytes / bw)
+        params = {"direction": "backward", "batch": n, "tables": s, "dim": e, "ops": 5.0}
+        ms.append(_m("interaction_torchrec", cores, t, flops=flops, bytes=nbytes, params=params))
+    (fit,) = fit_interaction(ms, quick_cal.memory, quick_cal.host, overhead, benchmark="interaction_torchrec")
+    assert fit.bandwidth_GBps == pytest.approx(bw / 1e9, rel=1e-3)
+    assert fit.fixed_us == pytest.approx(fixed * 1e6, rel=1e-3) and fit.sample_time_ns == pytest.approx(200.0, rel=1e-3)
+    # the framework's rows are another benchmark: none here
+    assert fit_interaction(ms, quick_cal.memory, quick_cal.host, overhead) == []
+    model = FittedModel(quick_cal.gemm, quick_cal.memory, overhead=overhead, interaction_torchrec=[fit])
+    assert all(predict_s(m, model) == pytest.approx(m.time_s, rel=1e-3) for m in ms)
+
+
+def test_torchrec_interaction_kernel_takes_its_own_fits_and_byte_rate(quick_cal: Calibration) -> None:
+    """TorchRec's interaction (autograd's backward) is calibrated apart from the runner's: a profile whose
+    interaction_kernel is torchrec gets those fits, and their byte rate as a share of the fit cores' stream
+    bandwidth; without them (no TorchRec at calibration time) the runner's fits apply."""
+    runner = [
+        InteractionFit(direction=d, cores=1, fixed_us=100.0, sample_time_ns=300.0, GFLOPs=20.0) for d in ("forward", "backward")
+    ]
+    trec = [
+        InteractionFit(direction=d, cores=1, fixed_us=200.0, sample_time_ns=600.0, GFLOPs=10.0, bandwidth_GBps=5.0)
+        for d in ("forward", "backward")
+    ]
+    cal = quick_cal.model_copy(update={"interaction": runner, "interaction_torchrec": trec})
+    profile = ImplementationProfile(name="trec", interaction_kernel="torchrec")
+    spec = apply_calibration(_tiny_host_topology(), cal, implementation=profile).compute(0)
+    assert spec.row_time_s_by_kind["interaction_bwd"] == pytest.approx(600e-9)
+    assert spec.bandwidth_fraction_by_kind["interaction"] == pytest.approx(5.0 / memory_bandwidth_GBps(cal.memory, 1))
+    plain = apply_calibration(_tiny_host_topology(), cal).compute(0)
+    assert plain.row_time_s_by_kind["interaction_bwd"] == pytest.approx(300e-9)
+    assert "interaction" not in plain.bandwidth_fraction_by_kind  # no byte rate fitted: stream bandwidth
+    no_trec = cal.model_copy(update={"interaction_torchrec": []})
+    fallback = apply_calibration(_tiny_host_topology(), no_trec, implementation=profile)
+    assert fallback.compute(0).row_time_s_by_kind["interaction_bwd"] == pytest.approx(300e-9)
 
 
 def test_apply_gives_interaction_kinds_their_fitted_costs(quick_cal: Calibration) -> None:

@@ -104,3 +104,23 @@ def test_planner_estimate_grows_with_lookups() -> None:
     # Because TorchRec's estimator charges embedding compute by bytes read (pooling factor x dim), four times
     # the lookups cost more, and every table is placed somewhere.
     assert four.compute_s > one.compute_s > 0 and len(one.sharding) == TINY.num_tables
+
+
+def test_torchrec_interaction_benchmark_times_interaction_arch_with_autograd() -> None:
+    """The calibration's TorchRec interaction rows come from InteractionArch itself: a forward and an autograd
+    backward per shape, as separate rows of their own benchmark, with the model's flops, bytes and ops."""
+    pytest.importorskip("torchrec")
+    from dlrmsim.calibration.benchmarks.interaction import InteractionConfig, interaction_task
+    from dlrmsim.calibration.benchmarks.timing import TimingPolicy
+    from dlrmsim.calibration.ops import get_ops
+
+    policy = TimingPolicy(warmup=1, repeats=3, min_sample_s=0.0)
+    task = interaction_task(get_ops("torch"), InteractionConfig(64, 3, 16), 1, policy, "torchrec")
+    rows = task.run()
+    assert [(m.benchmark, m.params["direction"]) for m in rows] == [
+        ("interaction_torchrec", "forward"),
+        ("interaction_torchrec", "backward"),
+    ]
+    assert all(m.time_s > 0 and m.repeats == 3 for m in rows)
+    # because autograd's backward forms two products where the forward forms one, it counts twice the flops
+    assert rows[1].flops == pytest.approx(2 * rows[0].flops)

@@ -1,10 +1,14 @@
 """Dot-interaction benchmarks (fit.fit_interaction): the runner's unfused interaction forward and backward
-over batches and (tables, dim) shapes."""
+over batches and (tables, dim) shapes, and, where TorchRec is installed, TorchRec's own ``InteractionArch`` over
+the same shapes (its backward is autograd's, a different kernel mix: see :func:`time_torchrec_interaction`)."""
 
 from __future__ import annotations
 
+import importlib.util
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -70,21 +74,75 @@ def time_interaction(ops: Ops, cfg: InteractionConfig, policy: TimingPolicy, flu
     return out
 
 
-def interaction_task(k: Ops, cfg: InteractionConfig, cores: int, policy: TimingPolicy) -> BenchTask:
+def torchrec_interaction_available() -> bool:
+    """Whether TorchRec (and torch) can be imported, without importing them."""
+    return importlib.util.find_spec("torchrec") is not None and importlib.util.find_spec("torch") is not None
+
+
+def time_torchrec_interaction(ops: Ops, cfg: InteractionConfig, policy: TimingPolicy, flush: Op) -> dict[str, list[float]]:
+    """Per-repeat seconds of TorchRec's ``InteractionArch`` forward and of its autograd backward, each right after
+    ``flush``, on the threads ``ops.threads`` set.
+
+    TorchRec stacks the dense and the S sparse vectors, takes ``bmm(X, X^T)`` and gathers the upper triangle; its
+    backward is autograd's: BmmBackward forms both operands' gradients, ``dZ X`` and ``X^T dZ``, the second a
+    product of (E x (S+1)) by ((S+1) x (S+1)) matrices that runs far below the first (E=128, batch 1024, 2 threads
+    of this project's host: 0.79 ms against 0.15 ms), then adds them into X's gradient. The runner's hand-written
+    backward forms ``(dZ + dZ^T) X`` once. So TorchRec's interaction is measured as TorchRec runs it."""
+    import torch
+    from torchrec.models.dlrm import InteractionArch
+
+    rng = np.random.default_rng(cfg.batch + cfg.tables + cfg.dim)
+    n, e, s = cfg.batch, cfg.dim, cfg.tables
+    arch = InteractionArch(num_sparse_features=s)
+    dense = torch.from_numpy(rng.standard_normal((n, e), dtype=np.float32)).requires_grad_()
+    sparse = torch.from_numpy(rng.standard_normal((n, s, e), dtype=np.float32)).requires_grad_()
+    grad = torch.from_numpy(rng.standard_normal((n, e + s + s * (s - 1) // 2), dtype=np.float32))
+    clock = time.perf_counter
+    out: dict[str, list[float]] = {"forward": [], "backward": []}
+    with torch.enable_grad():  # ops.threads turns autograd off for the runner's kernels
+        for i in range(policy.warmup + policy.repeats):
+            dense.grad = sparse.grad = None
+            flush()
+            t0 = clock()
+            y = arch(dense, sparse)
+            t1 = clock()
+            flush()
+            t2 = clock()
+            y.backward(grad)
+            t3 = clock()
+            if i >= policy.warmup:
+                out["forward"].append(t1 - t0)
+                out["backward"].append(t3 - t2)
+    return out
+
+
+InteractionKernel = Literal["framework", "torchrec"]
+# kernel -> (benchmark name of its rows, timer)
+_KERNELS: dict[str, tuple[str, Callable[[Ops, InteractionConfig, TimingPolicy, Op], dict[str, list[float]]]]] = {
+    "framework": ("interaction", time_interaction),
+    "torchrec": ("interaction_torchrec", time_torchrec_interaction),
+}
+
+
+def interaction_task(
+    k: Ops, cfg: InteractionConfig, cores: int, policy: TimingPolicy, kernel: InteractionKernel = "framework"
+) -> BenchTask:
+    """One interaction shape on ``cores`` cores: the runner's kernel, or TorchRec's (``kernel``)."""
+    benchmark, timer = _KERNELS[kernel]
     base = f"b{cfg.batch} S{cfg.tables} E{cfg.dim} c{cores}"
 
     def run() -> list[Measurement]:
         w = interaction_workload(cfg)
         with k.threads(cores):
-            samples = time_interaction(k, cfg, policy, k.flush)
+            samples = timer(k, cfg, policy, k.flush)
         out = []
         for direction, ts in samples.items():
             back = direction == "backward"
             med, spread = median_spread(ts)
             out.append(
                 Measurement(
-                    benchmark="interaction",
-                    name=f"interaction {direction} {base}",
+                    benchmark=benchmark,  # type: ignore[arg-type]
+                    name=f"{benchmark} {direction} {base}",
                     cores=cores,
                     params={
                         "direction": direction,
@@ -102,4 +160,5 @@ def interaction_task(k: Ops, cfg: InteractionConfig, cores: int, policy: TimingP
             )
         return out
 
-    return BenchTask("dot interaction", f"interaction {base}", run, repeat=True)
+    label = "dot interaction" if kernel == "framework" else "torchrec interaction"
+    return BenchTask(label, f"{benchmark} {base}", run, repeat=True)

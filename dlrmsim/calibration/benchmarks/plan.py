@@ -18,7 +18,7 @@ from dlrmsim.calibration.benchmarks.gemm import (
     narrow_linear_shapes,
     preset_linear_shapes,
 )
-from dlrmsim.calibration.benchmarks.interaction import interaction_configs, interaction_task
+from dlrmsim.calibration.benchmarks.interaction import interaction_configs, interaction_task, torchrec_interaction_available
 from dlrmsim.calibration.benchmarks.memory import STREAM_STAGE, stream_elements, stream_task
 from dlrmsim.calibration.benchmarks.overhead import dispatch_task
 from dlrmsim.calibration.benchmarks.tbe import tbe_available, tbe_configs, tbe_task
@@ -150,6 +150,10 @@ def _first_pass(k: Ops, quick: bool, cores: int, implementation: str, ranks: int
         tasks += [embedding_task(k, cfg, c, policy) for c in emb_cores]
     for icfg in interaction_configs(quick):
         tasks += [interaction_task(k, icfg, c, policy) for c in emb_cores]
+    # TorchRec's own interaction (autograd's backward, a different kernel mix) where TorchRec is installed.
+    if k.name == "torch" and torchrec_interaction_available():
+        for icfg in interaction_configs(quick):
+            tasks += [interaction_task(k, icfg, c, policy, "torchrec") for c in emb_cores]
     # fbgemm's CPU TBE (TorchRec's fused embedding) runs on one thread: measured there (benchmarks/tbe.py).
     if k.name == "torch" and tbe_available():
         tasks += [tbe_task(cfg, policy) for cfg in tbe_configs(last_level_cache_bytes())]
