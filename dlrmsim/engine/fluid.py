@@ -22,6 +22,7 @@ import numba
 import numpy as np
 import simpy
 
+from dlrmsim.engine.arrays import all_equal, min_max
 from dlrmsim.engine.maxmin import maxmin_rates
 
 # Activities whose remaining work is within this fraction of their total are finished together, so that
@@ -173,13 +174,14 @@ class FluidScheduler:
         if delay.ndim == 0:
             self.add(batch, float(delay))
             return
-        delay = np.broadcast_to(delay, (n,))
-        d_max = delay.max()
+        if delay.shape != (n,):
+            delay = np.ascontiguousarray(np.broadcast_to(delay, (n,)))
+        d_min, d_max = min_max(delay)
         if not d_max > 0:
             self._pending.append(self._pack(batch, now))
             self._request_flush()
             return
-        if delay.min() == d_max:
+        if d_min == d_max:
             self._push_delayed(float(d_max), self._pack(batch, now))
             return
         packed = self._pack(batch, now)
@@ -283,21 +285,18 @@ class FluidScheduler:
     # ---- internals ----------------------------------------------------------------------------
     @staticmethod
     def _pack(b: Batch, now: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        n = b.n
-        fb = np.empty((7, n))
-        fb[_WORK] = b.work
-        fb[_REM] = fb[_WORK]
-        fb[_RATE] = 0.0
-        fb[_ISSUE] = now
-        fb[_CAP] = b.cap
-        fb[_SLOW] = b.cap_slow
-        fb[_SHARE] = 1.0 if b.share is None else b.share
-        ib = np.empty((5, n), dtype=np.int64)
-        ib[_TRIG] = b.trig
-        ib[_RA] = b.rank_a
-        ib[_RB] = b.rank_b
-        ib[_TAG] = b.tag
-        ib[_OWNER] = b.owner
+        fb, ib = _pack_columns(
+            np.asarray(b.work, dtype=float),
+            np.asarray(b.cap, dtype=float),
+            np.asarray(b.cap_slow, dtype=float),
+            _NO_SHARE if b.share is None else np.asarray(b.share, dtype=float),
+            now,
+            np.asarray(b.trig, dtype=np.int64),
+            np.asarray(b.rank_a, dtype=np.int64),
+            np.asarray(b.rank_b, dtype=np.int64),
+            np.asarray(b.tag, dtype=np.int64),
+            b.owner,
+        )
         return fb, ib, np.asarray(b.e_act, dtype=np.int64), np.asarray(b.e_res, dtype=np.int64), np.asarray(b.e_w, dtype=float)
 
     def _push_delayed(self, d: float, packed: tuple) -> None:
@@ -387,16 +386,9 @@ class FluidScheduler:
         F, I, E, EW = self._F, self._I, self._E, self._EW  # noqa: E741
         n, m = n0, m0
         for fb, ib, ea, er, ew in batches:
-            k = fb.shape[1]
-            F[:, n : n + k] = fb
-            I[:, n : n + k] = ib
-            j = len(ea)
-            if j:
-                np.add(ea, n, out=E[0, m : m + j])
-                E[1, m : m + j] = er
-                EW[m : m + j] = ew
-                m += j
-            n += k
+            _copy_in(F, I, E, EW, n, m, fb, ib, ea, er, ew)
+            n += fb.shape[1]
+            m += len(ea)
         self._n, self._m = n1, m1
         self.stats["activities"] += n1 - n0
 
@@ -426,7 +418,7 @@ class FluidScheduler:
         self._m = _compact(F, I, self._E, self._EW, self._n, self._m, idx)
         self._n -= len(idx)
         self.stats["finished"] += len(idx)
-        if len(idx) == 1 or owners.min() == owners.max():
+        if len(idx) == 1 or all_equal(owners):
             groups = [(int(owners[0]), tags, issued)]
         else:
             order = np.argsort(owners, kind="stable")
@@ -475,9 +467,99 @@ def _subset_packed(packed: tuple, mask: np.ndarray) -> tuple:
     """The activities of a packed batch (see ``FluidScheduler._pack``) where ``mask`` holds, renumbered."""
     fb, ib, ea, er, ew = packed
     idx = np.flatnonzero(mask)
-    em = mask[ea]
-    newpos = np.cumsum(mask) - 1
-    return fb[:, idx], ib[:, idx], newpos[ea[em]], er[em], ew[em]
+    return fb[:, idx], ib[:, idx], *_subset_entries(ea, er, ew, mask)
+
+
+@numba.njit(cache=True)
+def _subset_entries(
+    ea: np.ndarray, er: np.ndarray, ew: np.ndarray, mask: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The resource entries of the activities where ``mask`` holds, in their order, with the activities renumbered
+    0.. as they are kept."""
+    newpos = np.empty(mask.shape[0], dtype=np.int64)
+    j = 0
+    for a in range(mask.shape[0]):
+        newpos[a] = j
+        if mask[a]:
+            j += 1
+    k = 0
+    for i in range(ea.shape[0]):
+        if mask[ea[i]]:
+            k += 1
+    out_a = np.empty(k, dtype=np.int64)
+    out_r = np.empty(k, dtype=np.int64)
+    out_w = np.empty(k)
+    k = 0
+    for i in range(ea.shape[0]):
+        if mask[ea[i]]:
+            out_a[k] = newpos[ea[i]]
+            out_r[k] = er[i]
+            out_w[k] = ew[i]
+            k += 1
+    return out_a, out_r, out_w
+
+
+_NO_SHARE = np.zeros(0)  # a Batch without shares: 1 each
+
+
+@numba.njit(cache=True)
+def _pack_columns(
+    work: np.ndarray,
+    cap: np.ndarray,
+    cap_slow: np.ndarray,
+    share: np.ndarray,
+    now: float,
+    trig: np.ndarray,
+    rank_a: np.ndarray,
+    rank_b: np.ndarray,
+    tag: np.ndarray,
+    owner: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """A batch's float and int columns as the scheduler's tables hold them (remaining = work, rate 0, issued
+    ``now``; ``share`` empty: 1 each)."""
+    n = work.shape[0]
+    fb = np.empty((7, n))
+    ib = np.empty((5, n), dtype=np.int64)
+    for a in range(n):
+        fb[_WORK, a] = work[a]
+        fb[_REM, a] = work[a]
+        fb[_RATE, a] = 0.0
+        fb[_ISSUE, a] = now
+        fb[_CAP, a] = cap[a]
+        fb[_SLOW, a] = cap_slow[a]
+        fb[_SHARE, a] = share[a] if share.shape[0] else 1.0
+        ib[_TRIG, a] = trig[a]
+        ib[_RA, a] = rank_a[a]
+        ib[_RB, a] = rank_b[a]
+        ib[_TAG, a] = tag[a]
+        ib[_OWNER, a] = owner
+    return fb, ib
+
+
+@numba.njit(cache=True)
+def _copy_in(
+    F: np.ndarray,
+    I: np.ndarray,  # noqa: E741
+    E: np.ndarray,
+    EW: np.ndarray,
+    n: int,
+    m: int,
+    fb: np.ndarray,
+    ib: np.ndarray,
+    ea: np.ndarray,
+    er: np.ndarray,
+    ew: np.ndarray,
+) -> None:
+    """Write a packed batch into the tables at activity ``n`` and entry ``m`` (its entries' activities shifted by n)."""
+    for a in range(fb.shape[1]):
+        for r in range(fb.shape[0]):
+            F[r, n + a] = fb[r, a]
+        for r in range(ib.shape[0]):
+            I[r, n + a] = ib[r, a]
+    for i in range(ea.shape[0]):
+        E[0, m + i] = ea[i] + n
+        E[1, m + i] = er[i]
+        EW[m + i] = ew[i]
 
 
 _I0 = np.zeros(0, dtype=np.int64)

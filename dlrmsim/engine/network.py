@@ -35,6 +35,7 @@ import numba
 import numpy as np
 
 from dlrmsim.engine import costs, routes
+from dlrmsim.engine.arrays import any_negative
 from dlrmsim.engine.resources import CommSettings
 from dlrmsim.errors import DlrmsimError
 from dlrmsim.topologies.topology import ComputeSpec, Topology
@@ -193,6 +194,7 @@ class Network:
         self._pair_cap = np.zeros(0)
         self._pair_delay = np.zeros(0)
         self._pair_same = np.zeros(0, dtype=bool)
+        self._any_same_pair = False  # whether a stored pair is a node to itself (its flows move nothing)
         self._pair_ptr = np.zeros(1, dtype=np.int64)
         self._pair_res = np.zeros(0, dtype=np.int64)
         self._pair_w = np.zeros(0)
@@ -338,7 +340,7 @@ class Network:
     def _pair_ids(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         """Ids into the pair tables (:meth:`_add_pairs`) of node pairs ``src[i] -> dst[i]``, computing new pairs."""
         rows = self._src_row[src]
-        if (rows < 0).any():
+        if any_negative(rows):
             for s in np.unique(src[rows < 0]).tolist():
                 self._src_row[s] = self._n_rows
                 self._n_rows += 1
@@ -348,8 +350,8 @@ class Network:
                 self._pair_tab = tab
             rows = self._src_row[src]
         pid = self._pair_tab[rows, dst]
-        miss = pid < 0
-        if miss.any():
+        if any_negative(pid):
+            miss = pid < 0
             self._add_pairs(src[miss], dst[miss])
             pid = self._pair_tab[rows, dst]
         return pid
@@ -418,6 +420,7 @@ class Network:
         self._pair_cap[first : first + nf] = cap
         self._pair_delay[first : first + nf] = delay
         self._pair_same[first : first + nf] = same
+        self._any_same_pair = self._any_same_pair or bool(same.any())
         self._pair_ptr[first + 1 : first + nf + 1] = n_ent + np.cumsum(cnt)
         self._pair_res[n_ent : n_ent + len(e_res)] = e_res
         self._pair_w[n_ent : n_ent + len(e_res)] = e_w
@@ -451,21 +454,32 @@ class Network:
         dst = np.asarray(dst, dtype=np.int64)
         nbytes = np.asarray(nbytes, dtype=float)
         pid = self._pair_ids(src, dst)
-        lo = self._pair_ptr[pid]
-        ln = self._pair_ptr[pid + 1] - lo
-        tot = int(ln.sum())
-        if tot:
-            csum = np.cumsum(ln)
-            pos = np.repeat(lo - (csum - ln), ln) + np.arange(tot)
-            e_act = np.repeat(np.arange(len(pid)), ln)
-            e_res = self._pair_res[pos]
-            e_w = self._pair_w[pos]
-        else:
-            e_act, e_res, e_w = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0)
-        same = self._pair_same[pid]
+        e_act, e_res, e_w = _gather_entries(pid, self._pair_ptr, self._pair_res, self._pair_w)
         # a node sending to itself moves nothing over the network: it finishes after its delay
-        work = np.where(same, 0.0, nbytes) if same.any() else nbytes
+        work = np.where(self._pair_same[pid], 0.0, nbytes) if self._any_same_pair else nbytes
         return FlowArrays(work=work, cap=self._pair_cap[pid], delay=self._pair_delay[pid], e_act=e_act, e_res=e_res, e_w=e_w)
+
+
+@numba.njit(cache=True)
+def _gather_entries(
+    pid: np.ndarray, ptr: np.ndarray, res: np.ndarray, w: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The resource entries of flows over stored pairs ``pid``, flow by flow in their pairs' order: (flow index,
+    resource, weight) per entry, as a fluid Batch lays them out."""
+    total = 0
+    for i in range(pid.shape[0]):
+        total += ptr[pid[i] + 1] - ptr[pid[i]]
+    e_act = np.empty(total, dtype=np.int64)
+    e_res = np.empty(total, dtype=np.int64)
+    e_w = np.empty(total)
+    k = 0
+    for i in range(pid.shape[0]):
+        for j in range(ptr[pid[i]], ptr[pid[i] + 1]):
+            e_act[k] = i
+            e_res[k] = res[j]
+            e_w[k] = w[j]
+            k += 1
+    return e_act, e_res, e_w
 
 
 @numba.njit(cache=True)

@@ -24,6 +24,7 @@ import numpy as np
 import simpy
 
 from dlrmsim.engine import costs
+from dlrmsim.engine.arrays import all_equal, any_at_least, any_negative
 from dlrmsim.engine.collectives import CollectiveContext, Phase, get_algorithm
 from dlrmsim.engine.fluid import TRIG_COMM, TRIG_COMPUTE, TRIG_NONE, Batch, FluidScheduler
 from dlrmsim.engine.network import Network
@@ -558,8 +559,8 @@ class _CollectiveRun:
             ks = cur[rs]
             if self.skip_on and rs.size == p and ks[0] < K and self._try_skip(int(ks[0])):
                 return
-            fin = ks >= K
-            if fin.any():
+            if any_at_least(ks, K):
+                fin = ks >= K
                 self._ranks_finished(rs[fin])
                 keep = ~fin
                 rs, ks = rs[keep], ks[keep]
@@ -576,7 +577,7 @@ class _CollectiveRun:
         have entered the phase, so sends from ``grp`` to ranks still behind wait, and sends already waiting
         on ``grp`` start now.
         """
-        if ks.size > 1 and ks.min() != ks.max():
+        if ks.size > 1 and not all_equal(ks):
             o = np.argsort(ks, kind="stable")  # phase by phase, ranks in the order given
             ks, grp = ks[o], grp[o]
         fidx = _sends_to_start(
@@ -678,7 +679,7 @@ class _CollectiveRun:
         p = self.p
         advance: list[np.ndarray] = []
         ft, ti = tags, t_issue
-        if tags.min() < 0:
+        if any_negative(tags):
             is_red = tags < 0
             rs = -tags[is_red] - 1
             self.in_reduction[rs] = False
