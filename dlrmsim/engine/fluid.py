@@ -568,28 +568,6 @@ _ZERO1 = np.zeros(1, dtype=np.int64)
 _ONE1 = np.ones(1)
 
 
-def _subset(b: Batch, mask: np.ndarray) -> Batch:
-    idx = np.flatnonzero(mask)
-    newpos = np.full(b.n, -1, dtype=np.int64)
-    newpos[idx] = np.arange(len(idx))
-    em = mask[b.e_act]
-    return Batch(
-        work=b.work[idx],
-        cap=b.cap[idx],
-        cap_slow=b.cap_slow[idx],
-        trig=b.trig[idx],
-        rank_a=b.rank_a[idx],
-        rank_b=b.rank_b[idx],
-        tag=b.tag[idx],
-        e_act=newpos[b.e_act[em]],
-        e_res=b.e_res[em],
-        e_w=b.e_w[em],
-        owner=b.owner,
-        t_issue=b.t_issue,
-        share=None if b.share is None else b.share[idx],
-    )
-
-
 @numba.njit(cache=True)
 def _effective_caps(F: np.ndarray, I: np.ndarray, n: int, n_ranks: int) -> np.ndarray:  # noqa: E741
     """Per-activity caps (units/s): the slowed cap for a compute task while a flow of its rank is in flight,
