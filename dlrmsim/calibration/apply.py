@@ -135,7 +135,8 @@ def embedding_costs(
     op and per run of ops (s), per embedding task kind, at the core count nearest ``cores`` (or a kind's fewer
     threads in ``threads_by_kind``); a kind appears in a time table only where its term is non-zero."""
     out = EmbeddingCosts({}, {}, {}, {}, {}, {})
-    for kind, fit in embedding_fits(cal, distribution, cores, threads_by_kind, embedding_kernel).items():
+    fits = embedding_fits(cal, distribution, cores, threads_by_kind, embedding_kernel)
+    for kind, fit in fits.items():
         # Relative to the stream bandwidth at the fit's own core count: the simulator scales a task's bandwidth
         # cap by its cores' share of the socket's (costs.task_bandwidth_cap), and a fit measured on 1 core
         # already holds that share. Taken over the saturated bandwidth, it was charged twice: a 1-core lookup
@@ -150,9 +151,7 @@ def embedding_costs(
         ):
             if value > 0:
                 table[kind] = value
-        if fit.sorted_rows:
-            out = dataclasses.replace(out, sorted_visit_kinds=(*out.sorted_visit_kinds, kind))
-    return out
+    return dataclasses.replace(out, sorted_visit_kinds=tuple(kind for kind, fit in fits.items() if fit.sorted_rows))
 
 
 # Simulator task kinds of the interaction's two directions (dlrmsim.training.taskgraph).
