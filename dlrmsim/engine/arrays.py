@@ -28,7 +28,7 @@ def min_max(a: np.ndarray) -> tuple[float, float]:
 
 @numba.njit(cache=True)
 def all_equal(a: np.ndarray) -> bool:
-    """``a.min() == a.max()`` of a non-empty 1-d integer array."""
+    """``a.min() == a.max()`` of a non-empty 1-d integer or float array (floats compare exactly)."""
     first = a[0]
     for i in range(1, a.shape[0]):
         if a[i] != first:

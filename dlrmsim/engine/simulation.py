@@ -65,6 +65,11 @@ class Simulation:
         self._last_comm: dict[int, simpy.Event] = {}
         self._task_cache: dict[tuple, tuple[float, float, float, int, int]] = {}
         self._reduce_cache: dict[tuple, float] = {}
+        # Ranks sharing one ComputeSpec object share its reduction caps (see reduction_caps).
+        spec_ids: dict[int, int] = {}
+        self._spec_index = np.array(
+            [spec_ids.setdefault(id(rr.spec), len(spec_ids)) for rr in self.rank_resources], dtype=np.int64
+        )
 
     # ---- basics -----------------------------------------------------------------------------------
     @property
@@ -226,6 +231,13 @@ class Simulation:
             spec = self.rank_resources[rank].spec
             got = self._reduce_cache[key] = costs.task_bandwidth_cap(spec, nbytes, min(cores, spec.cores))
         return got
+
+    def reduction_caps(self, ranks: np.ndarray, nbytes: np.ndarray, cores: float) -> np.ndarray:
+        """:meth:`reduction_cap` of each ``ranks[i]``, ``nbytes[i]`` (B/s): one lookup when the ranks share a spec
+        and the sizes are equal (a collective's step), one per rank otherwise."""
+        if len(ranks) and all_equal(self._spec_index[ranks]) and all_equal(nbytes):
+            return np.full(len(ranks), self.reduction_cap(int(ranks[0]), float(nbytes[0]), cores))
+        return np.array([self.reduction_cap(r, w, cores) for r, w in zip(ranks.tolist(), nbytes.tolist(), strict=True)])
 
     # ---- flows ----------------------------------------------------------------------------------------
     def flow_batch(
@@ -657,7 +669,7 @@ class _CollectiveRun:
         n = rs.size
         work = red * factor
         g = self.g[rs]
-        cap = np.array([sim.reduction_cap(r, w, cores) for r, w in zip(g.tolist(), work.tolist(), strict=True)])
+        cap = sim.reduction_caps(g, work, cores)
         mem = sim.network.mem[self.nodes[rs]]
         batch = Batch(
             work=work,
