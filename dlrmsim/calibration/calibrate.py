@@ -29,7 +29,7 @@ from dlrmsim.calibration.fit import (
 )
 from dlrmsim.calibration.host import detect_host, host_key, steady_allocator
 from dlrmsim.calibration.ops import default_backend, get_ops
-from dlrmsim.calibration.schema import Calibration, HostInfo, Measurement, save_calibration
+from dlrmsim.calibration.schema import Calibration, HostInfo, Measurement, load_calibration, save_calibration
 from dlrmsim.output import err_console
 
 
@@ -157,6 +157,14 @@ def run_calibration(quick: bool, backend: str | None, out: Path | None, progress
             highlight=False,
             soft_wrap=True,
         )
+    cal = fit_calibration(host, measurements)
+    save_calibration(cal, out)
+    cache.remove()
+    return cal
+
+
+def fit_calibration(host: HostInfo, measurements: list[Measurement]) -> Calibration:
+    """Fit every part of the cost model to ``measurements`` taken on ``host``; the calibration they make."""
     host = peak_bound_host(measurements, host)
     memory = fit_memory(measurements, host)
     overhead = fit_overhead(measurements)
@@ -167,7 +175,7 @@ def run_calibration(quick: bool, backend: str | None, out: Path | None, progress
     interaction_torchrec = fit_interaction(measurements, memory, host, overhead, benchmark="interaction_torchrec")
     tbe = fit_tbe(measurements, memory, overhead, host)
     fitted = FittedModel(gemm, memory, embedding, collectives, overhead, interaction, host, tbe, interaction_torchrec)
-    cal = Calibration(
+    return Calibration(
         host=host,
         gemm=gemm,
         memory=memory,
@@ -181,6 +189,13 @@ def run_calibration(quick: bool, backend: str | None, out: Path | None, progress
         fit_quality=fit_quality(measurements, fitted),
         eq_check=eq_check(measurements, collectives),
     )
-    save_calibration(cal, out)
-    cache.remove()
-    return cal
+
+
+def refit_calibration(source: Path, out: Path) -> Calibration:
+    """Fit the measurements stored in calibration ``source`` again with this version's fits, and write the result
+    to ``out``: a fitting change applies to an old calibration without measuring again, and two fits compare on
+    the very same measurements."""
+    cal = load_calibration(source)
+    new = fit_calibration(cal.host, list(cal.measurements))
+    save_calibration(new, out)
+    return new

@@ -25,19 +25,35 @@ def calibrate(
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print a JSON summary instead of tables")] = False,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="no progress bars")] = False,
+    refit: Annotated[
+        Path | None,
+        typer.Option(
+            "--refit",
+            help="measure nothing: fit this calibration's stored measurements again with this version's fits "
+            "(--out default: <name>.refit.yaml beside it)",
+        ),
+    ] = None,
 ) -> None:
     """Run the micro-benchmarks (GEMM, embedding bags, memory streams, collectives), fit the cost model and
     write the calibration YAML. An interrupted run resumes from <out>.partial.jsonl."""
-    from dlrmsim.calibration.calibrate import default_out, run_calibration
+    from dlrmsim.calibration.calibrate import default_out, refit_calibration, run_calibration
     from dlrmsim.calibration.compare import error_summary
 
     if backend is not None:
         check_backend(backend)
     if out is not None and out.exists() and out.is_dir():
         raise DlrmsimError("--out is a directory", source=out, fix="give a file path such as calibration/host.yaml")
-    out = out or default_out()
     t0 = time.perf_counter()
-    cal = run_calibration(quick=quick, backend=backend, out=out, progress=not (no_progress or json_out))
+    if refit is not None:
+        if quick or backend is not None:
+            raise DlrmsimError(
+                "--refit measures nothing, so --quick and --backend do not apply", field="--refit", fix="drop them"
+            )
+        out = out or refit.with_name(f"{refit.stem}.refit.yaml")
+        cal = refit_calibration(refit, out)
+    else:
+        out = out or default_out()
+        cal = run_calibration(quick=quick, backend=backend, out=out, progress=not (no_progress or json_out))
     elapsed = time.perf_counter() - t0
     summary = error_summary(cal.fit_quality, cal.measurements)
     if json_out:

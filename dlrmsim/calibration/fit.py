@@ -567,7 +567,14 @@ def fit_alpha_beta(nbytes: Sequence[float], times: Sequence[float]) -> tuple[flo
     A single least-squares line over six decades of sizes is dominated by the many small messages, which
     live in cache and run faster per byte than the MiB-sized messages DLRM sends. So: beta is the slope of
     a least-squares line through the bandwidth-regime points (n >= 1 MiB; all points if fewer than two are
-    that large), and alpha the median, over the three smallest messages, of t - n / beta (at least 0).
+    that large), and alpha the mean, over the latency-regime messages (n < 1 MiB; the three smallest if
+    fewer), of t - n / beta (at least 0).
+
+    Every latency-regime size measures the same alpha plus its own noise, so alpha averages all of them. On a
+    host whose cores all compute, a small collective's time is mostly its helper threads' wake-ups
+    (benchmarks/collectives.py), which spread a size's median by 100-400 %; the median of the three smallest
+    sizes moved alpha by 20-30 % between back-to-back calibrations of the 2-vCPU VM, the mean of the five
+    latency-regime sizes by 4-7 % (validation/results/*-vm-agreement-*.json).
     """
     n = np.asarray(nbytes, dtype=float)
     t = np.asarray(times, dtype=float)
@@ -582,7 +589,10 @@ def fit_alpha_beta(nbytes: Sequence[float], times: Sequence[float]) -> tuple[flo
         slope = 0.0
     if slope <= 0:  # no bandwidth visible: the largest message's own rate
         slope = float(t[-1] / n[-1])
-    alpha = float(np.median(t[:3] - n[:3] * slope))
+    small = n < BANDWIDTH_REGIME_BYTES
+    if small.sum() < 3:
+        small = np.arange(len(n)) < 3
+    alpha = float(np.mean(t[small] - n[small] * slope))
     return max(alpha, 0.0), 1.0 / slope
 
 

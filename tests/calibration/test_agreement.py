@@ -55,3 +55,20 @@ def test_agreement_cli_json(cli, quick_cal: Calibration, tmp_path: Path) -> None
     doc = json.loads(res.out)
     # because a file compared with itself agrees exactly
     assert doc["predictions"]["max"] == 0.0 and doc["parameters"]["max"] == 0.0
+
+
+def test_refit_reproduces_the_fits_of_unchanged_measurements(cli, quick_cal_path: Path, tmp_path: Path) -> None:  # noqa: ANN001
+    out = tmp_path / "refit.yaml"
+    res = cli("calibrate", "--refit", str(quick_cal_path), "--out", str(out))
+    assert res.code == 0, res.err
+    res = cli("agreement", str(quick_cal_path), str(out), "--case", "base", "--json")
+    assert res.code == 0, res.err
+    doc = json.loads(res.out)
+    # because the same measurements through the same fits give the same parameters and predictions
+    assert doc["parameters"]["max"] == 0.0 and doc["predictions"]["max"] == 0.0
+
+
+def test_refit_refuses_measuring_options(cli, quick_cal_path: Path, tmp_path: Path) -> None:  # noqa: ANN001
+    res = cli("calibrate", "--refit", str(quick_cal_path), "--quick", "--out", str(tmp_path / "x.yaml"))
+    # because a refit measures nothing: --quick would be silently ignored
+    assert res.code == 2 and "--refit" in res.err and not (tmp_path / "x.yaml").exists()
