@@ -92,7 +92,14 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("out/bench_speed.json"))
     ap.add_argument("--repeat", type=int, default=3, help="runs per row; the median wall time is kept")
-    ap.add_argument("--rows", nargs="*", default=list(ROWS), help=f"rows to run (default all: {', '.join(ROWS)})")
+    ap.add_argument(
+        "--rows",
+        nargs="*",
+        default=list(ROWS),
+        choices=list(ROWS),
+        metavar="ROW",
+        help=f"rows to run (default all: {', '.join(ROWS)})",
+    )
     ap.add_argument(
         "--curve", action="store_true", help="also wall time against ranks, MLPerf column-wise on the scaled fat-tree"
     )
