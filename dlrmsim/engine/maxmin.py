@@ -44,6 +44,12 @@ def maxmin_rates(
     n_res = res_cap.shape[0]
     if n_act == 0:
         return np.zeros(0)
+    if 0 < m < n_res:
+        # Fewer entries than resources (a large fabric, a few hundred running activities): work on the touched
+        # resources only, renumbered in order of first use. Each resource's arithmetic is its own, in entry
+        # order as before, so the rates are bit-identical; the loops over resources shrink to the touched ones.
+        e_res, res_cap = _touched_resources(e_res, res_cap)
+        n_res = res_cap.shape[0]
     # Fast path: when every activity at its cap still leaves every resource unsaturated (with a margin far above
     # rounding and LEVEL_REL_EPS), progressive filling ends with each activity at its cap. (A non-finite cap on a
     # resource gives a load of inf or nan, which fails the test.)
@@ -67,6 +73,23 @@ def maxmin_rates(
         if finite:
             return act_cap.copy()
     return progressive_filling(n_act, e_act, e_res, e_w, res_cap, act_cap)
+
+
+@numba.njit(cache=True)
+def _touched_resources(e_res: np.ndarray, res_cap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(entries' resources renumbered 0.. in order of first use, those resources' capacities)."""
+    local = np.full(res_cap.shape[0], -1, dtype=np.int64)
+    out = np.empty(e_res.shape[0], dtype=np.int64)
+    cap = np.empty(e_res.shape[0])
+    k = 0
+    for i in range(e_res.shape[0]):
+        r = e_res[i]
+        if local[r] < 0:
+            local[r] = k
+            cap[k] = res_cap[r]
+            k += 1
+        out[i] = local[r]
+    return out, cap[:k]
 
 
 @numba.njit(cache=True, error_model="numpy")
@@ -94,10 +117,13 @@ def progressive_filling(
     used = np.zeros(n_res)  # what frozen activities draw from each resource
     free = np.ones(n_act, dtype=np.bool_)  # not frozen yet
     n_free = n_act
-    # entries of unfrozen activities, compacted in place each round (order kept)
-    ea = e_act.copy()
-    er = e_res.copy()
-    ew = e_w.copy()
+    # Entries of unfrozen activities, compacted each round (order kept): the first round reads the inputs and
+    # compacts into working arrays, later rounds compact those in place (no up-front copy: on a million-flow
+    # alltoall the copy was a pass of its own). Each pass over entries is a function of its arrays, so the
+    # first round's and the later rounds' calls compile to the same loops.
+    ea = np.empty(m, dtype=np.int64)
+    er = np.empty(m, dtype=np.int64)
+    ew = np.empty(m)
     k = m
     lvl = np.empty(n_act)
     wsum = np.empty(n_res)
@@ -113,26 +139,21 @@ def progressive_filling(
         if k:
             for r in range(n_res):  # (plain loops: slice assignment multiplies the compile time)
                 wsum[r] = 0.0
-            for i in range(k):
-                wsum[er[i]] += ew[i]
+            if first:
+                _weight_sums(e_res, e_w, k, wsum)
+            else:
+                _weight_sums(er, ew, k, wsum)
             for r in range(n_res):
                 left = res_cap[r] if first else max(res_cap[r] - used[r], 0.0)
                 t_res[r] = left / wsum[r]
-            for i in range(k):
-                t = t_res[er[i]]
-                if t < lvl[ea[i]] or t != t:  # np.minimum: a nan wins
-                    lvl[ea[i]] = t
-            # a resource saturates now unless one of its activities stops below its level
             for r in range(n_res):
                 settled[r] = True
-            for i in range(k):
-                if lvl[ea[i]] * grow < t_res[er[i]]:
-                    settled[er[i]] = False
             for a in range(n_act):
-                mark[a] = free[a] and act_cap[a] <= lvl[a] * grow  # capped before any resource
-            for i in range(k):
-                if settled[er[i]]:
-                    mark[ea[i]] = True
+                mark[a] = free[a]
+            if first:
+                _levels_and_marks(e_act, e_res, k, t_res, lvl, settled, mark, act_cap, grow)
+            else:
+                _levels_and_marks(ea, er, k, t_res, lvl, settled, mark, act_cap, grow)
         else:
             for a in range(n_act):
                 mark[a] = free[a]
@@ -155,18 +176,78 @@ def progressive_filling(
         if k:
             for r in range(n_res):
                 add[r] = 0.0
-            j = 0
-            for i in range(k):
-                a = ea[i]
-                if mark[a]:
-                    add[er[i]] += ew[i] * rate[a]
-                else:
-                    ea[j] = a
-                    er[j] = er[i]
-                    ew[j] = ew[i]
-                    j += 1
-            k = j
+            if first:
+                k = _compact_entries(e_act, e_res, e_w, k, mark, rate, add, ea, er, ew)
+            else:
+                k = _compact_entries(ea, er, ew, k, mark, rate, add, ea, er, ew)
             for r in range(n_res):
                 used[r] = add[r] if first else used[r] + add[r]
         first = False
     return rate
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _weight_sums(er: np.ndarray, ew: np.ndarray, k: int, wsum: np.ndarray) -> None:
+    """Add each of the first ``k`` entries' weight to its resource's sum."""
+    for i in range(k):
+        wsum[er[i]] += ew[i]
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _levels_and_marks(
+    ea: np.ndarray,
+    er: np.ndarray,
+    k: int,
+    t_res: np.ndarray,
+    lvl: np.ndarray,
+    settled: np.ndarray,
+    mark: np.ndarray,
+    act_cap: np.ndarray,
+    grow: float,
+) -> None:
+    """One round's levels and freezes over the first ``k`` entries. In: ``lvl`` holds each activity's cap (inf if
+    frozen), ``settled`` all true, ``mark`` each activity's free flag. Out: ``lvl`` lowered to the activity's
+    first resource level; ``settled`` false for a resource one of whose activities stops below its level;
+    ``mark`` true for a free activity capped before any resource, or on a settled resource (others stay to be
+    cleared by the caller when frozen or at an infinite level)."""
+    for i in range(k):
+        t = t_res[er[i]]
+        if t < lvl[ea[i]] or t != t:  # np.minimum: a nan wins
+            lvl[ea[i]] = t
+    # a resource saturates now unless one of its activities stops below its level
+    for i in range(k):
+        if lvl[ea[i]] * grow < t_res[er[i]]:
+            settled[er[i]] = False
+    for a in range(mark.shape[0]):
+        mark[a] = mark[a] and act_cap[a] <= lvl[a] * grow  # capped before any resource
+    for i in range(k):
+        if settled[er[i]]:
+            mark[ea[i]] = True
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _compact_entries(
+    ea: np.ndarray,
+    er: np.ndarray,
+    ew: np.ndarray,
+    k: int,
+    mark: np.ndarray,
+    rate: np.ndarray,
+    add: np.ndarray,
+    oa: np.ndarray,
+    orr: np.ndarray,
+    ow: np.ndarray,
+) -> int:
+    """Add the load of the first ``k`` entries of activities frozen this round (``mark``) to ``add``; copy the
+    others, in order, to the front of ``oa, orr, ow`` (which may be ``ea, er, ew`` themselves); return how many."""
+    j = 0
+    for i in range(k):
+        a = ea[i]
+        if mark[a]:
+            add[er[i]] += ew[i] * rate[a]
+        else:
+            oa[j] = a
+            orr[j] = er[i]
+            ow[j] = ew[i]
+            j += 1
+    return j
