@@ -1,0 +1,144 @@
+"""DMP's collectives alone: the gloo calls a 2-rank TorchRec DMP step of the ranks-2 validation case makes, in its
+order and with compute between them, but none of DMP's own software; time spent in them per step.
+
+Per step, as ``DistributedModelParallel`` issues them for 4 tables sharded table-wise over 2 ranks (batch 512 a
+rank, 16 ids a sample, E=32, ~52k dense parameters): the input distribution's split-size exchange, then its
+lengths and values exchanges (posted together, then both awaited, as KJTAllToAll does; ``--pattern sync`` calls
+them one after the other instead), the pooled embeddings' forward exchange, the gradients' backward exchange, and
+DDP's allreduce of the dense gradients, posted before the last 1 ms of backward compute and awaited after it.
+GEMM work fills the gaps (1-2 ms, as the step computes between its collectives). If these cost about what the
+calibrated gloo collectives predict, the rest of a measured DMP step's communication time is DMP's software and
+the waits it causes, not gloo. Needs torch.
+
+    .venv/bin/python -m benchmarks.bench_dmp_collectives [--rounds 3] [--steps 50] [--out validation/results]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import socket
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+PATTERNS = ("dmp", "sync")
+
+
+def _rank(rank: int, port: int, pattern: str, steps: int, queue: Any) -> None:
+    import torch
+    import torch.distributed as dist
+
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    a = torch.full((128, 128), 0.5)
+    t0 = time.perf_counter()
+    for _ in range(200):
+        a @ a
+    per_ms = max(1, round(1e-3 / ((time.perf_counter() - t0) / 200)))
+
+    def compute(ms: int) -> None:
+        for _ in range(ms * per_ms):
+            a @ a
+
+    splits = torch.zeros(2 * 4, dtype=torch.int64)  # per destination rank, per table
+    lengths = torch.zeros(2 * 512 * 2, dtype=torch.int32)  # 512 samples x 2 tables a destination
+    values = torch.zeros(2 * 512 * 2 * 16, dtype=torch.int64)  # 16 ids each
+    pooled = torch.zeros(2 * 512 * 2 * 32)  # the global batch's pooled rows of a rank's 2 tables, E=32
+    dense = torch.zeros(52_000)  # bottom [64, 256, 32] and top [42, 256, 64, 1] layers
+    per_step = []
+
+    def exchange(src: torch.Tensor) -> None:
+        dist.all_to_all_single(torch.empty_like(src), src)
+
+    for step in range(steps + 5):
+        dist.barrier()
+        compute(1)
+        t = time.perf_counter()
+        exchange(splits)
+        if pattern == "dmp":
+            h1 = dist.all_to_all_single(torch.empty_like(lengths), lengths, async_op=True)
+            h2 = dist.all_to_all_single(torch.empty_like(values), values, async_op=True)
+            h1.wait()
+            h2.wait()
+        else:
+            exchange(lengths)
+            exchange(values)
+        spent = time.perf_counter() - t
+        compute(2)
+        t = time.perf_counter()
+        exchange(pooled)
+        spent += time.perf_counter() - t
+        compute(2)
+        t = time.perf_counter()
+        exchange(pooled)
+        spent += time.perf_counter() - t
+        if pattern == "dmp":
+            handle = dist.all_reduce(dense, async_op=True)
+            compute(1)
+            t = time.perf_counter()
+            handle.wait()
+        else:
+            compute(1)
+            t = time.perf_counter()
+            dist.all_reduce(dense)
+        spent += time.perf_counter() - t
+        if step >= 5:
+            per_step.append(spent)
+    if rank == 0:
+        queue.put(statistics.median(per_step))
+    dist.destroy_process_group()
+
+
+def run(pattern: str, steps: int) -> float:
+    """Median seconds a step spends in the collectives (rank 0)."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    procs = [ctx.Process(target=_rank, args=(r, port, pattern, steps, queue)) for r in range(2)]
+    for p in procs:
+        p.start()
+    got = queue.get()
+    for p in procs:
+        p.join()
+    return float(got)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--pattern", choices=PATTERNS, nargs="*", default=list(PATTERNS))
+    ap.add_argument("--out", type=Path, default=Path("validation/results"))
+    args = ap.parse_args()
+    rounds: dict[str, list[float]] = {p: [] for p in args.pattern}
+    for r in range(args.rounds):
+        for p in args.pattern:
+            rounds[p].append(run(p, args.steps))
+        print(f"round {r + 1}: " + ", ".join(f"{p} {v[-1] * 1e3:.2f} ms" for p, v in rounds.items()), flush=True)
+    now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+    doc = {
+        "date": now.isoformat(),
+        "host": platform.node(),
+        "load_average": os.getloadavg()[0],
+        "case": "ranks-2",
+        "collective_ms_per_step": {p: [round(x * 1e3, 3) for x in v] for p, v in rounds.items()},
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"{now:%Y%m%dT%H%M%S}-{platform.node() or 'host'}-dmp-collectives.json"
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
