@@ -16,15 +16,14 @@ the waits it causes, not gloo. Needs torch.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
-import platform
 import socket
 import statistics
 import time
 from pathlib import Path
 from typing import Any
+
+from benchmarks.evidence import write_evidence
 
 PATTERNS = ("dmp", "sync")
 
@@ -126,18 +125,11 @@ def main() -> None:
         for p in args.pattern:
             rounds[p].append(run(p, args.steps))
         print(f"round {r + 1}: " + ", ".join(f"{p} {v[-1] * 1e3:.2f} ms" for p, v in rounds.items()), flush=True)
-    now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
-    doc = {
-        "date": now.isoformat(),
-        "host": platform.node(),
-        "load_average": os.getloadavg()[0],
-        "case": "ranks-2",
-        "collective_ms_per_step": {p: [round(x * 1e3, 3) for x in v] for p, v in rounds.items()},
-    }
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"{now:%Y%m%dT%H%M%S}-{platform.node() or 'host'}-dmp-collectives.json"
-    path.write_text(json.dumps(doc, indent=1) + "\n")
-    print(f"wrote {path}")
+    write_evidence(
+        args.out,
+        "dmp-collectives",
+        {"case": "ranks-2", "collective_ms_per_step": {p: [round(x * 1e3, 3) for x in v] for p, v in rounds.items()}},
+    )
 
 
 if __name__ == "__main__":

@@ -28,16 +28,14 @@ understood. So the calibration does not charge this term yet. Needs torchrec (ma
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import os
-import platform
 import statistics
 import time
 from pathlib import Path
 
 import numpy as np
 
+from benchmarks.evidence import write_evidence
 from dlrmsim.calibration.collectives_host import run_ranks
 from dlrmsim.workloads.schema import Workload
 
@@ -153,12 +151,7 @@ def main() -> None:
     for batch, lookups in CONFIGS:
         rows.append(measure(batch, lookups, args.rounds))
         print(json.dumps(rows[-1]), flush=True)
-    now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
-    doc = {"date": now.isoformat(), "host": platform.node(), "load_average": os.getloadavg()[0], "configs": rows}
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"{now:%Y%m%dT%H%M%S}-{platform.node() or 'host'}-dmp-software.json"
-    path.write_text(json.dumps(doc, indent=1) + "\n")
-    print(f"wrote {path}")
+    write_evidence(args.out, "dmp-software", {"configs": rows})
 
 
 if __name__ == "__main__":

@@ -22,15 +22,12 @@ the four, so a slow spell of the host lands on one round of each rather than on 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import multiprocessing as mp
-import os
-import platform
 import statistics
 from pathlib import Path
 from typing import Any
 
+from benchmarks.evidence import in_processes, write_evidence
 from dlrmsim.calibration.targets.torchrec import measure_step
 from dlrmsim.calibration.targets.torchrec_dmp import measure_dmp_step
 from dlrmsim.calibration.validate import load_cases
@@ -49,15 +46,7 @@ def _fused(queue: Any, w: Workload, batch: int, seed: int) -> None:
 
 def _in_processes(w: Workload, batch: int, seeds: tuple[int, ...]) -> float:
     """The slowest median step (s) of ``len(seeds)`` fused processes running at once."""
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    procs = [ctx.Process(target=_fused, args=(queue, w, batch, s)) for s in seeds]
-    for p in procs:
-        p.start()
-    times = [queue.get() for _ in procs]
-    for p in procs:
-        p.join()
-    return max(times)
+    return max(in_processes(_fused, [(w, batch, s) for s in seeds]))
 
 
 def main() -> None:
@@ -76,11 +65,7 @@ def main() -> None:
         runs["dmp2"].append(statistics.median(measure_dmp_step(w, batch, ranks, 1).step.samples_s))
         print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1] * 1e3:.2f} ms" for k, v in runs.items()), flush=True)
     best = {k: min(v) for k, v in runs.items()}
-    now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
     doc = {
-        "date": now.isoformat(),
-        "host": platform.node(),
-        "load_average": os.getloadavg()[0],
         "case": CASE,
         "step_ms_per_round": {k: [round(x * 1e3, 3) for x in v] for k, v in runs.items()},
         "fastest_ms": {k: round(v * 1e3, 3) for k, v in best.items()},
@@ -88,11 +73,8 @@ def main() -> None:
         "co_run_ms": round((best["pair"] - best["fused"]) * 1e3, 3),
         "communication_and_waits_ms": round((best["dmp2"] - best["pair"]) * 1e3, 3),
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"{now:%Y%m%dT%H%M%S}-{platform.node() or 'host'}-dmp-split.json"
-    path.write_text(json.dumps(doc, indent=1) + "\n")
     print(json.dumps({k: doc[k] for k in ("fastest_ms", "dmp_overhead_ms", "co_run_ms", "communication_and_waits_ms")}))
-    print(f"wrote {path}")
+    write_evidence(args.out, "dmp-split", doc)
 
 
 if __name__ == "__main__":

@@ -12,17 +12,16 @@ predicted: the expected later-of-two-ranks arrival grows with the spread printed
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import multiprocessing as mp
 import os
-import platform
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from threadpoolctl import threadpool_limits
+
+from benchmarks.evidence import in_processes, write_evidence
 
 QUANTUM_S = 0.2e-3  # work per quantum: long against the timer, short against a step's compute between collectives
 MATRIX = 64  # a GEMM that stays in the core's caches: the quantum measures lost time, not memory
@@ -65,22 +64,10 @@ def main() -> None:
     ap.add_argument("--quanta", type=int, default=10_000)
     ap.add_argument("--out", type=Path, default=Path("validation/results"))
     args = ap.parse_args()
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    procs = [ctx.Process(target=_quanta, args=(queue, args.quanta)) for _ in range(args.procs)]
-    for p in procs:
-        p.start()
-    per_proc = [summary(queue.get()) for _ in procs]
-    for p in procs:
-        p.join()
-    now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
-    doc = {"date": now.isoformat(), "host": platform.node(), "load_average": os.getloadavg()[0], "procs": per_proc}
+    per_proc = [summary(t) for t in in_processes(_quanta, [(args.quanta,)] * args.procs)]
     for s in per_proc:
         print(json.dumps(s))
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"{now:%Y%m%dT%H%M%S}-{platform.node() or 'host'}-fwq.json"
-    path.write_text(json.dumps(doc, indent=1) + "\n")
-    print(f"wrote {path}")
+    write_evidence(args.out, "fwq", {"procs": per_proc})
 
 
 if __name__ == "__main__":
