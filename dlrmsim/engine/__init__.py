@@ -18,7 +18,8 @@ Documented API (what applications may import):
 
 Modules: ``simulation`` (the :class:`Simulation` SimPy plumbing), ``fluid`` (max-min solver), ``network``
 (links, NIC ports, memory domains as solver resources), ``resources`` (core pools, :class:`CommSettings`),
-``collectives`` (algorithms), ``records``, ``trace`` (Chrome/Perfetto JSON), ``costs``, ``backends``.
+``collectives`` (algorithms), ``records``, ``trace`` (Chrome/Perfetto JSON), ``costs``, ``backends``,
+``maxmin`` and ``arrays`` (compiled kernels), ``jit`` (their disk cache, keyed by all their sources).
 """
 
 from __future__ import annotations

@@ -8,11 +8,12 @@ over the ~10^5 instants of a large run. Each returns what the numpy expression n
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from dlrmsim.engine.jit import njit
 
-@numba.njit(cache=True)
+
+@njit(cache=True)
 def min_max(a: np.ndarray) -> tuple[float, float]:
     """``(a.min(), a.max())`` of a non-empty 1-d float array (a nan compares as numpy's reductions do not: avoid)."""
     lo = a[0]
@@ -26,7 +27,7 @@ def min_max(a: np.ndarray) -> tuple[float, float]:
     return lo, hi
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def all_equal(a: np.ndarray) -> bool:
     """``a.min() == a.max()`` of a non-empty 1-d integer or float array (floats compare exactly)."""
     first = a[0]
@@ -36,7 +37,7 @@ def all_equal(a: np.ndarray) -> bool:
     return True
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def any_negative(a: np.ndarray) -> bool:
     """``(a < 0).any()`` of a 1-d integer array."""
     for i in range(a.shape[0]):
@@ -45,7 +46,7 @@ def any_negative(a: np.ndarray) -> bool:
     return False
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def any_at_least(a: np.ndarray, bound: int) -> bool:
     """``(a >= bound).any()`` of a 1-d integer array."""
     for i in range(a.shape[0]):

@@ -18,11 +18,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-import numba
 import numpy as np
 import simpy
 
 from dlrmsim.engine.arrays import all_equal, min_max
+from dlrmsim.engine.jit import njit
 from dlrmsim.engine.maxmin import maxmin_rates
 
 # Activities whose remaining work is within this fraction of their total are finished together, so that
@@ -470,7 +470,7 @@ def _subset_packed(packed: tuple, mask: np.ndarray) -> tuple:
     return fb[:, idx], ib[:, idx], *_subset_entries(ea, er, ew, mask)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _subset_entries(
     ea: np.ndarray, er: np.ndarray, ew: np.ndarray, mask: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -502,7 +502,7 @@ def _subset_entries(
 _NO_SHARE = np.zeros(0)  # a Batch without shares: 1 each
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _pack_columns(
     work: np.ndarray,
     cap: np.ndarray,
@@ -536,7 +536,7 @@ def _pack_columns(
     return fb, ib
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _copy_in(
     F: np.ndarray,
     I: np.ndarray,  # noqa: E741
@@ -568,7 +568,7 @@ _ZERO1 = np.zeros(1, dtype=np.int64)
 _ONE1 = np.ones(1)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _effective_caps(F: np.ndarray, I: np.ndarray, n: int, n_ranks: int) -> np.ndarray:  # noqa: E741
     """Per-activity caps (units/s): the slowed cap for a compute task while a flow of its rank is in flight,
     and for a flow while compute runs on either end rank (rank -1, not a rank, never triggers)."""
@@ -607,7 +607,7 @@ def _effective_caps(F: np.ndarray, I: np.ndarray, n: int, n_ranks: int) -> np.nd
     return caps
 
 
-@numba.njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy")
 def _solve_rates(
     F: np.ndarray,
     I: np.ndarray,  # noqa: E741
@@ -648,7 +648,7 @@ def _solve_rates(
     return t_next
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _integrate(F: np.ndarray, n: int, dt: float) -> None:
     """Drain ``dt`` seconds of work at the current rates; an activity at an infinite rate is done at once."""
     for a in range(n):
@@ -660,7 +660,7 @@ def _integrate(F: np.ndarray, n: int, dt: float) -> None:
             F[_REM, a] = 0.0
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _done_indices(F: np.ndarray, n: int, t_eps: float) -> np.ndarray:
     """Indices (ascending) of the activities finished now: remaining work within ``DONE_REL_EPS`` of their total,
     or within ``t_eps`` seconds at their rate."""
@@ -674,7 +674,7 @@ def _done_indices(F: np.ndarray, n: int, t_eps: float) -> np.ndarray:
     return out[:k]
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _compact(F: np.ndarray, I: np.ndarray, E: np.ndarray, EW: np.ndarray, n: int, m: int, idx: np.ndarray) -> int:  # noqa: E741
     """Squeeze the activities at ``idx`` (ascending) and their resource entries out of the tables, keeping the
     others' order; return the number of entries left."""

@@ -12,8 +12,9 @@ none of the still-rising activities uses has weight sum 0 and is never read).
 
 from __future__ import annotations
 
-import numba
 import numpy as np
+
+from dlrmsim.engine.jit import njit
 
 # Levels within this relative distance of the current fill level saturate together.
 LEVEL_REL_EPS = 1e-9
@@ -21,7 +22,7 @@ LEVEL_REL_EPS = 1e-9
 UNSATURATED_MARGIN = 1.0 - 1e-6
 
 
-@numba.njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy")
 def maxmin_rates(
     n_act: int,
     e_act: np.ndarray,
@@ -75,7 +76,7 @@ def maxmin_rates(
     return progressive_filling(n_act, e_act, e_res, e_w, res_cap, act_cap)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _touched_resources(e_res: np.ndarray, res_cap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(entries' resources renumbered 0.. in order of first use, those resources' capacities)."""
     local = np.full(res_cap.shape[0], -1, dtype=np.int64)
@@ -92,7 +93,7 @@ def _touched_resources(e_res: np.ndarray, res_cap: np.ndarray) -> tuple[np.ndarr
     return out, cap[:k]
 
 
-@numba.njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy")
 def progressive_filling(
     n_act: int,
     e_act: np.ndarray,
@@ -186,14 +187,14 @@ def progressive_filling(
     return rate
 
 
-@numba.njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy")
 def _weight_sums(er: np.ndarray, ew: np.ndarray, k: int, wsum: np.ndarray) -> None:
     """Add each of the first ``k`` entries' weight to its resource's sum."""
     for i in range(k):
         wsum[er[i]] += ew[i]
 
 
-@numba.njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy")
 def _levels_and_marks(
     ea: np.ndarray,
     er: np.ndarray,
@@ -225,7 +226,7 @@ def _levels_and_marks(
             mark[ea[i]] = True
 
 
-@numba.njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy")
 def _compact_entries(
     ea: np.ndarray,
     er: np.ndarray,

@@ -31,11 +31,11 @@ from collections import deque
 from dataclasses import dataclass
 from functools import cached_property
 
-import numba
 import numpy as np
 
 from dlrmsim.engine import costs, routes
 from dlrmsim.engine.arrays import any_negative
+from dlrmsim.engine.jit import njit
 from dlrmsim.engine.resources import CommSettings
 from dlrmsim.errors import DlrmsimError
 from dlrmsim.topologies.topology import ComputeSpec, Topology
@@ -460,7 +460,7 @@ class Network:
         return FlowArrays(work=work, cap=self._pair_cap[pid], delay=self._pair_delay[pid], e_act=e_act, e_res=e_res, e_w=e_w)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _gather_entries(
     pid: np.ndarray, ptr: np.ndarray, res: np.ndarray, w: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -482,7 +482,7 @@ def _gather_entries(
     return e_act, e_res, e_w
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _pair_entries(
     l_act: np.ndarray, l_res: np.ndarray, l_w: np.ndarray, ports: np.ndarray, port_w: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

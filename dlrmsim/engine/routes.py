@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 
+from dlrmsim.engine.jit import njit
 from dlrmsim.topologies.topology import ECMP_HASH_PRIME
 
 
@@ -36,7 +36,7 @@ class Adjacency:
     node_latency: np.ndarray
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def all_pairs_counts(ptr: np.ndarray, node: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Hop distance (-1: unreachable) and number of shortest paths between every pair of nodes (n x n each)."""
     n = ptr.shape[0] - 1
@@ -63,7 +63,7 @@ def all_pairs_counts(ptr: np.ndarray, node: np.ndarray) -> tuple[np.ndarray, np.
     return dist, count
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def hashed_source_routes(
     src: int,
     node_rank: np.ndarray,

@@ -19,7 +19,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-import numba
 import numpy as np
 import simpy
 
@@ -27,6 +26,7 @@ from dlrmsim.engine import costs
 from dlrmsim.engine.arrays import all_equal, any_at_least, any_negative
 from dlrmsim.engine.collectives import CollectiveContext, Phase, get_algorithm
 from dlrmsim.engine.fluid import TRIG_COMM, TRIG_COMPUTE, TRIG_NONE, Batch, FluidScheduler
+from dlrmsim.engine.jit import njit
 from dlrmsim.engine.network import Network
 from dlrmsim.engine.records import Record, RecordLog
 from dlrmsim.engine.resources import CommSettings, RankResources
@@ -377,7 +377,7 @@ class Simulation:
         return out
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _sends_to_start(
     ks: np.ndarray,
     grp: np.ndarray,
@@ -421,7 +421,7 @@ def _sends_to_start(
     return out[:n]
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _ranks_with_flows_done(
     ft: np.ndarray,
     fsrc: np.ndarray,
