@@ -50,7 +50,7 @@ def _free_port() -> int:
 
 def _rank_main(rank: int, ranks: int, port: int, w: Workload, batch: int, threads: int, params: tuple, queue: Any) -> None:
     """One rank's process: join the gloo group, plan, wrap in DMP, time the steps; rank 0 reports."""
-    samples, min_sample_s, warmup_steps, seed = params
+    samples, min_sample_s, warmup_steps, seed, sharding_types = params
     torch, _ = require_torchrec()
     import torch.distributed as dist
     from torchrec.distributed import DistributedModelParallel
@@ -75,7 +75,10 @@ def _rank_main(rank: int, ranks: int, port: int, w: Workload, batch: int, thread
             over_arch_layer_sizes=list(w.top_mlp),
         )
         apply_optimizer_in_backward(torch.optim.SGD, model.sparse_arch.parameters(), {"lr": LEARNING_RATE})
-        constraints = {t.name: ParameterConstraints(pooling_factors=[float(w.lookups_per_sample)]) for t in tables}
+        constraints = {
+            t.name: ParameterConstraints(pooling_factors=[float(w.lookups_per_sample)], sharding_types=sharding_types)
+            for t in tables
+        }
         planner = EmbeddingShardingPlanner(
             topology=Topology(world_size=ranks, compute_device="cpu", local_world_size=ranks),
             batch_size=batch // ranks,
@@ -127,9 +130,12 @@ def measure_dmp_step(
     min_sample_s: float = 0.05,
     warmup_steps: int = 3,
     seed: int = 0,
+    sharding_types: list[str] | None = None,
 ) -> DmpMeasurement:
     """Time TorchRec DMP training steps of ``w`` with global batch ``batch`` on ``ranks`` processes of ``threads``
-    threads each (forward, BCE loss, backward with the fused table update, dense SGD step)."""
+    threads each (forward, BCE loss, backward with the fused table update, dense SGD step). ``sharding_types``
+    (TorchRec's names, e.g. ``["table_wise"]``) restricts what the planner may choose; None lets it choose (for
+    small tables and large batches it replicates them: ``data_parallel``)."""
     torch, _ = require_torchrec()
     import torch.multiprocessing as mp
 
@@ -139,7 +145,7 @@ def measure_dmp_step(
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = _free_port()
-    params = (samples, min_sample_s, warmup_steps, seed)
+    params = (samples, min_sample_s, warmup_steps, seed, sharding_types)
     procs = [ctx.Process(target=_rank_main, args=(r, ranks, port, w, batch, threads, params, queue)) for r in range(ranks)]
     for p in procs:
         p.start()
