@@ -2,7 +2,7 @@
 order and with compute between them, but none of DMP's own software; time spent in them per step.
 
 Per step, as ``DistributedModelParallel`` issues them for 4 tables sharded table-wise over 2 ranks (batch 512 a
-rank, 16 ids a sample, E=32, ~52k dense parameters): the input distribution's split-size exchange, then its
+rank, 16 ids a sample, E=32; sizes from bench_dmp_software.exchange_bytes): the input distribution's split-size exchange, then its
 lengths and values exchanges (posted together, then both awaited, as KJTAllToAll does; ``--pattern sync`` calls
 them one after the other instead), the pooled embeddings' forward exchange, the gradients' backward exchange, and
 DDP's allreduce of the dense gradients, posted before the last 1 ms of backward compute and awaited after it.
@@ -23,19 +23,22 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.evidence import write_evidence
+from benchmarks.bench_dmp_software import RANKS, exchange_bytes, fp32_elements
+from benchmarks.evidence import in_processes, write_evidence
+from dlrmsim.calibration.validate import load_cases
 
 PATTERNS = ("dmp", "sync")
+CASE = "ranks-2"
 
 
-def _rank(rank: int, port: int, pattern: str, steps: int, queue: Any) -> None:
+def _rank(queue: Any, rank: int, port: int, pattern: str, steps: int, sizes: list[tuple[str, int]]) -> None:
     import torch
     import torch.distributed as dist
 
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+    dist.init_process_group("gloo", rank=rank, world_size=RANKS)
     a = torch.full((128, 128), 0.5)
     t0 = time.perf_counter()
     for _ in range(200):
@@ -46,11 +49,8 @@ def _rank(rank: int, port: int, pattern: str, steps: int, queue: Any) -> None:
         for _ in range(ms * per_ms):
             a @ a
 
-    splits = torch.zeros(2 * 4, dtype=torch.int64)  # per destination rank, per table
-    lengths = torch.zeros(2 * 512 * 2, dtype=torch.int32)  # 512 samples x 2 tables a destination
-    values = torch.zeros(2 * 512 * 2 * 16, dtype=torch.int64)  # 16 ids each
-    pooled = torch.zeros(2 * 512 * 2 * 32)  # the global batch's pooled rows of a rank's 2 tables, E=32
-    dense = torch.zeros(52_000)  # bottom [64, 256, 32] and top [42, 256, 64, 1] layers
+    # The bytes matter, not the element types: every buffer is fp32 of the exchange's size.
+    splits, lengths, values, pooled, pooled_grad, dense = (torch.zeros(fp32_elements(n)) for _, n in sizes)
     per_step = []
 
     def exchange(src: torch.Tensor) -> None:
@@ -76,7 +76,7 @@ def _rank(rank: int, port: int, pattern: str, steps: int, queue: Any) -> None:
         spent += time.perf_counter() - t
         compute(2)
         t = time.perf_counter()
-        exchange(pooled)
+        exchange(pooled_grad)
         spent += time.perf_counter() - t
         if pattern == "dmp":
             handle = dist.all_reduce(dense, async_op=True)
@@ -90,27 +90,19 @@ def _rank(rank: int, port: int, pattern: str, steps: int, queue: Any) -> None:
         spent += time.perf_counter() - t
         if step >= 5:
             per_step.append(spent)
-    if rank == 0:
-        queue.put(statistics.median(per_step))
+    queue.put(statistics.median(per_step) if rank == 0 else None)
     dist.destroy_process_group()
 
 
 def run(pattern: str, steps: int) -> float:
-    """Median seconds a step spends in the collectives (rank 0)."""
-    import torch.multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
+    """Median seconds a step spends in the collectives (rank 0), for the ranks-2 case's exchanges."""
+    case = load_cases(only=[CASE])[0]
+    sizes = exchange_bytes(case.workload, case.batch)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
-    procs = [ctx.Process(target=_rank, args=(r, port, pattern, steps, queue)) for r in range(2)]
-    for p in procs:
-        p.start()
-    got = queue.get()
-    for p in procs:
-        p.join()
-    return float(got)
+    got = in_processes(_rank, [(r, port, pattern, steps, sizes) for r in range(RANKS)])
+    return float(next(v for v in got if v is not None))
 
 
 def main() -> None:
@@ -128,7 +120,7 @@ def main() -> None:
     write_evidence(
         args.out,
         "dmp-collectives",
-        {"case": "ranks-2", "collective_ms_per_step": {p: [round(x * 1e3, 3) for x in v] for p, v in rounds.items()}},
+        {"case": CASE, "collective_ms_per_step": {p: [round(x * 1e3, 3) for x in v] for p, v in rounds.items()}},
     )
 
 

@@ -39,6 +39,7 @@ import numpy as np
 
 from benchmarks.evidence import write_evidence
 from dlrmsim.calibration.collectives_host import run_ranks
+from dlrmsim.workloads import model
 from dlrmsim.workloads.schema import Workload
 
 RANKS = 2
@@ -69,31 +70,31 @@ def tiny_workload(batch: int, lookups: int) -> Workload:
 
 
 def exchange_bytes(w: Workload, batch: int) -> list[tuple[str, int]]:
-    """(op, bytes a rank hands the collective) of the step's exchanges, table-wise sharding over RANKS ranks."""
+    """(op, bytes a rank hands the collective) of a DMP step's exchanges, in DMP's order, for ``w``'s tables sharded
+    table-wise over RANKS ranks at global batch ``batch``: the input distribution's sizes (int64 per destination
+    and table), lengths (int32) and values (int64 ids), the pooled embeddings forward and backward (fp32), and the
+    dense gradients' allreduce (model.allreduce_bytes)."""
     local = batch // RANKS
-    own = w.tables.count // RANKS  # tables a rank owns
-    dense = sum(a * b + b for a, b in zip(w.bottom_mlp, w.bottom_mlp[1:], strict=False))
-    n_int = w.tables.count + 1
-    top_in = n_int * (n_int - 1) // 2 + w.embedding_dim
-    top = [top_in, *w.top_mlp]
-    dense += sum(a * b + b for a, b in zip(top, top[1:], strict=False))
+    own = w.num_tables // RANKS  # tables a rank owns
     return [
-        ("alltoall", RANKS * w.tables.count * 8),  # sizes per destination and table
+        ("alltoall", RANKS * w.num_tables * INDEX_BYTES),
         ("alltoall", RANKS * own * local * LENGTH_BYTES),
         ("alltoall", RANKS * own * local * w.lookups_per_sample * INDEX_BYTES),
         ("alltoall", RANKS * own * local * w.embedding_dim * 4),
         ("alltoall", RANKS * own * local * w.embedding_dim * 4),
-        ("allreduce", dense * 4),
+        ("allreduce", int(model.allreduce_bytes(w))),
     ]
+
+
+def fp32_elements(nbytes: int) -> int:
+    """fp32 elements of a buffer of about ``nbytes`` that splits into RANKS equal blocks (at least one each)."""
+    return max(RANKS, nbytes // 4 // RANKS * RANKS)
 
 
 def _exchanges_rank(comm, sizes: list[tuple[str, int]], steps: int, samples: int) -> list[float]:  # noqa: ANN001
     """Rank body: per sample, the mean time of a step's exchanges called back to back."""
 
-    def buffer(n: int) -> np.ndarray:
-        return np.zeros(max(RANKS, n // 4 // RANKS * RANKS), dtype=np.float32)
-
-    bufs = [(op, buffer(n), buffer(n)) for op, n in sizes]
+    bufs = [(op, np.zeros(fp32_elements(n), dtype=np.float32), np.zeros(fp32_elements(n), dtype=np.float32)) for op, n in sizes]
 
     def step() -> None:
         for op, send, recv in bufs:
