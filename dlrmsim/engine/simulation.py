@@ -122,14 +122,14 @@ class Simulation:
         category: str = "compute",
         pool: str = "compute",
         overhead_s: float = 0.0,
-    ) -> simpy.Process:
+    ) -> simpy.Event:
         """Run a task of ``flops`` operations touching ``bytes`` of memory on ``cores`` cores of ``rank``.
 
         The task first takes ``cores`` from the rank's ``pool`` ("compute": cores minus pinned comm cores,
         the default amount; "comm": the pinned cores or one helper thread), waiting if they are busy. Alone it
         takes the roofline time ``costs.task_time``; beside other tasks and NIC copies on the same memory
-        domain it gets a max-min share of the domain's bandwidth. Returns the process event; it fires when the
-        task ends and the task is recorded (start = when it got its cores). ``overhead_s`` is a fixed software
+        domain it gets a max-min share of the domain's bandwidth. Returns an event that fires when the task
+        ends; the task is then recorded (start = when it got its cores). ``overhead_s`` is a fixed software
         time (op dispatch, per-row kernel calls) spent holding the cores before the roofline part starts.
         """
         self._check_rank(rank)
@@ -146,25 +146,9 @@ class Simulation:
             )
         if overhead_s < 0:
             raise DlrmsimError(f"task '{name}' has a negative overhead", field="overhead_s")
-        return self.env.process(
-            self._compute(rank, name, float(flops), float(bytes), kind, precision, c, category, pool, overhead_s)
-        )
-
-    def _compute(self, rank, name, flops, nbytes, kind, precision, cores, category, pool, overhead_s=0.0):  # noqa: ANN001, ANN202
-        container = self.rank_resources[rank].pool(pool)
-        yield container.get(cores)
-        start = self.env.now
-        if overhead_s > 0:
-            yield self.env.timeout(overhead_s)
-        done = self.env.event()
-        fluid = self.fluid
-        oid = fluid.register(_EventOwner(done), 1)
-        work, cap, cap_s, trig, res = self._task_params(rank, flops, nbytes, precision, cores, pool == "compute", kind)
-        # Its share of a saturated memory domain grows with the cores streaming for it (Batch.share).
-        fluid.add_one(work, cap, cap_s, trig, rank, -1, 0, res, oid, share=cores)
-        yield done
-        yield container.put(cores)
-        self._log.add((rank, kind, name, category, start, self.env.now, nbytes, flops, -1, pool, None))
+        task = _ComputeTask(self, rank, name, float(flops), float(bytes), kind, precision, c, category, pool, overhead_s)
+        task.begin(container)
+        return task.done
 
     def _task_params(
         self, rank: int, flops: float, nbytes: float, precision: str, cores: float, interferable: bool, kind: str = "gemm"
@@ -453,12 +437,55 @@ def _ranks_with_flows_done(
     return out[:n]
 
 
-class _EventOwner:
-    def __init__(self, event: simpy.Event) -> None:
-        self.event = event
+class _ComputeTask:
+    """One compute task as a chain of callbacks (take cores, optional fixed overhead, fluid activity, give the
+    cores back), not a SimPy process: a process would cost four more scheduled events per task (its start, the
+    resumes after the core grant and the activity, its end), and ranks run hundreds of thousands of tasks. Times
+    are the same: every step happens at the instant the process would have reached it."""
+
+    __slots__ = ("sim", "rank", "name", "flops", "nbytes", "kind", "precision", "cores", "category", "pool", "overhead_s",
+                 "container", "start", "done")  # fmt: skip
+
+    def __init__(self, sim: Simulation, rank: int, name: str, flops: float, nbytes: float, kind: str, precision: str,
+                 cores: float, category: str, pool: str, overhead_s: float) -> None:  # fmt: skip
+        self.sim, self.rank, self.name, self.flops, self.nbytes = sim, rank, name, flops, nbytes
+        self.kind, self.precision, self.cores, self.category, self.pool = kind, precision, cores, category, pool
+        self.overhead_s = overhead_s
+        self.start = 0.0
+        self.done = sim.env.event()
+
+    def begin(self, container: simpy.Container) -> None:
+        self.container = container
+        got = container.get(self.cores)
+        if got.triggered:
+            self._granted(got)  # the cores were free: the grant is this instant's, as the process would see it
+        else:
+            got.callbacks.append(self._granted)
+
+    def _granted(self, _ev: simpy.Event) -> None:
+        env = self.sim.env
+        self.start = env.now
+        if self.overhead_s > 0:
+            env.timeout(self.overhead_s).callbacks.append(self._run)
+        else:
+            self._run(None)
+
+    def _run(self, _ev: simpy.Event | None) -> None:
+        sim = self.sim
+        fluid = sim.fluid
+        oid = fluid.register(self, 1)
+        work, cap, cap_s, trig, res = sim._task_params(
+            self.rank, self.flops, self.nbytes, self.precision, self.cores, self.pool == "compute", self.kind
+        )
+        # Its share of a saturated memory domain grows with the cores streaming for it (Batch.share).
+        fluid.add_one(work, cap, cap_s, trig, self.rank, -1, 0, res, oid, share=self.cores)
 
     def on_done(self, tags: np.ndarray, t_issue: np.ndarray, now: float) -> None:
-        self.event.succeed(now)
+        self.container.put(self.cores)  # always fits: it returns what the task took
+        self.sim._log.add(
+            (self.rank, self.kind, self.name, self.category, self.start, now, self.nbytes, self.flops, -1, self.pool, None)
+        )
+        self.done.succeed(now)
 
 
 class _TransferOwner:
