@@ -376,23 +376,17 @@ class Network:
         uniq = src[starts]
         bounds = np.append(starts, nf)
         for k, s in enumerate(uniq.tolist()):
-            idx = np.arange(bounds[k], bounds[k + 1])
             sr = self.source_routes(s)
-            d = dst[idx]
+            d = dst[bounds[k] : bounds[k + 1]]
             if not sr.reachable[d].all():
                 bad = self.nodes[int(d[~sr.reachable[d]][0])]
                 raise DlrmsimError(f"no route from '{self.nodes[s]}' to '{bad}'", source=self.topology.source)
-            cap[idx] = sr.lane_cap[d]
-            delay[idx] = sr.latency[d] + sr.overhead[d]
-            nic[idx] = sr.nic[d]
-            lo = sr.ptr[d]
-            n_l = sr.ptr[d + 1] - lo
-            tot = int(n_l.sum())
-            if tot:
-                pos = np.repeat(lo - (np.cumsum(n_l) - n_l), n_l) + np.arange(tot)
-                acts.append(np.repeat(idx, n_l))
-                ress.append(sr.res[pos].astype(np.int64))
-                ws.append(sr.w[pos])
+            a, r, w = _source_pairs(int(bounds[k]), d, sr.lane_cap, sr.latency, sr.overhead, sr.nic, sr.ptr, sr.res, sr.w,
+                                    cap, delay, nic)  # fmt: skip
+            if len(a):
+                acts.append(a)
+                ress.append(r)
+                ws.append(w)
         delay += self.comm.message_overhead_s
         same = src == dst
         cap[same] = np.inf
@@ -458,6 +452,45 @@ class Network:
         # a node sending to itself moves nothing over the network: it finishes after its delay
         work = np.where(self._pair_same[pid], 0.0, nbytes) if self._any_same_pair else nbytes
         return FlowArrays(work=work, cap=self._pair_cap[pid], delay=self._pair_delay[pid], e_act=e_act, e_res=e_res, e_w=e_w)
+
+
+@njit(cache=True)
+def _source_pairs(
+    first: int,
+    d: np.ndarray,
+    lane_cap: np.ndarray,
+    latency: np.ndarray,
+    overhead: np.ndarray,
+    nic_of: np.ndarray,
+    ptr: np.ndarray,
+    res: np.ndarray,
+    w: np.ndarray,
+    cap: np.ndarray,
+    delay: np.ndarray,
+    nic: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Templates of one source's new pairs to destinations ``d`` (pairs ``first``, ``first + 1``, ...): write
+    each pair's rate cap, start delay and NIC flag from the source's routes (``ptr``/``res``/``w``: per
+    destination, its route's resources and weights); return the pairs' link entries (pair, resource, weight)."""
+    total = 0
+    for j in range(d.shape[0]):
+        total += ptr[d[j] + 1] - ptr[d[j]]
+    e_act = np.empty(total, dtype=np.int64)
+    e_res = np.empty(total, dtype=np.int64)
+    e_w = np.empty(total)
+    k = 0
+    for j in range(d.shape[0]):
+        i = first + j
+        t = d[j]
+        cap[i] = lane_cap[t]
+        delay[i] = latency[t] + overhead[t]
+        nic[i] = nic_of[t]
+        for q in range(ptr[t], ptr[t + 1]):
+            e_act[k] = i
+            e_res[k] = res[q]
+            e_w[k] = w[q]
+            k += 1
+    return e_act, e_res, e_w
 
 
 @njit(cache=True)
