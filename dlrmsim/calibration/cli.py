@@ -269,6 +269,7 @@ def _print_target(report: ValidationReport, calibration: Path, json_out: bool) -
             "dlrmsim ms",
             "dlrmsim error %",
             *(["planner ms", "planner error %"] if planner else []),
+            "host drift x",
         ],
         [
             (
@@ -284,10 +285,12 @@ def _print_target(report: ValidationReport, calibration: Path, json_out: bool) -
                     if planner
                     else []
                 ),
+                c.drift_ratio if c.drift_ratio is not None else "-",
             )
             for c in report.cases
         ],
     )
+    _print_drift(report.drift_rounds)
     line = f"dlrmsim: median |error| {100 * report.median_abs_error:.1f}%, max |error| {100 * report.max_abs_error:.1f}%"
     if planner:
         errs = sorted(abs(c.planner_error) for c in report.cases if c.planner_error is not None)

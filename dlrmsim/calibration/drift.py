@@ -4,7 +4,7 @@ A shared or virtualised host does not stay one machine: a neighbour's memory tra
 kernels twice as slow for minutes (seen on the 2-vCPU VM this project is developed on). A validation that
 runs in such a spell compares the model with a different machine than the one it was fitted to, and its error
 is then partly the host's. So `dlrmsim validate` re-runs a few of the calibration's own micro-benchmarks (a
-GEMM, the saturated triad, one embedding-bag configuration) before each round and reports each one's time now
+GEMM, the saturated triad, one embedding-bag configuration, the per-op dispatch) before each round and reports each one's time now
 against the calibration's: a ratio far from 1 says how much of an error is drift rather than model.
 
 Nothing here feeds a prediction; it is a diagnostic printed beside the errors.
@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from dlrmsim.calibration.benchmarks.embedding import EmbeddingConfig, clear_table_cache, embedding_task
 from dlrmsim.calibration.benchmarks.gemm import gemm_task
 from dlrmsim.calibration.benchmarks.memory import stream_task
+from dlrmsim.calibration.benchmarks.overhead import dispatch_task
 from dlrmsim.calibration.benchmarks.timing import QUICK_POLICY, BenchTask
 from dlrmsim.calibration.ops import Ops
 from dlrmsim.calibration.schema import Calibration, Measurement
@@ -65,6 +66,10 @@ def probe_tasks(cal: Calibration, ops: Ops) -> list[BenchTask]:
             int(p["rows"]), int(p["dim"]), int(p["pooling"]), str(p["distribution"]), int(p["batch"]), int(p.get("tables", 0))
         )
         tasks += [embedding_task(ops, cfg, c, QUICK_POLICY) for c in sorted({1, cores})]
+    # The framework's per-op dispatch: small, Python-heavy steps (a TorchRec step at batch 256) are mostly this,
+    # and on the 2-vCPU VM it moved by up to 1.7x within minutes while GEMMs held steady.
+    if any(m.benchmark == "dispatch" for m in mine):
+        tasks.append(dispatch_task(ops, cores, QUICK_POLICY))
     return tasks
 
 

@@ -25,7 +25,7 @@ from dlrmsim.calibration import drift
 from dlrmsim.calibration.apply import apply_calibration
 from dlrmsim.calibration.dlrm_runner import run_dlrm_iteration
 from dlrmsim.calibration.drift import DriftSample
-from dlrmsim.calibration.ops import get_ops
+from dlrmsim.calibration.ops import Ops, get_ops
 from dlrmsim.calibration.schema import Calibration, load_calibration
 from dlrmsim.calibration.targets.reference import measure_reference
 from dlrmsim.calibration.targets.torchrec import measure_step, planner_estimate
@@ -370,9 +370,16 @@ def _validate_target(
         # TorchRec's DLRM feeds the bottom MLP's output into the dot interaction with the embeddings
         cases = [c for c in cases if c.workload.bottom_mlp[-1] == c.workload.embedding_dim]
     runs: dict[str, list[TargetRun]] = {c.name: [] for c in cases}
+    drift_rounds: list[list[DriftSample]] = []
+    # The drift probe re-runs the calibration's own kernels (its backend's ops), as for the project's runner: the
+    # evidence then says which measurements ran on a host that no longer matched its calibration.
+    probe = _probe_ops(cal.host.backend)
     with Progress(console=err_console, transient=True, disable=not progress) as bar:
         task = bar.add_task("validating", total=len(cases) * rounds)
         for r in range(rounds):
+            if probe is not None:
+                bar.update(task, description=f"host drift probe (round {r + 1}/{rounds})")
+                drift_rounds.append(drift.measure_drift(cal, probe))
             for case in cases:
                 bar.update(task, description=f"{case.name}: {against} (round {r + 1}/{rounds})")
                 runs[case.name].append(measure_target(case, against, reference, SAMPLES_PER_ROUND))
@@ -385,6 +392,7 @@ def _validate_target(
         # The implementation's profile: TorchRec's fused embedding updates rows inside backward (no gradient rows
         # written and read back), and fbgemm's CPU kernels run on one thread (presets/implementations/torchrec-fused.yaml).
         predicted, pphases = predict(case, cal, implementation=TARGET_IMPLEMENTATIONS.get(against), placement=run.placement)
+        probe_worst = drift.worst(drift_rounds[kept]) if drift_rounds else None
         results.append(
             CaseResult.of(
                 case,
@@ -395,9 +403,18 @@ def _validate_target(
                 kept_round=kept,
                 target=against,
                 planner_s=run.planner_s,
+                drift_ratio=probe_worst.ratio if probe_worst is not None else None,
             )
         )
-    return ValidationReport(results, str(path), against, [], cal.host.libraries)
+    return ValidationReport(results, str(path), against, drift_rounds, cal.host.libraries)
+
+
+def _probe_ops(backend: str) -> Ops | None:
+    """The calibration backend's ops for the drift probe, or None where that backend is not installed here."""
+    try:
+        return get_ops(backend)
+    except DlrmsimError:
+        return None
 
 
 RESULT_COLUMNS = (
@@ -420,6 +437,7 @@ RESULT_COLUMNS = (
     "error",
     "planner_s",
     "planner_error",
+    "host_drift",
 )
 
 
@@ -464,6 +482,7 @@ def write_results_csv(report: ValidationReport, directory: Path) -> Path:
                     f"{c.error:.4f}",
                     "" if c.planner_s is None else f"{c.planner_s:.6g}",
                     "" if c.planner_error is None else f"{c.planner_error:.4f}",
+                    "" if c.drift_ratio is None else f"{c.drift_ratio:.3f}",
                 ]
             )
     return path

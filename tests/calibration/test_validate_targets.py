@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from dlrmsim.calibration import validate
+from dlrmsim.calibration import drift, validate
+from dlrmsim.calibration.drift import DriftSample
 from dlrmsim.calibration.schema import load_calibration
 from dlrmsim.cli import app, main
 from dlrmsim.workloads.placement import Placement, PlacementSpec, Shard
@@ -30,6 +31,19 @@ def fake_target(monkeypatch: pytest.MonkeyPatch) -> None:
         return validate.TargetRun(SAMPLES, 0.002 if against == "torchrec" else None, plan)
 
     monkeypatch.setattr(validate, "measure_target", fake)
+    _fake_drift(monkeypatch)
+
+
+def _fake_drift(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The drift probe before each round (tested on its own in test_validate.py): the first round finds the
+    host 1.5x slower than calibrated, later rounds as calibrated."""
+    probes: list[int] = []
+
+    def measure_drift(cal: object, kernels: object) -> list[DriftSample]:
+        probes.append(1)
+        return [DriftSample("gemm 512x512x512 c2", 1e-3, 1.5e-3 if len(probes) == 1 else 1e-3)]
+
+    monkeypatch.setattr(drift, "measure_drift", measure_drift)
 
 
 def test_torchrec_report_has_dlrmsim_and_planner_errors(quick_cal_path: Path, fake_target: None) -> None:
@@ -102,6 +116,9 @@ def test_results_csv_keeps_the_evidence(quick_cal_path: Path, fake_target: None,
     assert row["target"] == "torchrec" and row["case"] == "base" and "dlrmsim=" in row["versions"]
     assert [float(x) for x in row["measured_samples_s"].split(";")] == pytest.approx(SAMPLES)
     assert float(row["error"]) == pytest.approx((float(row["predicted_s"]) - 0.011) / 0.011, abs=1e-4)
+    # and with the drift probe's worst ratio before the kept round: one round by default (--rounds 3 is the
+    # default, the samples are equal, so round 1 is kept), whose probe found the host 1.5x slower
+    assert float(row["host_drift"]) == pytest.approx(1.5)
 
 
 def test_target_rounds_go_round_robin_over_the_cases_and_keep_the_fastest(
@@ -119,8 +136,13 @@ def test_target_rounds_go_round_robin_over_the_cases_and_keep_the_fastest(
         return validate.TargetRun([t * slow_by_round[r] for t in SAMPLES], 0.002)
 
     monkeypatch.setattr(validate, "measure_target", fake)
+    _fake_drift(monkeypatch)
     report = validate.run_validation(quick_cal_path, against="torchrec", only=["base", "zipf"], rounds=3, progress=False)
     assert calls == [("base", 0), ("zipf", 0), ("base", 1), ("zipf", 1), ("base", 2), ("zipf", 2)]
     for c in report.cases:
         assert c.kept_round == 1 and c.measured_s == pytest.approx(0.011)
         assert c.measured_rounds_s == SAMPLES
+        # Because the probe runs before every round, the kept round 2 carries its own probe (as calibrated), not
+        # round 1's 1.5x
+        assert c.drift_ratio == pytest.approx(1.0)
+    assert [[d.ratio for d in r] for r in report.drift_rounds] == [[pytest.approx(1.5)], [1.0], [1.0]]
