@@ -472,24 +472,14 @@ def _source_pairs(
     """Templates of one source's new pairs to destinations ``d`` (pairs ``first``, ``first + 1``, ...): write
     each pair's rate cap, start delay and NIC flag from the source's routes (``ptr``/``res``/``w``: per
     destination, its route's resources and weights); return the pairs' link entries (pair, resource, weight)."""
-    total = 0
     for j in range(d.shape[0]):
-        total += ptr[d[j] + 1] - ptr[d[j]]
-    e_act = np.empty(total, dtype=np.int64)
-    e_res = np.empty(total, dtype=np.int64)
-    e_w = np.empty(total)
-    k = 0
-    for j in range(d.shape[0]):
-        i = first + j
         t = d[j]
-        cap[i] = lane_cap[t]
-        delay[i] = latency[t] + overhead[t]
-        nic[i] = nic_of[t]
-        for q in range(ptr[t], ptr[t + 1]):
-            e_act[k] = i
-            e_res[k] = res[q]
-            e_w[k] = w[q]
-            k += 1
+        cap[first + j] = lane_cap[t]
+        delay[first + j] = latency[t] + overhead[t]
+        nic[first + j] = nic_of[t]
+    e_act, e_res, e_w = _gather_entries(d, ptr, res, w)  # a pair's routes are stored as a flow's pair entries
+    for k in range(e_act.shape[0]):
+        e_act[k] += first
     return e_act, e_res, e_w
 
 
