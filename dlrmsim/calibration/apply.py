@@ -16,6 +16,7 @@ import dataclasses
 from collections.abc import Mapping
 
 from dlrmsim.calibration.fit import memory_bandwidth_GBps
+from dlrmsim.calibration.ops.base import FLUSH_LLC_MULTIPLE
 from dlrmsim.calibration.schema import Calibration, EmbeddingFit, select_embedding_fit
 from dlrmsim.topologies.topology import ComputeSpec, EfficiencyTable, Link, Topology
 from dlrmsim.training.implementations import ImplementationProfile
@@ -72,6 +73,10 @@ def calibrated_compute(
         llc_bytes=host.llc_bytes * cores / host.cores,
         task_overhead_s=cal.overhead.task_overhead_s(cores) if cal.overhead is not None else spec.task_overhead_s,
         op_overhead_s=cal.overhead.op_overhead_s(cores) if cal.overhead is not None else spec.op_overhead_s,
+        # The dispatch benchmark times its first op after the ops' cache flush (Ops.flush).
+        task_overhead_after_bytes=(
+            FLUSH_LLC_MULTIPLE * host.llc_bytes if cal.overhead is not None else spec.task_overhead_after_bytes
+        ),
     )
 
 

@@ -120,9 +120,26 @@ def dispatch_time_s(first_op_s: float, further_op_s: float, ops: float) -> float
     return min(ops, 1.0) * first_op_s + max(ops - 1.0, 0.0) * further_op_s
 
 
-def dispatch_overhead_s(spec: ComputeSpec, ops: float) -> float:
-    """:func:`dispatch_time_s` at ``spec``'s ``task_overhead_s`` (first op) and ``op_overhead_s`` (each further op)."""
-    return dispatch_time_s(spec.task_overhead_s, spec.op_overhead_s, ops)
+def first_op_s(spec: ComputeSpec, prev_bytes: float = math.inf) -> float:
+    """Time (s) of a task's first framework op after ``prev_bytes`` of traffic since the rank's previous op.
+
+    ``spec.task_overhead_s`` was measured after ``spec.task_overhead_after_bytes`` of traffic; less traffic
+    evicts less of the framework's code and metadata, so the surcharge over ``op_overhead_s`` scales with the
+    share of the last-level cache it pushed out, ``cache_miss_share(prev) / cache_miss_share(after)``, capped
+    at 1. (On the 2-vCPU VM, 32 MiB LLC: a tiny op took 1.6 us after 1 MiB of traffic, 3.5 after 4, 6 after 16,
+    8.4-11.4 after 64 MiB; this gives 2.0, 3.2, 6.5 and 11.4 with the flush's 64 MiB as the full surcharge.)"""
+    full, further = spec.task_overhead_s, spec.op_overhead_s
+    after = spec.task_overhead_after_bytes
+    if full <= further or prev_bytes >= after or not math.isfinite(after):
+        return full
+    share = cache_miss_share(prev_bytes, spec.llc_bytes) / cache_miss_share(after, spec.llc_bytes)
+    return further + (full - further) * min(share, 1.0)
+
+
+def dispatch_overhead_s(spec: ComputeSpec, ops: float, prev_bytes: float = math.inf) -> float:
+    """:func:`dispatch_time_s` at :func:`first_op_s` (first op, after ``prev_bytes`` of the rank's traffic) and
+    ``op_overhead_s`` (each further op)."""
+    return dispatch_time_s(first_op_s(spec, prev_bytes), spec.op_overhead_s, ops)
 
 
 PAGE_TABLE_ENTRY_BYTES = 8  # one last-level page-table entry (x86-64, AArch64)
@@ -182,6 +199,7 @@ def fixed_time_s(
     reuse_bytes: float = 0.0,
     run_start: bool = False,
     visit: RowVisit | None = None,
+    prev_bytes: float = math.inf,
 ) -> float:
     """Time (s) of a task that neither flops nor bytes explain: dispatch of its ``ops`` framework ops, the
     kind's fixed time per task, its run-start time when it is the first of a run of its kind (``run_start``),
@@ -191,7 +209,8 @@ def fixed_time_s(
 
     A kind the spec marks as visiting its rows in ascending order (``sorted_visit_kinds``, with the task's
     ``visit``) walks each touched page once and reloads only the rows a prefetcher cannot stream
-    (:func:`sorted_visits`), instead of walking and reloading per lookup."""
+    (:func:`sorted_visits`), instead of walking and reloading per lookup. ``prev_bytes``: the traffic of the
+    rank's previous task, which sets the first op's dispatch time (:func:`first_op_s`)."""
     per_row = spec.row_time_s_by_kind.get(kind, 0.0)
     walk = spec.walk_time_s_by_kind.get(kind, 0.0)
     reload = spec.reload_time_s_by_kind.get(kind, 0.0)
@@ -202,12 +221,12 @@ def fixed_time_s(
     if visit is not None and kind in spec.sorted_visit_kinds:
         pages, jumps = sorted_visits(visit.unique_rows, visit.table_rows, visit.row_bytes, spec.page_bytes)
         per_task = pages * walk * walk_share + jumps * reload * reload_share
-        return dispatch_overhead_s(spec, ops) + rows * per_row + per_task + fixed + first
+        return dispatch_overhead_s(spec, ops, prev_bytes) + rows * per_row + per_task + fixed + first
     if walk > 0:
         per_row += walk * walk_share
     if reload > 0:
         per_row += reload * reload_share
-    return dispatch_overhead_s(spec, ops) + rows * per_row + fixed + first
+    return dispatch_overhead_s(spec, ops, prev_bytes) + rows * per_row + fixed + first
 
 
 def task_time(

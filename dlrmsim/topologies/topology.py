@@ -84,6 +84,11 @@ class ComputeSpec:
     # 0 = not modelled (built-in presets: no cited figure); a host calibration measures both ("dispatch" benchmark).
     task_overhead_s: float = 0.0
     op_overhead_s: float = 0.0
+    # The traffic (bytes) that preceded the first op when task_overhead_s was measured (a host calibration: its
+    # cache flush, twice the last-level cache). A task after less traffic finds part of the framework's code and
+    # metadata still cached: it pays the first op's surcharge over op_overhead_s in the proportion of
+    # costs.cache_miss_share of that traffic to this one's (costs.first_op_s). inf = always the whole surcharge.
+    task_overhead_after_bytes: float = math.inf
     # Fixed time per looked-up row of an embedding op, by task kind (seconds per row on this spec's cores): the
     # per-row kernel work that does not scale with the row's bytes (one axpy call per gradient row in a sparse
     # update, one row copy per lookup). Empty = not modelled; a host calibration fits it beside the bandwidth.

@@ -424,7 +424,11 @@ def _rank_process(
     env: simpy.Environment = sim.env
     rank_cores = float(sim.rank_resources[rank].pool("compute").capacity)
     op_threads = op_threads or {}
-    for step in graph.programs[rank]:
+    program = graph.programs[rank]
+    # The traffic before a task's first op (costs.first_op_s): its predecessor's bytes; the iteration's first task
+    # follows the previous iteration's last one.
+    prev_bytes = next((s.bytes for s in reversed(program) if isinstance(s, Task)), 0.0)
+    for step in program:
         if isinstance(step, Task):
             t0 = env.now
             kind = step.kind
@@ -440,7 +444,9 @@ def _rank_process(
                 step.reuse_bytes,
                 step.run_start,
                 step.visit,
+                prev_bytes,
             )
+            prev_bytes = step.bytes
             yield sim.compute(
                 rank,
                 step.name,

@@ -369,3 +369,50 @@ def test_gemm_task_pays_its_aspect_factor_and_unoverlapped_traffic() -> None:
     assert sim.now == pytest.approx(expected, rel=1e-9)
     # Streaming kinds keep the roofline: a lookup's flops never add to its bytes.
     assert costs.task_time(1e6, 1e8, spec, kind="lookup") == pytest.approx(1e8 / 100e9, rel=1e-12)
+
+
+def test_first_op_pays_the_surcharge_in_proportion_to_the_cache_its_predecessor_evicted() -> None:
+    """Because the calibration times a task's first op after flushing twice the LLC, a task after less traffic
+    finds part of the framework's code still cached: the surcharge over a further op scales with
+    cache_miss_share(prev) / cache_miss_share(flush)."""
+    import dataclasses
+
+    from dlrmsim.engine.costs import cache_miss_share, first_op_s
+
+    llc = 32.0 * 2**20
+    spec = dataclasses.replace(
+        SPEC, task_overhead_s=11e-6, op_overhead_s=1.6e-6, llc_bytes=llc, task_overhead_after_bytes=2 * llc
+    )
+    # nothing evicted: a further op's cost; the flush's traffic or more, or no figure for it: the whole first-op cost
+    assert first_op_s(spec, 0.0) == pytest.approx(1.6e-6, rel=1e-12)
+    assert first_op_s(spec, 2 * llc) == first_op_s(spec, 10 * llc) == 11e-6
+    assert first_op_s(dataclasses.replace(spec, task_overhead_after_bytes=math.inf), 0.0) == 11e-6
+    assert first_op_s(spec) == 11e-6  # predecessor unknown: as measured
+    # in between: a 16 MiB predecessor evicts 1/3 of the cache against the flush's 2/3, so half the surcharge
+    half = first_op_s(spec, llc / 2)
+    assert cache_miss_share(llc / 2, llc) / cache_miss_share(2 * llc, llc) == pytest.approx(0.5)
+    assert half == pytest.approx(1.6e-6 + 0.5 * 9.4e-6, rel=1e-12)
+
+
+def test_a_rank_task_after_a_small_task_pays_a_warm_first_op() -> None:
+    """Because each task's first op follows its predecessor's traffic (the first task follows the last one, as
+    in the previous iteration), a program of byte-free tasks pays op_overhead_s per task, not task_overhead_s."""
+    import dataclasses
+
+    from dlrmsim.training.simulate import CollectiveCoordinator, _rank_process
+    from dlrmsim.training.taskgraph import IterationGraph, Task
+
+    spec = dataclasses.replace(SPEC, task_overhead_s=1e-4, op_overhead_s=2e-5, task_overhead_after_bytes=2 * SPEC.llc_bytes)
+
+    def iteration(nbytes: float) -> float:
+        sim = Simulation(two_node(spec=spec))
+        tasks = [Task(f"t{i}", "gemm", 0.0, nbytes) for i in range(3)]
+        graph = IterationGraph(programs=[tasks, []], collectives={})
+        coord = CollectiveCoordinator(sim, graph, None, 1)  # type: ignore[arg-type]
+        acc = {"compute": 0.0, "end": 0.0}
+        sim.run(sim.env.process(_rank_process(sim, 0, graph, coord, "fp32", acc, {})))
+        return acc["end"]
+
+    assert iteration(0.0) == pytest.approx(3 * 2e-5, rel=1e-9)
+    big = 4 * SPEC.llc_bytes  # each task streams twice the flush: its successor's first op is fully cold
+    assert iteration(big) == pytest.approx(3 * 1e-4 + 3 * costs.task_time(0.0, big, spec), rel=1e-9)

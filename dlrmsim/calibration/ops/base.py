@@ -61,6 +61,11 @@ def make_indices(rows: int, count: int, distribution: str, exponent: float, rng:
     return ((ranks.astype(np.uint64) * np.uint64(0x9E3779B1)) % np.uint64(rows)).astype(np.int64)
 
 
+# Ops.flush streams this many times the last-level cache: enough that nothing of a timed call's code or data is left
+# in it (the simulator reads the same figure: ComputeSpec.task_overhead_after_bytes).
+FLUSH_LLC_MULTIPLE = 2
+
+
 class Ops(ABC):
     """One backend's operations. ``make_*`` return prepared zero-argument operations; the others are the tensor
     operations of a training step, on the backend's tensors (``tensor`` converts a NumPy array to one)."""
@@ -110,7 +115,7 @@ class Ops(ABC):
         them (embedding tables and activations stream far more than the cache holds between two calls)."""
         op = getattr(self, "_flush_op", None)
         if op is None:
-            op = self._flush_op = self.make_flush(2 * last_level_cache_bytes())
+            op = self._flush_op = self.make_flush(FLUSH_LLC_MULTIPLE * last_level_cache_bytes())
         op()
 
     # --- tensor operations of a training step (the DLRM runner) -------------------------------------------------
