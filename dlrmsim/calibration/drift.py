@@ -4,8 +4,9 @@ A shared or virtualised host does not stay one machine: a neighbour's memory tra
 kernels twice as slow for minutes (seen on the 2-vCPU VM this project is developed on). A validation that
 runs in such a spell compares the model with a different machine than the one it was fitted to, and its error
 is then partly the host's. So `dlrmsim validate` re-runs a few of the calibration's own micro-benchmarks (a
-GEMM, the saturated triad, one embedding-bag configuration, the per-op dispatch) before each round and reports each one's time now
-against the calibration's: a ratio far from 1 says how much of an error is drift rather than model.
+GEMM, the saturated triad, one embedding-bag configuration, the per-op dispatch, a thread-pool fork) before each
+round and reports each one's time now against the calibration's: a ratio far from 1 says how much of an error is
+drift rather than model.
 
 Nothing here feeds a prediction; it is a diagnostic printed beside the errors.
 """
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from dlrmsim.calibration.benchmarks.embedding import EmbeddingConfig, clear_table_cache, embedding_task
 from dlrmsim.calibration.benchmarks.gemm import gemm_task
 from dlrmsim.calibration.benchmarks.memory import stream_task
-from dlrmsim.calibration.benchmarks.overhead import dispatch_task
+from dlrmsim.calibration.benchmarks.overhead import dispatch_task, fork_task
 from dlrmsim.calibration.benchmarks.plan import combine_passes
 from dlrmsim.calibration.benchmarks.timing import QUICK_POLICY, BenchTask
 from dlrmsim.calibration.ops import Ops
@@ -63,6 +64,9 @@ def probe_tasks(cal: Calibration, ops: Ops) -> list[BenchTask]:
     # the table cache or garbage; the state is not identified), which is context, not drift.
     if any(m.benchmark == "dispatch" for m in mine):
         tasks.append(dispatch_task(ops, cores, QUICK_POLICY))
+    # A just-above-grain op on the whole thread pool: the spells that slow small multi-threaded steps show here.
+    if any(m.benchmark == "fork" for m in mine):
+        tasks.append(fork_task(ops, cores, QUICK_POLICY))
     # The smallest uniform table configuration: its update is the most drift-prone op the model has. At one
     # core first, then all, as the plan runs it: measured alone at all cores, its forward ran ~1.5x slower
     # than in the plan (tables and thread pool as the one-core run leaves them), which is not drift.

@@ -184,7 +184,17 @@ class Measurement(StrictModel):
     fastest of the plan's passes."""
 
     benchmark: Literal[
-        "gemm", "linear", "stream", "embedding", "interaction", "interaction_torchrec", "allreduce", "alltoall", "dispatch", "tbe"
+        "gemm",
+        "linear",
+        "stream",
+        "embedding",
+        "interaction",
+        "interaction_torchrec",
+        "allreduce",
+        "alltoall",
+        "dispatch",
+        "tbe",
+        "fork",
     ]
     name: str
     cores: Annotated[int, Field(gt=0)]

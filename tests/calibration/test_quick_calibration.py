@@ -27,15 +27,15 @@ def test_file_written_valid_and_round_trips(quick_cal_path: Path, quick_cal: Cal
         (op, d) for op in ("forward", "backward", "update") for d in ("uniform", "zipf")
     }
     benches = {m.benchmark for m in quick_cal.measurements}
-    assert benches == {"gemm", "linear", "stream", "embedding", "interaction", "allreduce", "alltoall", "dispatch"}
+    assert benches == {"gemm", "linear", "stream", "embedding", "interaction", "allreduce", "alltoall", "dispatch", "fork"}
     assert {(f.direction, f.cores) for f in quick_cal.interaction} == {
         (d, c) for d in ("forward", "backward") for c in {1, quick_cal.host.cores}
     }
     assert quick_cal.overhead is not None and all(us > 0 for _, us in quick_cal.overhead.task_overhead_us_by_cores)
     # Every non-Eq. measurement a fitted parameter predicts has a fit-quality row (the dispatch timings are the
-    # per-op overhead itself, not predicted by another parameter).
+    # per-op overhead itself, not predicted by another parameter; the fork timings are recorded, not fitted).
     assert len(quick_cal.fit_quality) == sum(
-        1 for m in quick_cal.measurements if not m.name.startswith("eq ") and m.benchmark != "dispatch"
+        1 for m in quick_cal.measurements if not m.name.startswith("eq ") and m.benchmark not in ("dispatch", "fork")
     )
     # The repeated kernels record how far apart their passes were; the fit keeps the faster one.
     repeated = [m for m in quick_cal.measurements if m.passes > 1]

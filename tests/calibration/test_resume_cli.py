@@ -123,6 +123,7 @@ def test_plan_repeats_single_process_kernels_in_later_passes_only() -> None:
         "gemm in training-step order",
         "memory streams",
         "op dispatch",
+        "thread-pool fork",
         "embedding bags",
         "dot interaction",
     }

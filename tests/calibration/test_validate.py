@@ -89,14 +89,14 @@ def test_validate_warns_when_the_host_drifted(quick_cal_path: Path, fake_runner:
 
 
 def test_drift_probe_reruns_the_calibrations_own_benchmarks(quick_cal: Calibration) -> None:
-    """The probe rebuilds a GEMM, the triad, an embedding configuration and the op dispatch from the
-    calibration's rows and measures them again under the same names; a sample's ratio is now / calibrated."""
+    """The probe rebuilds a GEMM, the triad, an embedding configuration, the op dispatch and a thread-pool fork from
+    the calibration's rows and measures them again under the same names; a sample's ratio is now / calibrated."""
     from dlrmsim.calibration.ops import get_ops
 
     samples = drift.measure_drift(quick_cal, get_ops(quick_cal.host.backend))
     calibrated = {m.name: m.time_s for m in quick_cal.measurements}
     kinds = {s.name.split()[0] for s in samples}
-    assert kinds == {"gemm", "stream", "embedding", "dispatch"}, kinds
+    assert kinds == {"gemm", "stream", "embedding", "dispatch", "fork"}, kinds
     assert any(s.name.startswith("embedding update") for s in samples)
     for s in samples:
         assert s.calibrated_s == calibrated[s.name] and s.now_s > 0

@@ -63,3 +63,63 @@ def dispatch_task(k: Ops, cores: int, policy: TimingPolicy) -> BenchTask:
         return out
 
     return BenchTask("op dispatch", name, run, repeat=True)
+
+
+# torch splits an element-wise op over its thread pool only above this many elements (at::internal::GRAIN_SIZE,
+# [PyTorch-2.13] aten/src/ATen/Parallel.h); below it the op runs on the calling thread, as the dispatch ops above do.
+FORK_ELEMENTS = 2 * 32768
+# Idle time before a "wake" op: longer than the pool's threads spin before they sleep (libgomp spins for
+# GOMP_SPINCOUNT, 300,000 by default, a fraction of a millisecond), as between a step's parallel regions.
+FORK_IDLE_S = 0.002
+
+
+def time_fork(k: Ops, policy: TimingPolicy) -> tuple[list[float], list[float]]:
+    """Per repeat: seconds of one just-above-grain op after ``FORK_IDLE_S`` of idling (the pool's threads asleep),
+    and per op of ``DISPATCH_FOLLOWERS`` more of it right after (the threads still spinning). One op on one pair
+    of vectors (512 KiB, held in L2), into a preallocated output: a new 256 KiB output each call would time the
+    allocator (glibc maps blocks above 128 KiB afresh, so every call page-faults), and distinct vectors per call
+    their reads from the last-level cache, not the fork."""
+    op = k.make_multiply_into(FORK_ELEMENTS)
+    wake, warm = [], []
+    for i in range(policy.warmup + policy.repeats):
+        time.sleep(FORK_IDLE_S)
+        t0 = time.perf_counter()
+        op()
+        t1 = time.perf_counter()
+        for _ in range(DISPATCH_FOLLOWERS):
+            op()
+        t2 = time.perf_counter()
+        if i >= policy.warmup:
+            wake.append(t1 - t0)
+            warm.append((t2 - t1) / DISPATCH_FOLLOWERS)
+    return wake, warm
+
+
+def fork_task(k: Ops, cores: int, policy: TimingPolicy) -> BenchTask:
+    """An element-wise op just above torch's grain size at ``cores`` threads, after an idle gap and then warm: at
+    one thread the op itself, above it the op's share plus the thread pool's fork and join (and, after the gap,
+    waking its threads). Recorded, not fitted yet: nothing in the model charges a fork per op; the drift probe
+    re-times it, because on the 2-vCPU VM the small multi-threaded steps slowed by 40-70 % in spells that no
+    single-threaded benchmark saw (docs/calibration.md)."""
+    name = f"fork c{cores}"
+
+    def run() -> list[Measurement]:
+        out = []
+        with k.threads(cores):
+            for position, ts in zip(("wake", "warm"), time_fork(k, policy), strict=True):
+                med, spread = median_spread(ts)
+                out.append(
+                    Measurement(
+                        benchmark="fork",
+                        name=f"fork {position} mul n{FORK_ELEMENTS} c{cores}",
+                        cores=cores,
+                        params={"elements": FORK_ELEMENTS, "position": position},
+                        bytes=12.0 * FORK_ELEMENTS,
+                        time_s=med,
+                        spread_pct=spread,
+                        repeats=len(ts),
+                    )
+                )
+        return out
+
+    return BenchTask("thread-pool fork", name, run, repeat=True)

@@ -104,6 +104,13 @@ class Ops(ABC):
         a = np.full(elements, 1.0, dtype=np.float32)
         return lambda: np.multiply(a, a)
 
+    def make_multiply_into(self, elements: int) -> Op:
+        """An element-wise multiply of an ``elements``-long fp32 vector into a preallocated output: an op with no
+        allocation, so that its time is its arithmetic and the framework's threading alone."""
+        a = np.full(elements, 1.0, dtype=np.float32)
+        out = np.empty_like(a)
+        return lambda: np.multiply(a, a, out=out)
+
     def make_flush(self, nbytes: int) -> Op:
         """Read and write a private ``nbytes`` buffer (see ``flush``)."""
         buf = np.ones(max(1, nbytes // 4), dtype=np.float32)

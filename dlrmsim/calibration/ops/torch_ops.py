@@ -104,6 +104,11 @@ class TorchOps(Ops):
         a = torch.full((elements,), 1.0)
         return lambda: torch.mul(a, a)
 
+    def make_multiply_into(self, elements: int) -> Op:
+        a = torch.full((elements,), 1.0)
+        out = torch.empty_like(a)
+        return lambda: torch.mul(a, a, out=out)
+
     # --- tensor operations of a training step -------------------------------------------------------------------
 
     def tensor(self, a: np.ndarray) -> Any:
