@@ -1,12 +1,15 @@
 """Per-op overhead benchmarks (fit.fit_overhead): the fixed cost of a framework op, first after a flush and
-further ops after it."""
+further ops after it; and the thread pool's fork and join on an op just above torch's grain size (recorded only)."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Literal
 
 from dlrmsim.calibration.benchmarks.timing import POSITIONS, BenchTask, TimingPolicy, median_spread
 from dlrmsim.calibration.ops import Ops
+from dlrmsim.calibration.ops.base import Op
 from dlrmsim.calibration.schema import Measurement
 
 DISPATCH_ELEMENTS = (1, 16, 256)
@@ -16,10 +19,18 @@ DISPATCH_FOLLOWERS = 16  # ops timed after the first one, each on its own tensor
 def time_dispatch(k: Ops, elements: int, policy: TimingPolicy) -> tuple[list[float], list[float]]:
     """Per repeat: seconds of the first tiny op after a cache flush, and seconds per op of the
     ``DISPATCH_FOLLOWERS`` distinct tiny ops run right after it."""
+    return _time_first_then_rest(lambda: [k.make_tiny(elements) for _ in range(1 + DISPATCH_FOLLOWERS)], k.flush, policy)
+
+
+def _time_first_then_rest(
+    make_ops: Callable[[], list[Op]], before: Callable[[], object], policy: TimingPolicy
+) -> tuple[list[float], list[float]]:
+    """Per repeat: ``make_ops()``, then ``before()``, then seconds of the first op, and seconds per op of the others
+    run right after it."""
     first, rest = [], []
     for i in range(policy.warmup + policy.repeats):
-        ops = [k.make_tiny(elements) for _ in range(1 + DISPATCH_FOLLOWERS)]
-        k.flush()
+        ops = make_ops()
+        before()
         t0 = time.perf_counter()
         ops[0]()
         t1 = time.perf_counter()
@@ -28,7 +39,7 @@ def time_dispatch(k: Ops, elements: int, policy: TimingPolicy) -> tuple[list[flo
         t2 = time.perf_counter()
         if i >= policy.warmup:
             first.append(t1 - t0)
-            rest.append((t2 - t1) / DISPATCH_FOLLOWERS)
+            rest.append((t2 - t1) / (len(ops) - 1))
     return first, rest
 
 
@@ -43,24 +54,12 @@ def dispatch_task(k: Ops, cores: int, policy: TimingPolicy) -> BenchTask:
     name = f"dispatch c{cores}"
 
     def run() -> list[Measurement]:
-        out = []
         with k.threads(cores):
-            for n in DISPATCH_ELEMENTS:
-                for position, ts in zip(POSITIONS, time_dispatch(k, n, policy), strict=True):
-                    med, spread = median_spread(ts)
-                    out.append(
-                        Measurement(
-                            benchmark="dispatch",
-                            name=f"dispatch {position} mul n{n} c{cores}",
-                            cores=cores,
-                            params={"elements": n, "position": position},
-                            bytes=12.0 * n,
-                            time_s=med,
-                            spread_pct=spread,
-                            repeats=len(ts),
-                        )
-                    )
-        return out
+            return [
+                m
+                for n in DISPATCH_ELEMENTS
+                for m in _multiply_measurements("dispatch", POSITIONS, time_dispatch(k, n, policy), n, cores)
+            ]
 
     return BenchTask("op dispatch", name, run, repeat=True)
 
@@ -80,19 +79,7 @@ def time_fork(k: Ops, policy: TimingPolicy) -> tuple[list[float], list[float]]:
     allocator (glibc maps blocks above 128 KiB afresh, so every call page-faults), and distinct vectors per call
     their reads from the last-level cache, not the fork."""
     op = k.make_multiply_into(FORK_ELEMENTS)
-    wake, warm = [], []
-    for i in range(policy.warmup + policy.repeats):
-        time.sleep(FORK_IDLE_S)
-        t0 = time.perf_counter()
-        op()
-        t1 = time.perf_counter()
-        for _ in range(DISPATCH_FOLLOWERS):
-            op()
-        t2 = time.perf_counter()
-        if i >= policy.warmup:
-            wake.append(t1 - t0)
-            warm.append((t2 - t1) / DISPATCH_FOLLOWERS)
-    return wake, warm
+    return _time_first_then_rest(lambda: [op] * (1 + DISPATCH_FOLLOWERS), lambda: time.sleep(FORK_IDLE_S), policy)
 
 
 def fork_task(k: Ops, cores: int, policy: TimingPolicy) -> BenchTask:
@@ -104,22 +91,34 @@ def fork_task(k: Ops, cores: int, policy: TimingPolicy) -> BenchTask:
     name = f"fork c{cores}"
 
     def run() -> list[Measurement]:
-        out = []
         with k.threads(cores):
-            for position, ts in zip(("wake", "warm"), time_fork(k, policy), strict=True):
-                med, spread = median_spread(ts)
-                out.append(
-                    Measurement(
-                        benchmark="fork",
-                        name=f"fork {position} mul n{FORK_ELEMENTS} c{cores}",
-                        cores=cores,
-                        params={"elements": FORK_ELEMENTS, "position": position},
-                        bytes=12.0 * FORK_ELEMENTS,
-                        time_s=med,
-                        spread_pct=spread,
-                        repeats=len(ts),
-                    )
-                )
-        return out
+            return _multiply_measurements("fork", ("wake", "warm"), time_fork(k, policy), FORK_ELEMENTS, cores)
 
     return BenchTask("thread-pool fork", name, run, repeat=True)
+
+
+def _multiply_measurements(
+    benchmark: Literal["dispatch", "fork"],
+    positions: tuple[str, ...],
+    timings: tuple[list[float], ...],
+    elements: int,
+    cores: int,
+) -> list[Measurement]:
+    """One row per position of an element-wise multiply's per-repeat seconds: median and spread, named
+    ``"<benchmark> <position> mul n<elements> c<cores>"``."""
+    out = []
+    for position, ts in zip(positions, timings, strict=True):
+        med, spread = median_spread(ts)
+        out.append(
+            Measurement(
+                benchmark=benchmark,
+                name=f"{benchmark} {position} mul n{elements} c{cores}",
+                cores=cores,
+                params={"elements": elements, "position": position},
+                bytes=12.0 * elements,
+                time_s=med,
+                spread_pct=spread,
+                repeats=len(ts),
+            )
+        )
+    return out
