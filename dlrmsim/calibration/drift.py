@@ -64,7 +64,8 @@ def probe_tasks(cal: Calibration, ops: Ops) -> list[BenchTask]:
     # the table cache or garbage; the state is not identified), which is context, not drift.
     if any(m.benchmark == "dispatch" for m in mine):
         tasks.append(dispatch_task(ops, cores, QUICK_POLICY))
-    # A just-above-grain op on the whole thread pool: the spells that slow small multi-threaded steps show here.
+    # A just-above-grain op on the whole thread pool, for the spells that slow small multi-threaded steps (its
+    # first validation, 2026-11-25 17:01, read 0.89-1.40 through such a spell: it does not catch all of them).
     if any(m.benchmark == "fork" for m in mine):
         tasks.append(fork_task(ops, cores, QUICK_POLICY))
     # The smallest uniform table configuration: its update is the most drift-prone op the model has. At one

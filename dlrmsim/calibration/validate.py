@@ -339,7 +339,6 @@ def run_validation(
         kept = min(range(rounds), key=lambda r: runs[case.name][r][0])
         measured, mphases = runs[case.name][kept]
         predicted, pphases = predictions[case.name]
-        probe_worst = drift.worst(drift_rounds[kept]) if drift_rounds else None
         results.append(
             CaseResult.of(
                 case,
@@ -349,7 +348,7 @@ def run_validation(
                 predicted_phases_s=pphases,
                 measured_rounds_s=[t for t, _ in runs[case.name]],
                 kept_round=kept,
-                drift_ratio=probe_worst.ratio if probe_worst is not None else None,
+                drift_ratio=_kept_drift(drift_rounds, kept),
             )
         )
     return ValidationReport(results, str(calibration_path), backend, drift_rounds, cal.host.libraries)
@@ -392,7 +391,6 @@ def _validate_target(
         # The implementation's profile: TorchRec's fused embedding updates rows inside backward (no gradient rows
         # written and read back), and fbgemm's CPU kernels run on one thread (presets/implementations/torchrec-fused.yaml).
         predicted, pphases = predict(case, cal, implementation=TARGET_IMPLEMENTATIONS.get(against), placement=run.placement)
-        probe_worst = drift.worst(drift_rounds[kept]) if drift_rounds else None
         results.append(
             CaseResult.of(
                 case,
@@ -403,10 +401,16 @@ def _validate_target(
                 kept_round=kept,
                 target=against,
                 planner_s=run.planner_s,
-                drift_ratio=probe_worst.ratio if probe_worst is not None else None,
+                drift_ratio=_kept_drift(drift_rounds, kept),
             )
         )
     return ValidationReport(results, str(path), against, drift_rounds, cal.host.libraries)
+
+
+def _kept_drift(drift_rounds: list[list[DriftSample]], kept: int) -> float | None:
+    """The worst probe ratio (drift.worst) of the round a case kept; None without a probe."""
+    worst = drift.worst(drift_rounds[kept]) if drift_rounds else None
+    return worst.ratio if worst is not None else None
 
 
 def _probe_ops(backend: str) -> Ops | None:

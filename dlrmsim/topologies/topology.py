@@ -86,8 +86,9 @@ class ComputeSpec:
     op_overhead_s: float = 0.0
     # The traffic (bytes) that preceded the first op when task_overhead_s was measured (a host calibration: its
     # cache flush, twice the last-level cache). A task after less traffic finds part of the framework's code and
-    # metadata still cached: it pays the first op's surcharge over op_overhead_s in the proportion of
-    # costs.cache_miss_share of that traffic to this one's (costs.first_op_s). inf = always the whole surcharge.
+    # metadata still cached: it pays the first op's surcharge over op_overhead_s in the proportion
+    # costs.cache_miss_share(its predecessor's bytes) / costs.cache_miss_share(this traffic), capped at 1
+    # (costs.first_op_s). inf = always the whole surcharge.
     task_overhead_after_bytes: float = math.inf
     # Fixed time per looked-up row of an embedding op, by task kind (seconds per row on this spec's cores): the
     # per-row kernel work that does not scale with the row's bytes (one axpy call per gradient row in a sparse
