@@ -33,6 +33,7 @@ DONE_REL_EPS = 1e-9
 # activity at a large ``now`` is left with such a residue (a relative one above ``DONE_REL_EPS`` when its whole time
 # is under ~1e9 spacings, e.g. 2 us at t = 8 s), and waking for it at ``now + residue == now`` would loop forever.
 DONE_ULPS = 4.0
+RUNNERS_MAX = 4  # collectives the run-ahead kernel drives at once (FluidScheduler.set_runner)
 TRIG_NONE = 0  # rate cap never changes
 TRIG_COMPUTE = 1  # a compute task: slowed while communication is in flight on its rank
 TRIG_COMM = 2  # a flow: slowed while compute runs on either end rank
@@ -43,6 +44,17 @@ class Owner(Protocol):
 
     def on_done(self, tags: np.ndarray, t_issue: np.ndarray, now: float) -> None:
         """``tags`` are the owner's own labels of the finished activities, ``t_issue`` when each was added (s)."""
+
+
+class Runner(Protocol):
+    """An owner whose activities compiled code can drive without SimPy (see :meth:`FluidScheduler.set_runner`)."""
+
+    def ahead(self) -> tuple:
+        """What the run-ahead kernel needs of this owner (``phases.Ahead``)."""
+
+    def pack_flows(self, tags: np.ndarray, t_issue: float) -> tuple:
+        """The packed batch (see :meth:`FluidScheduler.pack`) of this owner's delayed activities ``tags`` issued at
+        ``t_issue`` (s)."""
 
 
 @dataclass
@@ -126,6 +138,11 @@ class FluidScheduler:
         self._added = False  # add_one wrote an activity straight into the tables since the last step
         self.stats = {"activities": 0, "finished": 0, "solves": 0, "wakeups": 0}
         self._held = False  # between hold() and resume(): simulated time passes without integration or wake-ups
+        self._runners: dict[int, Runner] = {}
+        self._ahead_tuple: tuple | None = None  # the kernel's view of the runners (see _run_ahead)
+        self._ahead_oids: list[int] = []
+        self._ahead_kernel: Callable | None = None
+        self._no_runner: tuple | None = None
         self._need_solve = False
 
     # ---- views of the running activities (read-only by convention) ---------------------------
@@ -165,9 +182,9 @@ class FluidScheduler:
         batch.t_issue = now
         if isinstance(delay, (int, float)):
             if delay > 0:
-                self._push_delayed(float(delay), self._pack(batch, now))
+                self._push_delayed(float(delay), self.pack(batch, now))
             else:
-                self._pending.append(self._pack(batch, now))
+                self._pending.append(self.pack(batch, now))
                 self._request_flush()
             return
         delay = np.asarray(delay, dtype=float)
@@ -178,13 +195,13 @@ class FluidScheduler:
             delay = np.ascontiguousarray(np.broadcast_to(delay, (n,)))
         d_min, d_max = min_max(delay)
         if not d_max > 0:
-            self._pending.append(self._pack(batch, now))
+            self._pending.append(self.pack(batch, now))
             self._request_flush()
             return
         if d_min == d_max:
-            self._push_delayed(float(d_max), self._pack(batch, now))
+            self._push_delayed(float(d_max), self.pack(batch, now))
             return
-        packed = self._pack(batch, now)
+        packed = self.pack(batch, now)
         uniq = np.sort(delay)
         uniq = uniq[np.concatenate([[True], uniq[1:] != uniq[:-1]])]
         for d in uniq.tolist():
@@ -248,6 +265,24 @@ class FluidScheduler:
         self._added = True  # the flush runs a full step (advance, finish, solve), as for a pending batch
         self._request_flush()
 
+    def set_runner(self, oid: int, runner: Runner | None) -> None:
+        """Let owner ``oid``'s activities be driven by the run-ahead kernel (``None``: no longer). While runners are
+        set and a kernel is given (:meth:`set_ahead_kernel`), each re-solve hands the kernel the state to advance
+        through the instants that only the runners shape (:meth:`_run_ahead`)."""
+        if runner is None:
+            if self._runners.pop(oid, None) is not None:
+                self._ahead_tuple = None
+        elif self._ahead_kernel is not None:
+            self._runners[oid] = runner
+            self._ahead_tuple = None
+
+    def set_ahead_kernel(self, kernel: Callable, no_runner: tuple) -> None:
+        """The compiled function that drives runners (``phases.run_ahead`` bound to a network's pair tables), and
+        the filler for unused runner slots: the kernel takes the :data:`RUNNERS_MAX` runners of lowest owner id as
+        one fixed-size tuple (compiled once, cached on disk); further runners' activities count as foreign."""
+        self._ahead_kernel = kernel
+        self._no_runner = no_runner
+
     @property
     def n_active(self) -> int:
         return self._n
@@ -284,7 +319,7 @@ class FluidScheduler:
 
     # ---- internals ----------------------------------------------------------------------------
     @staticmethod
-    def _pack(b: Batch, now: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def pack(b: Batch, now: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         fb, ib = _pack_columns(
             np.asarray(b.work, dtype=float),
             np.asarray(b.cap, dtype=float),
@@ -442,9 +477,13 @@ class FluidScheduler:
         if self._held:
             return  # resume() re-solves
         n = self._n
+        t_next = np.inf
         if n:
             self.stats["solves"] += 1
             t_next = _solve_rates(self._F, self._I, self._E, self._EW, n, self._m, self.res_cap, self.n_ranks)
+        if self._runners and self._run_ahead(t_next):
+            return
+        if n:
             if t_next < np.inf:
                 now = self.env.now
                 t = now + max(t_next, 0.0)
@@ -455,6 +494,74 @@ class FluidScheduler:
         if self._delayed:
             self._schedule_wake(self._delayed[0][0])
 
+    def _run_ahead(self, t_next: float) -> bool:
+        """Hand the state to the runners' kernel (``t_next``: s until the first activity ends at the rates just
+        solved) when their next instant comes before anyone else's event; take back what it leaves and schedule the
+        wake-up. Returns whether it ran. It runs up to the first foreign SimPy event (the scheduler's own wake-ups
+        and flushes aside) and the first delayed batch of another owner."""
+        if self._pending or self._added or self._t != self.env.now:
+            return False
+        runners = self._runners
+        now = self.env.now
+        if self._ahead_tuple is None:
+            oids = self._ahead_oids = sorted(runners)[:RUNNERS_MAX]
+            got = [runners[o].ahead() for o in oids]
+            self._ahead_tuple = tuple(got + [self._no_runner] * (RUNNERS_MAX - len(got)))
+        oids = self._ahead_oids
+        own, foreign = [], []
+        for item in self._delayed:
+            (own if int(item[2][1][_OWNER, 0]) in oids else foreign).append(item)
+        t_first = min(now + max(t_next, 0.0), min((it[0] for it in own), default=np.inf))
+        t_ext = min((it[0] for it in foreign), default=np.inf)
+        if not t_first < t_ext:
+            return False
+        t_ext = min(t_ext, min((t for t, _, _, ev in self.env._queue if not self.is_own_event(ev)), default=np.inf))
+        if not t_first < t_ext:
+            return False
+        index = {o: i for i, o in enumerate(oids)}
+        nq = sum(it[2][0].shape[1] for it in own)
+        QF = np.empty((2, max(nq, 16)))
+        QI = np.empty((3, max(nq, 16)), dtype=np.int64)
+        j = 0
+        for t_d, seq, (fb, ib, *_rest) in own:
+            k = fb.shape[1]
+            QF[0, j : j + k] = t_d
+            QF[1, j : j + k] = fb[_ISSUE]
+            QI[0, j : j + k] = seq
+            QI[1, j : j + k] = index[int(ib[_OWNER, 0])]
+            QI[2, j : j + k] = ib[_TAG]
+            j += k
+        counts = np.zeros(4, dtype=np.int64)
+        fin = np.zeros(RUNNERS_MAX, dtype=np.int64)
+        F, I, E, EW, n, m, t, _t_next, outcome, t_at, QF, QI, nq, seq = self._ahead_kernel(  # noqa: E741
+            self._F, self._I, self._E, self._EW, self._n, self._m, self.res_cap, self.n_ranks, now, t_next, t_ext,
+            QF, QI, nq, self._seq, self._ahead_tuple, counts, fin,
+        )  # fmt: skip
+        self._F, self._I, self._E, self._EW, self._n, self._m, self._t, self._seq = F, I, E, EW, n, m, t, seq
+        started, finished, solves, instants = counts.tolist()
+        self.stats["activities"] += started
+        self.stats["finished"] += finished
+        self.stats["solves"] += solves
+        self.stats["wakeups"] += instants
+        for o, k in zip(oids, fin.tolist(), strict=False):
+            self._owner_left[o] -= k
+        # the runners' flows still waiting go back on the heap, one entry per push (sequence number) as before
+        if nq:
+            q_seq = QI[0, :nq]
+            starts = np.flatnonzero(np.concatenate(([True], q_seq[1:] != q_seq[:-1]))).tolist() + [nq]
+            for a, b in zip(starts[:-1], starts[1:], strict=True):
+                runner = runners[oids[int(QI[1, a])]]
+                foreign.append((float(QF[0, a]), int(q_seq[a]), runner.pack_flows(QI[2, a:b].copy(), float(QF[1, a]))))
+        heapq.heapify(foreign)
+        self._delayed = foreign
+        self._wake = None
+        self._wake_at = np.inf
+        if t_at < np.inf:
+            self._schedule_wake(t_at)  # outcome STOPPED_AT: the step there finishes what the kernel left
+        if foreign:
+            self._schedule_wake(foreign[0][0])
+        return True
+
     def load(self) -> np.ndarray:
         """Current load of every resource (units/s): what the latest rates draw."""
         m = self._m
@@ -464,7 +571,7 @@ class FluidScheduler:
 
 
 def _subset_packed(packed: tuple, mask: np.ndarray) -> tuple:
-    """The activities of a packed batch (see ``FluidScheduler._pack``) where ``mask`` holds, renumbered."""
+    """The activities of a packed batch (see ``FluidScheduler.pack``) where ``mask`` holds, renumbered."""
     fb, ib, ea, er, ew = packed
     idx = np.flatnonzero(mask)
     return fb[:, idx], ib[:, idx], *_subset_entries(ea, er, ew, mask)

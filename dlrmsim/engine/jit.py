@@ -28,7 +28,7 @@ import numba
 
 HERE = Path(__file__).resolve().parent
 # Every engine module that defines a compiled kernel, and this one (it decides where they are cached).
-KERNEL_MODULES = ("arrays.py", "fluid.py", "jit.py", "maxmin.py", "network.py", "routes.py", "simulation.py")
+KERNEL_MODULES = ("arrays.py", "fluid.py", "jit.py", "maxmin.py", "network.py", "phases.py", "routes.py")
 PREFIX = "numba-"
 
 

@@ -30,6 +30,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 from functools import cached_property
+from typing import NamedTuple
 
 import numpy as np
 
@@ -65,6 +66,18 @@ class FlowArrays:
     e_act: np.ndarray
     e_res: np.ndarray
     e_w: np.ndarray
+
+
+class PairTables(NamedTuple):
+    """Flow templates per stored node pair: rate cap (B/s), start delay (s), whether it is a node to itself, and its
+    resource entries (pair ``i``'s are ``res[ptr[i]:ptr[i+1]]`` with weights ``w``)."""
+
+    cap: np.ndarray
+    delay: np.ndarray
+    same: np.ndarray
+    ptr: np.ndarray
+    res: np.ndarray
+    w: np.ndarray
 
 
 class Network:
@@ -337,6 +350,14 @@ class Network:
         return [self.resource_names[r] for r in sr.res[sr.ptr[dst] : sr.ptr[dst + 1]]]
 
     # ---- flows ---------------------------------------------------------------------------------
+    def pair_tables(self) -> PairTables:
+        """The stored node pairs' flow templates (the current arrays: they are replaced when pairs are added)."""
+        return PairTables(self._pair_cap, self._pair_delay, self._pair_same, self._pair_ptr, self._pair_res, self._pair_w)
+
+    def pair_ids(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """Ids into :meth:`pair_tables` of node pairs ``src[i] -> dst[i]`` (node ids), storing new pairs."""
+        return self._pair_ids(np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64))
+
     def _pair_ids(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         """Ids into the pair tables (:meth:`_add_pairs`) of node pairs ``src[i] -> dst[i]``, computing new pairs."""
         rows = self._src_row[src]

@@ -17,7 +17,7 @@ All times are seconds of simulated time, sizes bytes, rates B/s and flop/s.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import simpy
@@ -26,8 +26,8 @@ from dlrmsim.engine import costs
 from dlrmsim.engine.arrays import all_equal, any_at_least, any_negative
 from dlrmsim.engine.collectives import CollectiveContext, Phase, get_algorithm
 from dlrmsim.engine.fluid import TRIG_COMM, TRIG_COMPUTE, TRIG_NONE, Batch, FluidScheduler
-from dlrmsim.engine.jit import njit
 from dlrmsim.engine.network import Network
+from dlrmsim.engine.phases import NO_COLLECTIVE, Ahead, last_busy_phase, ranks_with_flows_done, run_ahead, sends_to_start
 from dlrmsim.engine.records import Record, RecordLog
 from dlrmsim.engine.resources import CommSettings, RankResources
 from dlrmsim.errors import DlrmsimError
@@ -45,10 +45,19 @@ class Simulation:
     ``env`` is the simpy.Environment (write rank programs as SimPy processes), ``records`` the list of
     finished :class:`Record` s, ``rng`` a numpy Generator seeded with ``seed`` for workload randomness (the
     engine itself draws no random numbers, so runs are deterministic). ``record_flows=False`` skips the
-    per-flow records of collectives (per-rank collective spans are always recorded).
+    per-flow records of collectives (per-rank collective spans are always recorded). Without per-flow records,
+    collectives of several phases run ahead in compiled code between other events (:mod:`dlrmsim.engine.phases`;
+    the same results, faster); ``run_ahead=False`` keeps every instant in Python, for comparison.
     """
 
-    def __init__(self, topology: Topology, seed: int = 0, comm: CommSettings | None = None, record_flows: bool = True) -> None:
+    def __init__(
+        self,
+        topology: Topology,
+        seed: int = 0,
+        comm: CommSettings | None = None,
+        record_flows: bool = True,
+        run_ahead: bool = True,
+    ) -> None:
         self.topology = topology
         self.comm = comm or CommSettings()
         self.seed = seed
@@ -58,6 +67,8 @@ class Simulation:
         self.record_flows = record_flows
         self.network = Network(topology, self.comm)
         self.fluid = FluidScheduler(self.env, self.network.capacity, topology.num_ranks)
+        if run_ahead:
+            self.fluid.set_ahead_kernel(self._ahead_kernel(), NO_COLLECTIVE)
         self.rank_resources = [RankResources(self.env, r, topology.compute(r), self.comm) for r in range(topology.num_ranks)]
         self._collective_seq = 0
         self._counted: dict[str, int] = {}  # fluid.stats already added to RUN_TOTALS
@@ -72,6 +83,17 @@ class Simulation:
         )
 
     # ---- basics -----------------------------------------------------------------------------------
+    def _ahead_kernel(self) -> Callable:
+        """:func:`phases.run_ahead` bound to this simulation's network and communication settings."""
+        net, comm = self.network, self.comm
+        slow = comm.comm_slowdown if comm.progress_thread_unpinned else 1.0
+
+        def kernel(F, I, E, EW, n, m, res_cap, n_ranks, t, t_next, t_ext, QF, QI, nq, seq, colls, counts, fin):  # noqa: ANN001, ANN202, E741
+            return run_ahead(F, I, E, EW, n, m, res_cap, n_ranks, t, t_next, t_ext, QF, QI, nq, seq, colls,
+                             net.pair_tables(), comm.rendezvous, slow, counts, fin)  # fmt: skip
+
+        return kernel
+
     @property
     def now(self) -> float:
         """Current simulated time (s)."""
@@ -361,82 +383,6 @@ class Simulation:
         return out
 
 
-@njit(cache=True)
-def _sends_to_start(
-    ks: np.ndarray,
-    grp: np.ndarray,
-    p: int,
-    s_ptr: np.ndarray,
-    s_order: np.ndarray,
-    d_ptr: np.ndarray,
-    d_order: np.ndarray,
-    fsrc: np.ndarray,
-    fdst: np.ndarray,
-    fk: np.ndarray,
-    cur: np.ndarray,
-    rendezvous: bool,
-) -> np.ndarray:
-    """Flow indices that start when ranks ``grp`` enter phases ``ks`` (in that order): their sends and, with
-    rendezvous, only those whose receiver has entered the phase too, and the sends already waiting on ``grp``;
-    with rendezvous a flow can be both, so that list comes back sorted with each flow once."""
-    size = 0
-    for j in range(ks.shape[0]):
-        key = ks[j] * p + grp[j]
-        size += s_ptr[key + 1] - s_ptr[key] + (d_ptr[key + 1] - d_ptr[key] if rendezvous else 0)
-    out = np.empty(size, dtype=np.int64)
-    n = 0
-    for j in range(ks.shape[0]):
-        key = ks[j] * p + grp[j]
-        for i in range(s_ptr[key], s_ptr[key + 1]):
-            f = s_order[i]
-            if not rendezvous or cur[fdst[f]] >= fk[f]:
-                out[n] = f
-                n += 1
-    if rendezvous:
-        for j in range(ks.shape[0]):
-            key = ks[j] * p + grp[j]
-            for i in range(d_ptr[key], d_ptr[key + 1]):
-                f = d_order[i]
-                if cur[fsrc[f]] >= fk[f]:
-                    out[n] = f
-                    n += 1
-        if n > 1:
-            return np.unique(out[:n])
-    return out[:n]
-
-
-@njit(cache=True)
-def _ranks_with_flows_done(
-    ft: np.ndarray,
-    fsrc: np.ndarray,
-    fdst: np.ndarray,
-    fk: np.ndarray,
-    p: int,
-    n_phases: int,
-    remaining: np.ndarray,
-    cur: np.ndarray,
-    in_reduction: np.ndarray,
-) -> np.ndarray:
-    """Count finished flows ``ft`` off both ends' (phase, rank) tallies in ``remaining``; return the ranks
-    (ascending) those flows touched whose current phase now has no flow left and that are not reducing."""
-    touched = np.zeros(p, dtype=np.bool_)
-    for f in ft:
-        kp = fk[f] * p
-        remaining[kp + fsrc[f]] -= 1
-        remaining[kp + fdst[f]] -= 1
-        touched[fsrc[f]] = True
-        touched[fdst[f]] = True
-    out = np.empty(p, dtype=np.int64)
-    n = 0
-    for r in range(p):
-        if touched[r]:
-            k = cur[r]
-            if k < n_phases and not in_reduction[r] and remaining[k * p + r] == 0:
-                out[n] = r
-                n += 1
-    return out[:n]
-
-
 class _ComputeTask:
     """One compute task as a chain of callbacks (take cores, optional fixed overhead, fluid activity, give the
     cores back), not a SimPy process: a process would cost four more scheduled events per task (its start, the
@@ -585,6 +531,11 @@ class _CollectiveRun:
                 if sig[k] == sig[k + 1]:
                     self.run[k] = self.run[k + 1] + 1
         self._snap: tuple[int, float, int, int, int, np.ndarray] | None = None
+        # Running ahead in compiled code (phases.run_ahead) replays the Python path exactly; it needs no per-flow
+        # records either, and pays off only for collectives of several phases.
+        self._ahead: Ahead | None = None
+        if not sim.record_flows and K > 2 and self.oid >= 0:
+            sim.fluid.set_runner(self.oid, self)
 
     def start(self) -> None:
         self._advance(np.arange(self.p, dtype=np.int64))
@@ -619,7 +570,7 @@ class _CollectiveRun:
         if ks.size > 1 and not all_equal(ks):
             o = np.argsort(ks, kind="stable")  # phase by phase, ranks in the order given
             ks, grp = ks[o], grp[o]
-        fidx = _sends_to_start(
+        fidx = sends_to_start(
             ks, grp, self.p, self.s_ptr, self.s_order, self.d_ptr, self.d_order, self.fsrc, self.fdst, self.fk, self.cur,
             self.rendezvous,
         )  # fmt: skip
@@ -734,12 +685,47 @@ class _CollectiveRun:
         if ft.size:
             if self.sim.record_flows:
                 self._record_flows(self.fsrc[ft], self.fdst[ft], self.fnb[ft], ti, now)
-            cand = _ranks_with_flows_done(
+            cand = ranks_with_flows_done(
                 ft, self.fsrc, self.fdst, self.fk, p, self.K, self.remaining, self.cur, self.in_reduction
             )
             advance.append(self._flows_complete(cand))
         if advance:
             self._advance(advance[0] if len(advance) == 1 else np.concatenate(advance))
+
+    # running ahead (fluid.Runner)
+    def ahead(self) -> Ahead:
+        """This collective as :func:`phases.run_ahead` sees it: its phase tables and live state, every flow's stored
+        node pair (computed now for all phases at once), each rank's last busy phase, and each (phase, rank)'s
+        reduction work, cap and memory."""
+        self._snap = None  # _try_skip's cycle, if any, will not have been observed
+        if self._ahead is not None:
+            return self._ahead
+        sim, net, p, K = self.sim, self.sim.network, self.p, self.K
+        fpid = net.pair_ids(self.nodes[self.fsrc], self.nodes[self.fdst])
+        cores = sim.comm.reduce_cores()
+        red_work = self.red * sim.comm.reduce_traffic_factor if self.reduce_on else np.zeros(K * p)
+        red_cap = np.zeros(K * p)
+        red_res = np.zeros(K * p, dtype=np.int64)
+        keys = np.flatnonzero(red_work > 0)
+        if keys.size:
+            rs = keys % p
+            # caps per distinct size and rank: phases repeat a handful of sizes
+            sizes, inv = np.unique(red_work[keys], return_inverse=True)
+            tab = np.stack([sim.reduction_caps(self.g, np.full(p, w), cores) for w in sizes.tolist()])
+            red_cap[keys] = tab[inv.ravel(), rs]
+            red_res[keys] = net.mem[self.nodes[rs]]
+        g = net.node_rank[self.nodes].astype(np.int64)  # as flow_batch maps flows' ends to ranks
+        self._ahead = Ahead(
+            self.oid, p, K, self.reduce_on, float(cores), self.fsrc, self.fdst, self.fk, fpid, self.fnb, self.s_ptr,
+            self.s_order, self.d_ptr, self.d_order, self.cur, self.remaining, self.in_reduction,
+            last_busy_phase(p, K, self.s_ptr, self.red, self.reduce_on), red_work, red_cap, red_res, g,
+        )  # fmt: skip
+        return self._ahead
+
+    def pack_flows(self, tags: np.ndarray, t_issue: float) -> tuple:
+        batch, _ = self.sim.flow_batch(self.nodes[self.fsrc[tags]], self.nodes[self.fdst[tags]], self.fnb[tags], tags)
+        batch.owner = self.oid
+        return FluidScheduler.pack(batch, t_issue)
 
     def _record_flows(self, src: np.ndarray, dst: np.ndarray, nb: np.ndarray, t0: np.ndarray, now: float) -> None:
         g = self.g
@@ -766,4 +752,5 @@ class _CollectiveRun:
             self.rank_events[r].succeed(now)
         self.n_done += len(rs)
         if self.n_done == self.p:
+            self.sim.fluid.set_runner(self.oid, None)
             self.done_event.succeed(now)

@@ -475,15 +475,16 @@ def _rank_process(
     acc["end"] = env.now
 
 
-def run_iteration(inputs: Inputs, cfg: TrainingConfig, record_flows: bool = True) -> TrainingResult:
+def run_iteration(inputs: Inputs, cfg: TrainingConfig, record_flows: bool = True, run_ahead: bool = True) -> TrainingResult:
     """Simulate one iteration on the engine and summarise it.
 
     ``record_flows=False`` keeps no per-flow records of collectives (a trace wants them; the breakdown does not):
-    at 1024 ranks an alltoall alone is a million flows.
+    at 1024 ranks an alltoall alone is a million flows. ``run_ahead=False`` keeps every instant of a collective in
+    Python (see :class:`dlrmsim.engine.simulation.Simulation`), for comparison.
     """
     graph = build_iteration(inputs.workload, inputs.placement, inputs.settings)
     comm = comm_settings(inputs.backend, inputs.topology.compute(0).cores)
-    sim = Simulation(inputs.topology, seed=cfg.seed, comm=comm, record_flows=record_flows)
+    sim = Simulation(inputs.topology, seed=cfg.seed, comm=comm, record_flows=record_flows, run_ahead=run_ahead)
     p = inputs.placement.ranks
     coord = CollectiveCoordinator(sim, graph, inputs.backend, p)
     accs = [{"compute": 0.0, "prepost": 0.0, "wait_allreduce": 0.0, "wait_alltoall": 0.0, "end": 0.0} for _ in range(p)]

@@ -1,4 +1,5 @@
-"""Skipping repeated collective cycles (simulation._CollectiveRun._try_skip) is exact, not an approximation."""
+"""Skipping repeated collective cycles (simulation._CollectiveRun._try_skip) and running collectives ahead in
+compiled code (engine.phases.run_ahead) are exact, not approximations."""
 
 from __future__ import annotations
 
@@ -17,12 +18,12 @@ CASES = [
 @pytest.mark.parametrize("cfg", CASES, ids=lambda c: f"{c.topology}-{c.workload}-{c.backend}{'-blocking' if c.blocking else ''}")
 def test_skipping_cycles_changes_no_number(cfg: TrainingConfig) -> None:
     # Per-flow records need every flow simulated, so recording them turns skipping off: the two runs are the
-    # step-by-step simulation and the skipping one.
+    # step-by-step simulation and the skipping one (without running ahead, which would take the cycles first).
     RUN_TOTALS.clear()
     stepped = run_iteration(load_inputs(cfg), cfg, record_flows=True)
     stepped_acts = RUN_TOTALS["activities"]
     RUN_TOTALS.clear()
-    skipped = run_iteration(load_inputs(cfg), cfg, record_flows=False)
+    skipped = run_iteration(load_inputs(cfg), cfg, record_flows=False, run_ahead=False)
     # Because a skipped cycle replays the last one exactly (same activities, same max-min rates), every time
     # agrees to rounding, while fewer activities were started.
     assert skipped.iteration_s == pytest.approx(stepped.iteration_s, rel=1e-9)
@@ -31,3 +32,25 @@ def test_skipping_cycles_changes_no_number(cfg: TrainingConfig) -> None:
             assert getattr(a, field) == pytest.approx(getattr(b, field), rel=1e-9, abs=1e-15)
     if cfg.workload == "large":
         assert RUN_TOTALS["activities"] < stepped_acts
+
+
+AHEAD_CASES = [*CASES, TrainingConfig(topology="clx-64s-opa", workload="large", ranks=32, scaling="weak")]
+
+
+@pytest.mark.parametrize(
+    "cfg", AHEAD_CASES, ids=lambda c: f"{c.topology}-{c.workload}-{c.ranks}-{c.backend}{'-b' if c.blocking else ''}"
+)
+def test_running_ahead_changes_no_number(cfg: TrainingConfig) -> None:
+    RUN_TOTALS.clear()
+    python = run_iteration(load_inputs(cfg), cfg, record_flows=False, run_ahead=False)
+    python_events = RUN_TOTALS["simpy_events"]
+    RUN_TOTALS.clear()
+    ahead = run_iteration(load_inputs(cfg), cfg, record_flows=False)
+    # Because the kernel replays the Python path's instants (drain, start, finish, advance, re-solve) in the same
+    # order and stops before anything else could act, every time agrees to rounding; the instants it took left
+    # no SimPy events behind.
+    assert ahead.iteration_s == pytest.approx(python.iteration_s, rel=1e-9)
+    for a, b in zip(ahead.per_rank, python.per_rank, strict=True):
+        for field in ("compute_s", "prepost_s", "exposed_allreduce_s", "exposed_alltoall_s", "other_s"):
+            assert getattr(a, field) == pytest.approx(getattr(b, field), rel=1e-9, abs=1e-15)
+    assert RUN_TOTALS["simpy_events"] < python_events

@@ -1,0 +1,557 @@
+"""A collective's phase machine, compiled: which flows start when ranks enter phases, which ranks a finished flow
+frees, and :func:`run_ahead`, which drives one collective and the fluid state together without SimPy.
+
+Why run ahead: a ring allreduce of p ranks has 2(p-1) phases, and once the ranks fall out of lockstep (a slow
+link delays its neighbours a little more each phase) almost every flow ends at its own instant, so one collective
+makes thousands of instants. Handled one by one in Python (SimPy wake-up, fluid step, owner callback, new batch)
+each costs tens of microseconds, which was most of a 64-rank iteration's wall time. While nothing else can happen
+(no other activity finishes, no SimPy event of anyone else is due) those instants depend only on the collective
+and the fluid state, so :func:`run_ahead` replays exactly what the Python path would do, instant by instant: drain
+at the current rates, start the due delayed flows, finish what is done, advance the ranks, start their flows and
+reductions, re-solve. It stops, leaving everything as the Python path would find it, before an instant that
+something else could change: the next foreign SimPy event, another owner's activity finishing, or a rank of the
+collective possibly finishing (which fires a SimPy event others wait on). Nothing is approximated.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from dlrmsim.engine.fluid import (
+    _CAP,
+    _ISSUE,
+    _OWNER,
+    _RA,
+    _RATE,
+    _RB,
+    _REM,
+    _SHARE,
+    _SLOW,
+    _TAG,
+    _TRIG,
+    _WORK,
+    DONE_ULPS,
+    TRIG_COMM,
+    TRIG_NONE,
+    _compact,
+    _done_indices,
+    _integrate,
+    _solve_rates,
+)
+from dlrmsim.engine.jit import njit
+from dlrmsim.engine.network import PairTables
+
+# run_ahead's outcomes
+RAN_TO_WAKE = 0  # stopped before the next instant (due at the returned time): nothing of it was done
+STOPPED_AT = 1  # stopped inside the instant at the returned time: drained and delayed flows started, finishing not
+
+
+@njit(cache=True)
+def sends_to_start(
+    ks: np.ndarray,
+    grp: np.ndarray,
+    p: int,
+    s_ptr: np.ndarray,
+    s_order: np.ndarray,
+    d_ptr: np.ndarray,
+    d_order: np.ndarray,
+    fsrc: np.ndarray,
+    fdst: np.ndarray,
+    fk: np.ndarray,
+    cur: np.ndarray,
+    rendezvous: bool,
+) -> np.ndarray:
+    """Flow indices that start when ranks ``grp`` enter phases ``ks`` (in that order): their sends and, with
+    rendezvous, only those whose receiver has entered the phase too, and the sends already waiting on ``grp``;
+    with rendezvous a flow can be both, so that list comes back sorted with each flow once."""
+    size = 0
+    for j in range(ks.shape[0]):
+        key = ks[j] * p + grp[j]
+        size += s_ptr[key + 1] - s_ptr[key] + (d_ptr[key + 1] - d_ptr[key] if rendezvous else 0)
+    out = np.empty(size, dtype=np.int64)
+    n = 0
+    for j in range(ks.shape[0]):
+        key = ks[j] * p + grp[j]
+        for i in range(s_ptr[key], s_ptr[key + 1]):
+            f = s_order[i]
+            if not rendezvous or cur[fdst[f]] >= fk[f]:
+                out[n] = f
+                n += 1
+    if rendezvous:
+        for j in range(ks.shape[0]):
+            key = ks[j] * p + grp[j]
+            for i in range(d_ptr[key], d_ptr[key + 1]):
+                f = d_order[i]
+                if cur[fsrc[f]] >= fk[f]:
+                    out[n] = f
+                    n += 1
+        if n > 1:
+            return np.unique(out[:n])
+    return out[:n]
+
+
+@njit(cache=True)
+def ranks_with_flows_done(
+    ft: np.ndarray,
+    fsrc: np.ndarray,
+    fdst: np.ndarray,
+    fk: np.ndarray,
+    p: int,
+    n_phases: int,
+    remaining: np.ndarray,
+    cur: np.ndarray,
+    in_reduction: np.ndarray,
+) -> np.ndarray:
+    """Count finished flows ``ft`` off both ends' (phase, rank) tallies in ``remaining``; return the ranks
+    (ascending) those flows touched whose current phase now has no flow left and that are not reducing."""
+    touched = np.zeros(p, dtype=np.bool_)
+    for f in ft:
+        kp = fk[f] * p
+        remaining[kp + fsrc[f]] -= 1
+        remaining[kp + fdst[f]] -= 1
+        touched[fsrc[f]] = True
+        touched[fdst[f]] = True
+    out = np.empty(p, dtype=np.int64)
+    n = 0
+    for r in range(p):
+        if touched[r]:
+            k = cur[r]
+            if k < n_phases and not in_reduction[r] and remaining[k * p + r] == 0:
+                out[n] = r
+                n += 1
+    return out[:n]
+
+
+def last_busy_phase(p: int, n_phases: int, s_ptr: np.ndarray, red: np.ndarray, reduce_on: bool) -> np.ndarray:
+    """Per local rank, the last phase in which it sends or reduces (-1: none). Past it a rank can run to the end of
+    the collective without waiting for any activity of its own, so :func:`run_ahead` stops before finishing an
+    activity of a rank that has reached it."""
+    busy = np.diff(s_ptr).reshape(n_phases, p) > 0
+    if reduce_on:
+        busy |= red.reshape(n_phases, p) > 0
+    k = np.arange(n_phases)[:, None]
+    return np.where(busy, k, -1).max(axis=0) if n_phases else np.full(p, -1, dtype=np.int64)
+
+
+@njit(cache=True)
+def _grow(F: np.ndarray, I: np.ndarray, E: np.ndarray, EW: np.ndarray, n: int, m: int, n_need: int, m_need: int):  # noqa: E741
+    """The fluid tables with room for ``n_need`` activities and ``m_need`` entries (capacity doubling, as
+    ``FluidScheduler._reserve`` grows them)."""
+    if n_need > F.shape[1]:
+        size = max(2 * F.shape[1], n_need)
+        F2 = np.zeros((F.shape[0], size))
+        I2 = np.zeros((I.shape[0], size), dtype=np.int64)
+        F2[:, :n] = F[:, :n]
+        I2[:, :n] = I[:, :n]
+        F, I = F2, I2  # noqa: E741
+    if m_need > EW.shape[0]:
+        size = max(2 * EW.shape[0], m_need)
+        E2 = np.zeros((2, size), dtype=np.int64)
+        EW2 = np.zeros(size)
+        E2[:, :m] = E[:, :m]
+        EW2[:m] = EW[:m]
+        E, EW = E2, EW2
+    return F, I, E, EW
+
+
+@njit(cache=True)
+def _grow_queue(QF: np.ndarray, QI: np.ndarray, nq: int, need: int) -> tuple[np.ndarray, np.ndarray]:
+    if need <= QF.shape[1]:
+        return QF, QI
+    size = max(2 * QF.shape[1], need, 16)
+    QF2 = np.empty((QF.shape[0], size))
+    QI2 = np.empty((QI.shape[0], size), dtype=np.int64)
+    QF2[:, :nq] = QF[:, :nq]
+    QI2[:, :nq] = QI[:, :nq]
+    return QF2, QI2
+
+
+# rows of the delayed-flow queue: floats (start time, issue time), ints (heap sequence number, collective, flow)
+Q_T, Q_ISSUE = 0, 1
+Q_SEQ, Q_COLL, Q_FLOW = 0, 1, 2
+
+
+class Ahead(NamedTuple):
+    """One collective as :func:`run_ahead` sees it: the scheduler owner ``oid``, ``p`` local ranks (global rank
+    ``g[r]``), ``n_phases`` phases. Flow ``f`` goes from local rank ``fsrc[f]`` to ``fdst[f]`` in phase ``fk[f]``
+    with ``fnb[f]`` bytes over the network's stored node pair ``fpid[f]``; the CSR lists, ``cur``, ``remaining``
+    and ``in_reduction`` are ``_CollectiveRun``'s own arrays (updated in place); ``last_busy`` from
+    :func:`last_busy_phase`; per (phase, rank) key ``k * p + r`` the reduction's work (bytes, 0: none), cap (B/s)
+    and memory resource, reduced with ``red_share`` cores."""
+
+    oid: int
+    p: int
+    n_phases: int
+    reduce_on: bool
+    red_share: float
+    fsrc: np.ndarray
+    fdst: np.ndarray
+    fk: np.ndarray
+    fpid: np.ndarray
+    fnb: np.ndarray
+    s_ptr: np.ndarray
+    s_order: np.ndarray
+    d_ptr: np.ndarray
+    d_order: np.ndarray
+    cur: np.ndarray
+    remaining: np.ndarray
+    in_reduction: np.ndarray
+    last_busy: np.ndarray
+    red_work: np.ndarray
+    red_cap: np.ndarray
+    red_res: np.ndarray
+    g: np.ndarray
+
+
+_E0 = np.zeros(0, dtype=np.int64)
+_F0 = np.zeros(0)
+# An unused runner slot: no activity has this owner id (ids are >= 0; -1 is a Batch's default).
+NO_COLLECTIVE = Ahead(-(1 << 62), 0, 0, False, 1.0, _E0, _E0, _E0, _E0, _F0, _E0, _E0, _E0, _E0, _E0, _E0,
+                      np.zeros(0, dtype=np.bool_), _E0, _F0, _F0, _E0, _E0)  # fmt: skip
+
+
+@njit(cache=True)
+def run_ahead(
+    F: np.ndarray,
+    I: np.ndarray,  # noqa: E741
+    E: np.ndarray,
+    EW: np.ndarray,
+    n: int,
+    m: int,
+    res_cap: np.ndarray,
+    n_ranks: int,
+    t: float,
+    t_next: float,
+    t_ext: float,
+    QF: np.ndarray,
+    QI: np.ndarray,
+    nq: int,
+    seq: int,
+    colls: tuple,  # fluid.RUNNERS_MAX Ahead, ascending oid, padded with NO_COLLECTIVE
+    pt: PairTables,
+    rendezvous: bool,
+    comm_slow: float,
+    counts: np.ndarray,
+    fin: np.ndarray,
+):
+    """Advance collectives ``colls`` and the fluid state from time ``t`` (s), where rates were just solved and the
+    first activity ends in ``t_next`` s, through every instant before ``t_ext`` (the first event of anyone else)
+    that only these collectives shape; see the module docstring for what stops it. The scheduler's tables (``F``,
+    ``I``, ``E``, ``EW``; ``n`` activities, ``m`` entries) are its own (``fluid.FluidScheduler``).
+
+    ``QF``/``QI`` (rows ``Q_*``): the collectives' flows waiting out their start delay, ``nq`` of them; ``seq``:
+    the scheduler's last heap sequence number. ``counts`` (int64, 4) gets what was done added (activities started,
+    finished, solves, instants), ``fin`` the activities finished per collective.
+
+    Returns (F, I, E, EW, n, m, t, t_next, outcome, time, QF, QI, nq, seq): the tables (new arrays when they grew),
+    the time the state is at and the time until its next completion, :data:`RAN_TO_WAKE` or :data:`STOPPED_AT` with
+    the instant's time, the queue and the last sequence number.
+    """
+    while True:
+        # the next instant, as FluidScheduler._solve schedules it
+        tw = np.inf
+        if t_next < np.inf:
+            tw = t + max(t_next, 0.0)
+            if not tw > t:
+                tw = np.nextafter(t, np.inf)
+        td = np.inf
+        for j in range(nq):
+            if QF[Q_T, j] < td:
+                td = QF[Q_T, j]
+        tn = min(tw, td)
+        if tn >= t_ext or tn == np.inf:
+            return F, I, E, EW, n, m, t, t_next, RAN_TO_WAKE, tn, QF, QI, nq, seq
+        counts[3] += 1
+        _integrate(F, n, tn - t)
+        t = tn
+        F, I, E, EW, n, m, nq = _start_due(F, I, E, EW, n, m, t, QF, QI, nq, colls, pt, comm_slow, counts)  # noqa: E741
+        t_eps = DONE_ULPS * (np.nextafter(t, np.inf) - t)  # math.ulp(t), as FluidScheduler._step
+        for _ in range(1000):
+            done = _done_indices(F, n, t_eps)
+            if not done.size:
+                break
+            if not _safe(F, I, done, colls):
+                return F, I, E, EW, n, m, t, t_next, STOPPED_AT, t, QF, QI, nq, seq
+            tags = np.empty(done.size, dtype=np.int64)
+            owners = np.empty(done.size, dtype=np.int64)
+            for j in range(done.size):
+                tags[j] = I[_TAG, done[j]]
+                owners[j] = I[_OWNER, done[j]]
+            m = _compact(F, I, E, EW, n, m, done)
+            n -= done.size
+            counts[1] += done.size
+            # owners hear in ascending id order (FluidScheduler._finish), each its tags in table order
+            for ci in range(len(colls)):
+                c = colls[ci]
+                k = 0
+                for j in range(done.size):
+                    if owners[j] == c.oid:
+                        k += 1
+                if not k:
+                    continue
+                fin[ci] += k
+                mine = np.empty(k, dtype=np.int64)
+                k = 0
+                for j in range(done.size):
+                    if owners[j] == c.oid:
+                        mine[k] = tags[j]
+                        k += 1
+                F, I, E, EW, n, m, QF, QI, nq, seq = _on_done(  # noqa: E741
+                    F, I, E, EW, n, m, t, mine, ci, c, QF, QI, nq, seq, pt, rendezvous, comm_slow, counts
+                )
+        # re-solve, as FluidScheduler._solve
+        t_next = np.inf
+        if n:
+            counts[2] += 1
+            t_next = _solve_rates(F, I, E, EW, n, m, res_cap, n_ranks)
+
+
+@njit(cache=True)
+def _safe(F: np.ndarray, I: np.ndarray, done: np.ndarray, colls) -> bool:  # noqa: E741
+    """Whether finishing ``done`` belongs to the collectives alone and cannot finish any of their ranks."""
+    mine = 0
+    for c in colls:
+        for a in done:
+            if I[_OWNER, a] != c.oid:
+                continue
+            mine += 1
+            tag = I[_TAG, a]
+            if tag >= 0:
+                r1, r2 = c.fsrc[tag], c.fdst[tag]
+                if c.cur[r1] >= c.last_busy[r1] or c.cur[r2] >= c.last_busy[r2]:
+                    return False
+            elif c.cur[-tag - 1] >= c.last_busy[-tag - 1]:
+                return False
+    return mine == done.size
+
+
+@njit(cache=True)
+def _start_due(F, I, E, EW, n, m, t, QF, QI, nq, colls, pt, comm_slow, counts):  # noqa: E741
+    """Move the queued flows due at ``t`` into the tables in the heap's order (start time, then sequence number,
+    then batch order), as ``FluidScheduler._step`` pops them."""
+    thr = t * (1 + 1e-15) + 1e-18
+    n_due = 0
+    for j in range(nq):
+        if QF[Q_T, j] <= thr:
+            n_due += 1
+    if not n_due:
+        return F, I, E, EW, n, m, nq
+    due = np.empty(n_due, dtype=np.int64)
+    k = 0
+    for j in range(nq):
+        if QF[Q_T, j] <= thr:
+            due[k] = j
+            k += 1
+    for a in range(1, n_due):  # insertion sort by (time, seq), stable
+        x = due[a]
+        b = a - 1
+        while b >= 0 and (QF[Q_T, due[b]] > QF[Q_T, x] or (QF[Q_T, due[b]] == QF[Q_T, x] and QI[Q_SEQ, due[b]] > QI[Q_SEQ, x])):
+            due[b + 1] = due[b]
+            b -= 1
+        due[b + 1] = x
+    # A runtime index into the tuple of collectives copies one (a reference count per array), so each run of
+    # items of one collective fetches it once.
+    m_add = 0
+    ci = -1
+    fpid = colls[0].fpid
+    for j in due:
+        if QI[Q_COLL, j] != ci:
+            ci = QI[Q_COLL, j]
+            fpid = colls[ci].fpid
+        pid = fpid[QI[Q_FLOW, j]]
+        m_add += pt.ptr[pid + 1] - pt.ptr[pid]
+    F, I, E, EW = _grow(F, I, E, EW, n, m, n + n_due, m + m_add)  # noqa: E741
+    ci = -1
+    c = colls[0]
+    for j in due:
+        if QI[Q_COLL, j] != ci:
+            ci = QI[Q_COLL, j]
+            c = colls[ci]
+        n, m = _add_flow(F, I, E, EW, n, m, QI[Q_FLOW, j], QF[Q_ISSUE, j], c.oid, c.fpid, c.fnb, c.fsrc, c.fdst, c.g, pt,
+                         comm_slow)  # fmt: skip
+    counts[0] += n_due
+    k = 0
+    for j in range(nq):
+        if not QF[Q_T, j] <= thr:
+            QF[:, k] = QF[:, j]
+            QI[:, k] = QI[:, j]
+            k += 1
+    return F, I, E, EW, n, m, k
+
+
+@njit(cache=True)
+def _on_done(F, I, E, EW, n, m, t, tags, ci, c, QF, QI, nq, seq, pt, rendezvous, comm_slow, counts):  # noqa: E741
+    """``_CollectiveRun.on_done`` and ``_advance`` for collective ``c`` (index ``ci``): reductions done free their
+    ranks, flows done may complete ranks' phases; ranks advance, start their next flows and reductions."""
+    n_red = 0
+    for tg in tags:
+        if tg < 0:
+            n_red += 1
+    adv = np.empty(n_red, dtype=np.int64)
+    ft = np.empty(tags.size - n_red, dtype=np.int64)
+    i_r = 0
+    i_f = 0
+    for tg in tags:
+        if tg < 0:
+            adv[i_r] = -tg - 1
+            c.in_reduction[-tg - 1] = False
+            i_r += 1
+        else:
+            ft[i_f] = tg
+            i_f += 1
+    p = c.p
+    if ft.size:
+        cand = ranks_with_flows_done(ft, c.fsrc, c.fdst, c.fk, p, c.n_phases, c.remaining, c.cur, c.in_reduction)
+        F, I, E, EW, n, m, ready = _flows_complete(F, I, E, EW, n, m, t, cand, c, counts)  # noqa: E741
+        adv = np.concatenate((adv, ready))
+    rs = adv
+    while rs.size:
+        ks = np.empty(rs.size, dtype=np.int64)
+        same = True
+        for j in range(rs.size):
+            c.cur[rs[j]] += 1
+            ks[j] = c.cur[rs[j]]
+            if ks[j] >= c.n_phases:
+                raise RuntimeError("run_ahead would finish a rank: last_busy is wrong")
+            if ks[j] != ks[0]:
+                same = False
+        ks_s, rs_s = ks, rs
+        if not same:
+            o = np.argsort(ks, kind="mergesort")
+            ks_s, rs_s = ks[o], rs[o]
+        fidx = sends_to_start(ks_s, rs_s, p, c.s_ptr, c.s_order, c.d_ptr, c.d_order, c.fsrc, c.fdst, c.fk, c.cur, rendezvous)
+        if fidx.size:
+            F, I, E, EW, n, m, QF, QI, nq, seq = _start_flows(  # noqa: E741
+                F, I, E, EW, n, m, t, fidx, ci, c, QF, QI, nq, seq, pt, comm_slow, counts
+            )
+        n_ready = 0
+        for j in range(rs.size):
+            if c.remaining[ks[j] * p + rs[j]] == 0:
+                n_ready += 1
+        ready = np.empty(n_ready, dtype=np.int64)
+        k = 0
+        for j in range(rs.size):
+            if c.remaining[ks[j] * p + rs[j]] == 0:
+                ready[k] = rs[j]
+                k += 1
+        F, I, E, EW, n, m, rs = _flows_complete(F, I, E, EW, n, m, t, ready, c, counts)  # noqa: E741
+    return F, I, E, EW, n, m, QF, QI, nq, seq
+
+
+@njit(cache=True)
+def _add_flow(F, I, E, EW, n, m, f, issue, oid, fpid, fnb, fsrc, fdst, g, pt, comm_slow):  # noqa: E741
+    """Append flow ``f`` of collective ``oid`` as an activity, as ``Simulation.flow_batch`` and
+    ``FluidScheduler.pack`` build it (the tables must have room); return the new activity and entry counts. Takes
+    the collective's arrays, not its :class:`Ahead`: passing that tuple per flow costs a reference count per array."""
+    pid = fpid[f]
+    work = 0.0 if pt.same[pid] else fnb[f]  # a node sending to itself moves nothing
+    F[_WORK, n] = work
+    F[_REM, n] = work
+    F[_RATE, n] = 0.0
+    F[_ISSUE, n] = issue
+    F[_CAP, n] = pt.cap[pid]
+    F[_SLOW, n] = pt.cap[pid] / comm_slow
+    F[_SHARE, n] = 1.0
+    I[_TRIG, n] = TRIG_COMM
+    I[_RA, n] = g[fsrc[f]]
+    I[_RB, n] = g[fdst[f]]
+    I[_TAG, n] = f
+    I[_OWNER, n] = oid
+    for j in range(pt.ptr[pid], pt.ptr[pid + 1]):
+        E[0, m] = n
+        E[1, m] = pt.res[j]
+        EW[m] = pt.w[j]
+        m += 1
+    return n + 1, m
+
+
+@njit(cache=True)
+def _start_flows(F, I, E, EW, n, m, t, fidx, ci, c, QF, QI, nq, seq, pt, comm_slow, counts):  # noqa: E741
+    """Start flows ``fidx`` at ``t`` as ``FluidScheduler.add`` does with their start delays: those without a delay
+    join the tables now, the others wait in the queue, one heap push (sequence number) per distinct delay in
+    ascending order."""
+    oid, fpid, fnb, fsrc, fdst, g = c.oid, c.fpid, c.fnb, c.fsrc, c.fdst, c.g
+    k = fidx.size
+    d = np.empty(k)
+    for j in range(k):
+        d[j] = pt.delay[fpid[fidx[j]]]
+    d_min, d_max = d.min(), d.max()
+    if not d_max > 0:
+        d[:] = 0.0  # FluidScheduler.add starts the whole batch now
+        uniq = np.zeros(1)
+    elif d_min == d_max:
+        uniq = np.full(1, d_max)
+    else:
+        uniq = np.unique(d)
+    for dv in uniq:
+        if dv <= 0:
+            n_add = 0
+            m_add = 0
+            for j in range(k):
+                if d[j] == dv:
+                    n_add += 1
+                    pid = fpid[fidx[j]]
+                    m_add += pt.ptr[pid + 1] - pt.ptr[pid]
+            F, I, E, EW = _grow(F, I, E, EW, n, m, n + n_add, m + m_add)  # noqa: E741
+            for j in range(k):
+                if d[j] == dv:
+                    n, m = _add_flow(F, I, E, EW, n, m, fidx[j], t, oid, fpid, fnb, fsrc, fdst, g, pt, comm_slow)
+            counts[0] += n_add
+        else:
+            seq += 1
+            QF, QI = _grow_queue(QF, QI, nq, nq + k)
+            for j in range(k):
+                if d[j] == dv:
+                    QF[Q_T, nq] = t + dv
+                    QF[Q_ISSUE, nq] = t
+                    QI[Q_SEQ, nq] = seq
+                    QI[Q_COLL, nq] = ci
+                    QI[Q_FLOW, nq] = fidx[j]
+                    nq += 1
+    return F, I, E, EW, n, m, QF, QI, nq, seq
+
+
+@njit(cache=True)
+def _flows_complete(F, I, E, EW, n, m, t, ready, c, counts):  # noqa: E741
+    """Ranks ``ready`` finished their current phase's flows: start the reductions of those that reduce in it (as
+    ``_CollectiveRun._start_reductions``); return the tables and the ranks free to advance."""
+    if not ready.size or not c.reduce_on:
+        return F, I, E, EW, n, m, ready
+    p = c.p
+    n_need = 0
+    for r in ready:
+        if c.red_work[c.cur[r] * p + r] > 0:
+            n_need += 1
+    if not n_need:
+        return F, I, E, EW, n, m, ready
+    F, I, E, EW = _grow(F, I, E, EW, n, m, n + n_need, m + n_need)  # noqa: E741
+    free = np.empty(ready.size - n_need, dtype=np.int64)
+    k = 0
+    for r in ready:
+        key = c.cur[r] * p + r
+        if c.red_work[key] > 0:
+            c.in_reduction[r] = True
+            F[_WORK, n] = c.red_work[key]
+            F[_REM, n] = c.red_work[key]
+            F[_RATE, n] = 0.0
+            F[_ISSUE, n] = t
+            F[_CAP, n] = c.red_cap[key]
+            F[_SLOW, n] = c.red_cap[key]
+            F[_SHARE, n] = c.red_share
+            I[_TRIG, n] = TRIG_NONE
+            I[_RA, n] = c.g[r]
+            I[_RB, n] = -1
+            I[_TAG, n] = -(r + 1)
+            I[_OWNER, n] = c.oid
+            E[0, m] = n
+            E[1, m] = c.red_res[key]
+            EW[m] = 1.0
+            n += 1
+            m += 1
+        else:
+            free[k] = r
+            k += 1
+    counts[0] += n_need
+    return F, I, E, EW, n, m, free
