@@ -29,7 +29,7 @@ from dlrmsim.engine.fluid import TRIG_COMM, TRIG_COMPUTE, TRIG_NONE, Batch, Flui
 from dlrmsim.engine.network import Network
 from dlrmsim.engine.phases import NO_COLLECTIVE, Ahead, last_busy_phase, ranks_with_flows_done, run_ahead, sends_to_start
 from dlrmsim.engine.records import Record, RecordLog
-from dlrmsim.engine.resources import CommSettings, RankResources
+from dlrmsim.engine.resources import CommSettings, CorePool, RankResources
 from dlrmsim.errors import DlrmsimError
 from dlrmsim.topologies.topology import Topology
 
@@ -74,13 +74,15 @@ class Simulation:
         self._counted: dict[str, int] = {}  # fluid.stats already added to RUN_TOTALS
         self._counted_eid = 0
         self._last_comm: dict[int, simpy.Event] = {}
-        self._task_cache: dict[tuple, tuple[float, float, float, int, int]] = {}
+        self._task_cache: dict[tuple, tuple[float, float, float, int, bool]] = {}
         self._reduce_cache: dict[tuple, float] = {}
         # Ranks sharing one ComputeSpec object share its reduction caps (see reduction_caps).
         spec_ids: dict[int, int] = {}
         self._spec_index = np.array(
             [spec_ids.setdefault(id(rr.spec), len(spec_ids)) for rr in self.rank_resources], dtype=np.int64
         )
+        self._spec_of_rank: list[int] = self._spec_index.tolist()
+        self._rank_mem: list[int] = self.network.mem[self.network.rank_node].tolist()  # each rank's memory domain
 
     # ---- basics -----------------------------------------------------------------------------------
     def _ahead_kernel(self) -> Callable:
@@ -175,12 +177,20 @@ class Simulation:
     def _task_params(
         self, rank: int, flops: float, nbytes: float, precision: str, cores: float, interferable: bool, kind: str = "gemm"
     ) -> tuple[float, float, float, int, int]:
-        """(work, cap, slowed cap, trigger, memory resource or -1) of a task; cached, as ranks repeat tasks.
+        """(work, cap, slowed cap, trigger, memory resource or -1) of a task; cached, as ranks repeat tasks and
+        ranks sharing one ComputeSpec object have the same caps (only the memory resource is the rank's own).
         A memory-bound task's work is the bytes it moves through its memory domain (costs.memory_demand)."""
-        key = (rank, flops, nbytes, precision, cores, interferable, kind)
+        key = (self._spec_of_rank[rank], flops, nbytes, precision, cores, interferable, kind)
         got = self._task_cache.get(key)
-        if got is not None:
-            return got
+        if got is None:
+            got = self._task_cache[key] = self._task_params_of_spec(rank, flops, nbytes, precision, cores, interferable, kind)
+        work, cap, cap_s, trig, uses_mem = got
+        return work, cap, cap_s, trig, self._rank_mem[rank] if uses_mem else -1
+
+    def _task_params_of_spec(
+        self, rank: int, flops: float, nbytes: float, precision: str, cores: float, interferable: bool, kind: str
+    ) -> tuple[float, float, float, int, bool]:
+        """:meth:`_task_params` for ``rank``'s spec, with whether the task draws on its memory domain."""
         rr = self.rank_resources[rank]
         spec = rr.spec
         demand = costs.memory_demand(spec, kind, nbytes)
@@ -198,13 +208,9 @@ class Simulation:
             cap = nbytes / costs.gemm_time_s(flops / fr, nbytes / bw, overlap) if flops > 0 else bw
             cap_s = nbytes / costs.gemm_time_s(flops / fr_s, nbytes / bw_s, overlap) if flops > 0 else bw_s
             work = nbytes
-            res = int(self.network.mem[self.network.rank_node[rank]])
         else:
             cap, cap_s, work = fr, fr_s, flops
-            res = -1
-        got = (work, cap, cap_s, TRIG_COMPUTE if interferable else TRIG_NONE, res)
-        self._task_cache[key] = got
-        return got
+        return work, cap, cap_s, TRIG_COMPUTE if interferable else TRIG_NONE, nbytes > 0
 
     def task_batch(
         self, rank: int, flops: float, nbytes: float, precision: str, cores: float, interferable: bool = True
@@ -400,15 +406,18 @@ class _ComputeTask:
         self.start = 0.0
         self.done = sim.env.event()
 
-    def begin(self, container: simpy.Container) -> None:
+    def begin(self, container: CorePool) -> None:
         self.container = container
+        if container.take_now(self.cores):
+            self._granted(None)  # the cores were free: granted this instant, as get() would
+            return
         got = container.get(self.cores)
         if got.triggered:
             self._granted(got)  # the cores were free: the grant is this instant's, as the process would see it
         else:
             got.callbacks.append(self._granted)
 
-    def _granted(self, _ev: simpy.Event) -> None:
+    def _granted(self, _ev: simpy.Event | None) -> None:
         env = self.sim.env
         self.start = env.now
         if self.overhead_s > 0:
@@ -427,7 +436,7 @@ class _ComputeTask:
         fluid.add_one(work, cap, cap_s, trig, self.rank, -1, 0, res, oid, share=self.cores)
 
     def on_done(self, tags: np.ndarray, t_issue: np.ndarray, now: float) -> None:
-        self.container.put(self.cores)  # always fits: it returns what the task took
+        self.container.give_back(self.cores)
         self.sim._log.add(
             (self.rank, self.kind, self.name, self.category, self.start, now, self.nbytes, self.flops, -1, self.pool, None)
         )

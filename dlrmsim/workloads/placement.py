@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal
 
 from pydantic import Field, NonNegativeInt
@@ -54,7 +55,15 @@ class Placement:
     sharded_tables: tuple[int, ...]
 
     def shards_on(self, rank: int) -> list[Shard]:
-        return [s for s in self.shards if s.rank == rank]
+        return list(self._shards_by_rank.get(rank, ()))
+
+    @cached_property
+    def _shards_by_rank(self) -> dict[int, list[Shard]]:
+        """Shards per rank, in shard order (a study asks once per rank: one pass, not one per rank)."""
+        out: dict[int, list[Shard]] = {}
+        for s in self.shards:
+            out.setdefault(s.rank, []).append(s)
+        return out
 
     def table_bytes_on(self, w: Workload, rank: int) -> float:
         """Embedding bytes held by ``rank``: its shards plus every replicated table (bytes)."""

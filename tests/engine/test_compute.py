@@ -69,6 +69,22 @@ def test_tasks_wanting_all_cores_run_one_after_another() -> None:
     assert starts["g2"] == pytest.approx(1e-3, rel=1e-12)
 
 
+def test_a_task_that_fits_still_waits_behind_an_earlier_request() -> None:
+    # Because core requests are served first come first served (a simpy.Container), a 1-core task that would fit
+    # beside the running 20-core one waits behind the 14-core task queued before it: both start when the first
+    # task returns its cores, the later one no earlier.
+    sim = Simulation(two_node(spec=SPEC))
+    sim.compute(0, "a", flops=4.3e9, cores=20)
+    sim.compute(0, "b", flops=4.3e9, cores=14)
+    sim.compute(0, "c", flops=4.3e8, cores=1)
+    sim.run()
+    starts = {r.name: r.start for r in sim.records}
+    t_a = 4.3e9 / (20 / 28 * 4.3e12)
+    assert starts == pytest.approx({"a": 0.0, "b": t_a, "c": t_a}, rel=1e-12)
+    pool = sim.rank_resources[0].pools["compute"]
+    assert pool.level == pool.capacity and not pool.get_queue  # every core came back
+
+
 def test_pinned_comm_cores_leave_the_compute_pool() -> None:
     sim = Simulation(two_node(spec=SPEC), comm=CommSettings(pinned_cores=4))
     sim.compute(0, "gemm", flops=4.3e9)
