@@ -204,8 +204,7 @@ class FluidScheduler:
         packed = self.pack(batch, now)
         uniq = np.sort(delay)
         uniq = uniq[np.concatenate([[True], uniq[1:] != uniq[:-1]])]
-        for d in uniq.tolist():
-            sub = _subset_packed(packed, delay == d)
+        for d, sub in zip(uniq.tolist(), _split_packed(packed, np.searchsorted(uniq, delay), len(uniq)), strict=True):
             if d <= 0:
                 self._pending.append(sub)
                 self._request_flush()
@@ -570,40 +569,51 @@ class FluidScheduler:
         )
 
 
-def _subset_packed(packed: tuple, mask: np.ndarray) -> tuple:
-    """The activities of a packed batch (see ``FluidScheduler.pack``) where ``mask`` holds, renumbered."""
+def _split_packed(packed: tuple, grp: np.ndarray, n_groups: int) -> list[tuple]:
+    """A packed batch (see :meth:`FluidScheduler.pack`) split into ``n_groups`` packed batches by each activity's
+    group ``grp`` (0..n_groups-1), activities and entries in their order within each, renumbered: one pass over
+    the entries however many groups (a million-flow alltoall has a handful of start delays)."""
     fb, ib, ea, er, ew = packed
-    idx = np.flatnonzero(mask)
-    return fb[:, idx], ib[:, idx], *_subset_entries(ea, er, ew, mask)
+    order = np.argsort(grp, kind="stable")
+    a_ptr = np.searchsorted(grp[order], np.arange(n_groups + 1))
+    ea, er, ew, e_ptr = _split_entries(ea, er, ew, grp, n_groups)
+    out = []
+    for g in range(n_groups):
+        idx = order[a_ptr[g] : a_ptr[g + 1]]  # the group's activities, in order
+        out.append(
+            (fb[:, idx], ib[:, idx], ea[e_ptr[g] : e_ptr[g + 1]], er[e_ptr[g] : e_ptr[g + 1]], ew[e_ptr[g] : e_ptr[g + 1]])
+        )
+    return out
 
 
 @njit(cache=True)
-def _subset_entries(
-    ea: np.ndarray, er: np.ndarray, ew: np.ndarray, mask: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The resource entries of the activities where ``mask`` holds, in their order, with the activities renumbered
-    0.. as they are kept."""
-    newpos = np.empty(mask.shape[0], dtype=np.int64)
-    j = 0
-    for a in range(mask.shape[0]):
-        newpos[a] = j
-        if mask[a]:
-            j += 1
-    k = 0
+def _split_entries(
+    ea: np.ndarray, er: np.ndarray, ew: np.ndarray, grp: np.ndarray, n_groups: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Resource entries grouped by their activity's group, in their order within a group, each activity renumbered
+    to its place among its group's activities; with the entry offsets of the groups."""
+    pos = np.empty(grp.shape[0], dtype=np.int64)
+    cnt = np.zeros(n_groups, dtype=np.int64)
+    for a in range(grp.shape[0]):
+        pos[a] = cnt[grp[a]]
+        cnt[grp[a]] += 1
+    e_ptr = np.zeros(n_groups + 1, dtype=np.int64)
     for i in range(ea.shape[0]):
-        if mask[ea[i]]:
-            k += 1
-    out_a = np.empty(k, dtype=np.int64)
-    out_r = np.empty(k, dtype=np.int64)
-    out_w = np.empty(k)
-    k = 0
+        e_ptr[grp[ea[i]] + 1] += 1
+    for g in range(n_groups):
+        e_ptr[g + 1] += e_ptr[g]
+    fill = e_ptr[:n_groups].copy()
+    out_a = np.empty(ea.shape[0], dtype=np.int64)
+    out_r = np.empty(ea.shape[0], dtype=np.int64)
+    out_w = np.empty(ea.shape[0])
     for i in range(ea.shape[0]):
-        if mask[ea[i]]:
-            out_a[k] = newpos[ea[i]]
-            out_r[k] = er[i]
-            out_w[k] = ew[i]
-            k += 1
-    return out_a, out_r, out_w
+        g = grp[ea[i]]
+        k = fill[g]
+        out_a[k] = pos[ea[i]]
+        out_r[k] = er[i]
+        out_w[k] = ew[i]
+        fill[g] = k + 1
+    return out_a, out_r, out_w, e_ptr
 
 
 _NO_SHARE = np.zeros(0)  # a Batch without shares: 1 each
