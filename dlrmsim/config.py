@@ -23,7 +23,12 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
+# libyaml's parser when PyYAML was built with it (the wheels are): the pure-Python one spent seconds of a study
+# re-reading the same preset files.
+_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _UniqueKeyLoader(_SafeLoader):  # type: ignore[misc,valid-type]
     """A SafeLoader that refuses a key given twice in one mapping (plain PyYAML keeps the last one silently)."""
 
 
@@ -49,6 +54,9 @@ _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 def parse_yaml_text(text: str, source: str | Path) -> Any:
     """Parse YAML text strictly: syntax errors and duplicate keys become one line with the line number, and
     a non-finite number (``.inf``, ``.nan``) is refused: no hardware rate or size is infinite."""
+    got = _PARSED.get(text)
+    if got is not None:
+        return copy.deepcopy(got)  # callers may change what they get
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
@@ -58,7 +66,14 @@ def parse_yaml_text(text: str, source: str | Path) -> Any:
         fix = "give each key once" if problem.startswith("duplicate key") else "fix the YAML syntax"
         raise DlrmsimError(f"malformed YAML at {where}: {problem}", source=source, fix=fix) from None
     reject_non_finite(data, source)
+    if len(_PARSED) < _PARSED_MAX:
+        _PARSED[text] = copy.deepcopy(data)
     return data
+
+
+# Documents already parsed, by their text (a study loads the same presets for every point).
+_PARSED: dict[str, Any] = {}
+_PARSED_MAX = 256
 
 
 def reject_non_finite(data: Any, source: str | Path | None, path: str = "") -> None:
