@@ -241,19 +241,7 @@ class FluidScheduler:
         # this instant (a rate of 0 drains nothing), and this skips building and copying two one-column arrays.
         n, m = self._n, self._m
         self._reserve(n + 1, m + 1)
-        F, I = self._F, self._I  # noqa: E741
-        F[_WORK, n] = work
-        F[_REM, n] = work
-        F[_RATE, n] = 0.0
-        F[_ISSUE, n] = now
-        F[_CAP, n] = cap
-        F[_SLOW, n] = cap_slow
-        F[_SHARE, n] = share
-        I[_TRIG, n] = trig
-        I[_RA, n] = rank_a
-        I[_RB, n] = rank_b
-        I[_TAG, n] = tag
-        I[_OWNER, n] = owner
+        write_activity(self._F, self._I, n, work, cap, cap_slow, share, now, trig, rank_a, rank_b, tag, owner)
         if res >= 0:
             self._E[0, m] = n
             self._E[1, m] = res
@@ -620,6 +608,38 @@ _NO_SHARE = np.zeros(0)  # a Batch without shares: 1 each
 
 
 @njit(cache=True)
+def write_activity(
+    F: np.ndarray,
+    I: np.ndarray,  # noqa: E741
+    a: int,
+    work: float,
+    cap: float,
+    cap_slow: float,
+    share: float,
+    issue: float,
+    trig: int,
+    rank_a: int,
+    rank_b: int,
+    tag: int,
+    owner: int,
+) -> None:
+    """Write activity ``a``'s columns into float and int tables laid out as the scheduler's (remaining = work,
+    rate 0, issued at ``issue`` s)."""
+    F[_WORK, a] = work
+    F[_REM, a] = work
+    F[_RATE, a] = 0.0
+    F[_ISSUE, a] = issue
+    F[_CAP, a] = cap
+    F[_SLOW, a] = cap_slow
+    F[_SHARE, a] = share
+    I[_TRIG, a] = trig
+    I[_RA, a] = rank_a
+    I[_RB, a] = rank_b
+    I[_TAG, a] = tag
+    I[_OWNER, a] = owner
+
+
+@njit(cache=True)
 def _pack_columns(
     work: np.ndarray,
     cap: np.ndarray,
@@ -638,18 +658,8 @@ def _pack_columns(
     fb = np.empty((7, n))
     ib = np.empty((5, n), dtype=np.int64)
     for a in range(n):
-        fb[_WORK, a] = work[a]
-        fb[_REM, a] = work[a]
-        fb[_RATE, a] = 0.0
-        fb[_ISSUE, a] = now
-        fb[_CAP, a] = cap[a]
-        fb[_SLOW, a] = cap_slow[a]
-        fb[_SHARE, a] = share[a] if share.shape[0] else 1.0
-        ib[_TRIG, a] = trig[a]
-        ib[_RA, a] = rank_a[a]
-        ib[_RB, a] = rank_b[a]
-        ib[_TAG, a] = tag[a]
-        ib[_OWNER, a] = owner
+        write_activity(fb, ib, a, work[a], cap[a], cap_slow[a], share[a] if share.shape[0] else 1.0, now, trig[a],
+                       rank_a[a], rank_b[a], tag[a], owner)  # fmt: skip
     return fb, ib
 
 

@@ -20,18 +20,8 @@ from typing import NamedTuple
 import numpy as np
 
 from dlrmsim.engine.fluid import (
-    _CAP,
-    _ISSUE,
     _OWNER,
-    _RA,
-    _RATE,
-    _RB,
-    _REM,
-    _SHARE,
-    _SLOW,
     _TAG,
-    _TRIG,
-    _WORK,
     DONE_ULPS,
     TRIG_COMM,
     TRIG_NONE,
@@ -39,6 +29,7 @@ from dlrmsim.engine.fluid import (
     _done_indices,
     _integrate,
     _solve_rates,
+    write_activity,
 )
 from dlrmsim.engine.jit import njit
 from dlrmsim.engine.network import PairTables
@@ -447,18 +438,8 @@ def _add_flow(F, I, E, EW, n, m, f, issue, oid, fpid, fnb, fsrc, fdst, g, pt, co
     the collective's arrays, not its :class:`Ahead`: passing that tuple per flow costs a reference count per array."""
     pid = fpid[f]
     work = 0.0 if pt.same[pid] else fnb[f]  # a node sending to itself moves nothing
-    F[_WORK, n] = work
-    F[_REM, n] = work
-    F[_RATE, n] = 0.0
-    F[_ISSUE, n] = issue
-    F[_CAP, n] = pt.cap[pid]
-    F[_SLOW, n] = pt.cap[pid] / comm_slow
-    F[_SHARE, n] = 1.0
-    I[_TRIG, n] = TRIG_COMM
-    I[_RA, n] = g[fsrc[f]]
-    I[_RB, n] = g[fdst[f]]
-    I[_TAG, n] = f
-    I[_OWNER, n] = oid
+    cap = pt.cap[pid]
+    write_activity(F, I, n, work, cap, cap / comm_slow, 1.0, issue, TRIG_COMM, g[fsrc[f]], g[fdst[f]], f, oid)
     for j in range(pt.ptr[pid], pt.ptr[pid + 1]):
         E[0, m] = n
         E[1, m] = pt.res[j]
@@ -533,18 +514,8 @@ def _flows_complete(F, I, E, EW, n, m, t, ready, c, counts):  # noqa: E741
         key = c.cur[r] * p + r
         if c.red_work[key] > 0:
             c.in_reduction[r] = True
-            F[_WORK, n] = c.red_work[key]
-            F[_REM, n] = c.red_work[key]
-            F[_RATE, n] = 0.0
-            F[_ISSUE, n] = t
-            F[_CAP, n] = c.red_cap[key]
-            F[_SLOW, n] = c.red_cap[key]
-            F[_SHARE, n] = c.red_share
-            I[_TRIG, n] = TRIG_NONE
-            I[_RA, n] = c.g[r]
-            I[_RB, n] = -1
-            I[_TAG, n] = -(r + 1)
-            I[_OWNER, n] = c.oid
+            cap = c.red_cap[key]
+            write_activity(F, I, n, c.red_work[key], cap, cap, c.red_share, t, TRIG_NONE, c.g[r], -1, -(r + 1), c.oid)
             E[0, m] = n
             E[1, m] = c.red_res[key]
             EW[m] = 1.0
