@@ -33,7 +33,7 @@ DONE_REL_EPS = 1e-9
 # activity at a large ``now`` is left with such a residue (a relative one above ``DONE_REL_EPS`` when its whole time
 # is under ~1e9 spacings, e.g. 2 us at t = 8 s), and waking for it at ``now + residue == now`` would loop forever.
 DONE_ULPS = 4.0
-RUNNERS_MAX = 4  # collectives the run-ahead kernel drives at once (FluidScheduler.set_runner)
+RUNNERS_MAX = 8  # collectives the run-ahead kernel drives at once (FluidScheduler.set_runner)
 TRIG_NONE = 0  # rate cap never changes
 TRIG_COMPUTE = 1  # a compute task: slowed while communication is in flight on its rank
 TRIG_COMM = 2  # a flow: slowed while compute runs on either end rank
@@ -141,6 +141,7 @@ class FluidScheduler:
         self._runners: dict[int, Runner] = {}
         self._ahead_tuple: tuple | None = None  # the kernel's view of the runners (see _run_ahead)
         self._ahead_oids: list[int] = []
+        self._ahead_oid_array = np.zeros(0, dtype=np.int64)
         self._ahead_kernel: Callable | None = None
         self._no_runner: tuple | None = None
         self._need_solve = False
@@ -494,6 +495,7 @@ class FluidScheduler:
             oids = self._ahead_oids = sorted(runners)[:RUNNERS_MAX]
             got = [runners[o].ahead() for o in oids]
             self._ahead_tuple = tuple(got + [self._no_runner] * (RUNNERS_MAX - len(got)))
+            self._ahead_oid_array = np.array(oids, dtype=np.int64)
         oids = self._ahead_oids
         own, foreign = [], []
         for item in self._delayed:
@@ -522,7 +524,7 @@ class FluidScheduler:
         fin = np.zeros(RUNNERS_MAX, dtype=np.int64)
         F, I, E, EW, n, m, t, _t_next, outcome, t_at, QF, QI, nq, seq = self._ahead_kernel(  # noqa: E741
             self._F, self._I, self._E, self._EW, self._n, self._m, self.res_cap, self.n_ranks, now, t_next, t_ext,
-            QF, QI, nq, self._seq, self._ahead_tuple, counts, fin,
+            QF, QI, nq, self._seq, self._ahead_tuple, self._ahead_oid_array, counts, fin,
         )  # fmt: skip
         self._F, self._I, self._E, self._EW, self._n, self._m, self._t, self._seq = F, I, E, EW, n, m, t, seq
         started, finished, solves, instants = counts.tolist()

@@ -221,6 +221,7 @@ def run_ahead(
     nq: int,
     seq: int,
     colls: tuple,  # fluid.RUNNERS_MAX Ahead, ascending oid, padded with NO_COLLECTIVE
+    oids: np.ndarray,  # the owner ids of the real ones (colls[: len(oids)])
     pt: PairTables,
     rendezvous: bool,
     comm_slow: float,
@@ -263,7 +264,7 @@ def run_ahead(
             done = _done_indices(F, n, t_eps)
             if not done.size:
                 break
-            if not _safe(F, I, done, colls):
+            if not _safe(I, done, colls, oids):
                 return F, I, E, EW, n, m, t, t_next, STOPPED_AT, t, QF, QI, nq, seq
             tags = np.empty(done.size, dtype=np.int64)
             owners = np.empty(done.size, dtype=np.int64)
@@ -274,14 +275,14 @@ def run_ahead(
             n -= done.size
             counts[1] += done.size
             # owners hear in ascending id order (FluidScheduler._finish), each its tags in table order
-            for ci in range(len(colls)):
-                c = colls[ci]
+            for ci in range(oids.shape[0]):
                 k = 0
                 for j in range(done.size):
-                    if owners[j] == c.oid:
+                    if owners[j] == oids[ci]:
                         k += 1
                 if not k:
                     continue
+                c = _nth(colls, ci)
                 fin[ci] += k
                 mine = np.empty(k, dtype=np.int64)
                 k = 0
@@ -300,14 +301,25 @@ def run_ahead(
 
 
 @njit(cache=True)
-def _safe(F: np.ndarray, I: np.ndarray, done: np.ndarray, colls) -> bool:  # noqa: E741
-    """Whether finishing ``done`` belongs to the collectives alone and cannot finish any of their ranks."""
-    mine = 0
-    for c in colls:
+def _safe(I: np.ndarray, done: np.ndarray, colls, oids: np.ndarray) -> bool:  # noqa: E741
+    """Whether finishing ``done`` belongs to the collectives alone (owner ids ``oids``, one per entry of ``colls``)
+    and cannot finish any of their ranks. A collective is fetched from ``colls`` only when one of its activities is
+    done: a runtime index into that tuple copies the collective (a reference count per array)."""
+    for a in done:
+        if _slot(oids, I[_OWNER, a]) < 0:
+            return False
+    for ci in range(oids.shape[0]):
+        has = False
+        for a in done:
+            if I[_OWNER, a] == oids[ci]:
+                has = True
+                break
+        if not has:
+            continue
+        c = _nth(colls, ci)
         for a in done:
             if I[_OWNER, a] != c.oid:
                 continue
-            mine += 1
             tag = I[_TAG, a]
             if tag >= 0:
                 r1, r2 = c.fsrc[tag], c.fdst[tag]
@@ -315,7 +327,36 @@ def _safe(F: np.ndarray, I: np.ndarray, done: np.ndarray, colls) -> bool:  # noq
                     return False
             elif c.cur[-tag - 1] >= c.last_busy[-tag - 1]:
                 return False
-    return mine == done.size
+    return True
+
+
+@njit(cache=True)
+def _nth(colls, ci: int) -> Ahead:
+    """``colls[ci]``. Indexing the tuple with a runtime value copies all of it (every collective's arrays) to the
+    stack first; a chain of literal indices copies one collective."""
+    if ci == 0:
+        return colls[0]
+    if ci == 1:
+        return colls[1]
+    if ci == 2:
+        return colls[2]
+    if ci == 3:
+        return colls[3]
+    if ci == 4:
+        return colls[4]
+    if ci == 5:
+        return colls[5]
+    if ci == 6:
+        return colls[6]
+    return colls[7]
+
+
+@njit(cache=True)
+def _slot(oids: np.ndarray, owner: int) -> int:
+    for ci in range(oids.shape[0]):
+        if oids[ci] == owner:
+            return ci
+    return -1
 
 
 @njit(cache=True)
@@ -350,7 +391,7 @@ def _start_due(F, I, E, EW, n, m, t, QF, QI, nq, colls, pt, comm_slow, counts): 
     for j in due:
         if QI[Q_COLL, j] != ci:
             ci = QI[Q_COLL, j]
-            fpid = colls[ci].fpid
+            fpid = _nth(colls, ci).fpid
         pid = fpid[QI[Q_FLOW, j]]
         m_add += pt.ptr[pid + 1] - pt.ptr[pid]
     F, I, E, EW = _grow(F, I, E, EW, n, m, n + n_due, m + m_add)  # noqa: E741
@@ -359,7 +400,7 @@ def _start_due(F, I, E, EW, n, m, t, QF, QI, nq, colls, pt, comm_slow, counts): 
     for j in due:
         if QI[Q_COLL, j] != ci:
             ci = QI[Q_COLL, j]
-            c = colls[ci]
+            c = _nth(colls, ci)
         n, m = _add_flow(F, I, E, EW, n, m, QI[Q_FLOW, j], QF[Q_ISSUE, j], c.oid, c.fpid, c.fnb, c.fsrc, c.fdst, c.g, pt,
                          comm_slow)  # fmt: skip
     counts[0] += n_due

@@ -90,8 +90,8 @@ class Simulation:
         net, comm = self.network, self.comm
         slow = comm.comm_slowdown if comm.progress_thread_unpinned else 1.0
 
-        def kernel(F, I, E, EW, n, m, res_cap, n_ranks, t, t_next, t_ext, QF, QI, nq, seq, colls, counts, fin):  # noqa: ANN001, ANN202, E741
-            return run_ahead(F, I, E, EW, n, m, res_cap, n_ranks, t, t_next, t_ext, QF, QI, nq, seq, colls,
+        def kernel(F, I, E, EW, n, m, res_cap, n_ranks, t, t_next, t_ext, QF, QI, nq, seq, colls, oids, counts, fin):  # noqa: ANN001, ANN202, E741
+            return run_ahead(F, I, E, EW, n, m, res_cap, n_ranks, t, t_next, t_ext, QF, QI, nq, seq, colls, oids,
                              net.pair_tables(), comm.rendezvous, slow, counts, fin)  # fmt: skip
 
         return kernel

@@ -26,6 +26,10 @@ MIX = [
     ("alltoall", "pairwise", 8e6),
     ("scatter", "binomial", 3e6),
     ("reduce_scatter", "ring", 5e6),
+    ("allreduce", "ring", 2e6),
+    ("allgather", "ring", 1e6),
+    ("allreduce", "rhd", 3e6),
+    ("alltoall", "pairwise", 2e6),
 ]
 assert len(MIX) > RUNNERS_MAX
 
