@@ -6,6 +6,7 @@ largest rank count each scheme allows follow from it.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -118,14 +119,13 @@ def _assign_balanced(pieces: list[tuple[int, int, int, int]], ranks: int, w: Wor
     Lookup work is proportional to columns (every table sees the same batch and pooling), so balancing
     columns balances lookup time; bytes break ties so memory stays even too.
     """
-    load_cols = [0] * ranks
-    load_bytes = [0.0] * ranks
+    # (columns, bytes, rank) per rank: the least loaded is the heap's top, ties to the lower rank (as a min over all)
+    loads: list[tuple[int, float, int]] = [(0, 0.0, r) for r in range(ranks)]
     shards: list[Shard] = []
     order = sorted(pieces, key=lambda p: (-p[1], -model.table_bytes(w, p[3], p[1]), p[0], p[2]))
     for table, cols, off, rows in order:
-        rank = min(range(ranks), key=lambda r: (load_cols[r], load_bytes[r], r))
-        load_cols[rank] += cols
-        load_bytes[rank] += model.table_bytes(w, rows, cols)
+        load_cols, load_bytes, rank = heapq.heappop(loads)
+        heapq.heappush(loads, (load_cols + cols, load_bytes + model.table_bytes(w, rows, cols), rank))
         shards.append(Shard(table=table, rank=rank, rows=rows, columns=cols, col_offset=off))
     return sorted(shards, key=lambda s: (s.rank, s.table, s.col_offset))
 
