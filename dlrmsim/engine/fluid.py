@@ -7,7 +7,8 @@ are recomputed only when activities start or finish, once per simulated instant 
 that instant holds; completion events are then rescheduled.
 
 :func:`dlrmsim.engine.maxmin.maxmin_rates` is the pure allocation (compiled); :class:`FluidScheduler` drives it
-from SimPy.
+from SimPy, and hands its state to a compiled kernel (:mod:`dlrmsim.engine.phases`) for the stretches of instants
+that only collectives shape (:meth:`FluidScheduler.set_runner`).
 """
 
 from __future__ import annotations
@@ -308,6 +309,8 @@ class FluidScheduler:
     # ---- internals ----------------------------------------------------------------------------
     @staticmethod
     def pack(b: Batch, now: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """A batch as the scheduler queues it: float and int columns laid out as its tables (issued ``now``, s),
+        and its resource entries (activity, resource, weight)."""
         fb, ib = _pack_columns(
             np.asarray(b.work, dtype=float),
             np.asarray(b.cap, dtype=float),
