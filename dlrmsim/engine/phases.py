@@ -1,5 +1,6 @@
 """A collective's phase machine, compiled: which flows start when ranks enter phases, which ranks a finished flow
-frees, and :func:`run_ahead`, which drives one collective and the fluid state together without SimPy.
+frees, and :func:`run_ahead`, which drives collectives (up to ``fluid.RUNNERS_MAX`` at once) and the fluid state
+together without SimPy.
 
 Why run ahead: a ring allreduce of p ranks has 2(p-1) phases, and once the ranks fall out of lockstep (a slow
 link delays its neighbours a little more each phase) almost every flow ends at its own instant, so one collective
@@ -23,6 +24,7 @@ from dlrmsim.engine.fluid import (
     _OWNER,
     _TAG,
     DONE_ULPS,
+    RUNNERS_MAX,
     TRIG_COMM,
     TRIG_NONE,
     _compact,
@@ -328,6 +330,10 @@ def _safe(I: np.ndarray, done: np.ndarray, colls, oids: np.ndarray) -> bool:  # 
             elif c.cur[-tag - 1] >= c.last_busy[-tag - 1]:
                 return False
     return True
+
+
+if RUNNERS_MAX != 8:
+    raise ImportError("phases._nth has one branch per runner slot: give it RUNNERS_MAX branches")
 
 
 @njit(cache=True)
