@@ -140,6 +140,7 @@ class FluidScheduler:
         self.stats = {"activities": 0, "finished": 0, "solves": 0, "wakeups": 0}
         self._held = False  # between hold() and resume(): simulated time passes without integration or wake-ups
         self._runners: dict[int, Runner] = {}
+        self._own_callbacks = (self._on_wake, self._on_flush)  # bound once: is_own_event runs per queued event
         self._ahead_tuple: tuple | None = None  # the kernel's view of the runners (see _run_ahead)
         self._ahead_oids: list[int] = []
         self._ahead_oid_array = np.zeros(0, dtype=np.int64)
@@ -287,8 +288,8 @@ class FluidScheduler:
 
     def is_own_event(self, ev: simpy.Event) -> bool:
         """Whether ``ev`` is one of the scheduler's own wake-up or flush events (harmless while quiet)."""
-        cbs = ev.callbacks or ()
-        return any(cb == self._on_wake or cb == self._on_flush for cb in cbs)
+        own = self._own_callbacks
+        return any(cb in own for cb in ev.callbacks or ())
 
     def hold(self, decrement: np.ndarray) -> None:
         """Skip ahead: the running activities' remaining work drops by ``decrement`` now, and until
