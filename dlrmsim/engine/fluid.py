@@ -421,21 +421,8 @@ class FluidScheduler:
 
     def _reserve(self, n: int, m: int) -> None:
         """Grow the tables (capacity doubling) to hold ``n`` activities and ``m`` resource entries."""
-        n0, m0 = self._n, self._m
-        if n > self._F.shape[1]:
-            size = max(2 * self._F.shape[1], n)
-            F = np.zeros((7, size))
-            F[:, :n0] = self._F[:, :n0]
-            I = np.zeros((5, size), dtype=np.int64)  # noqa: E741
-            I[:, :n0] = self._I[:, :n0]
-            self._F, self._I = F, I
-        if m > len(self._EW):
-            size = max(2 * len(self._EW), m)
-            E = np.zeros((2, size), dtype=np.int64)
-            E[:, :m0] = self._E[:, :m0]
-            EW = np.zeros(size)
-            EW[:m0] = self._EW[:m0]
-            self._E, self._EW = E, EW
+        if n > self._F.shape[1] or m > len(self._EW):
+            self._F, self._I, self._E, self._EW = grow_tables(self._F, self._I, self._E, self._EW, self._n, self._m, n, m)
 
     def _finish(self, idx: np.ndarray) -> None:
         """Remove the activities at indices ``idx`` (ascending) and tell their owners."""
@@ -611,6 +598,27 @@ def _split_entries(
 
 
 _NO_SHARE = np.zeros(0)  # a Batch without shares: 1 each
+
+
+@njit(cache=True)
+def grow_tables(F: np.ndarray, I: np.ndarray, E: np.ndarray, EW: np.ndarray, n: int, m: int, n_need: int, m_need: int):  # noqa: E741
+    """The scheduler's tables (``n`` activities, ``m`` entries in use) with room for ``n_need`` activities and
+    ``m_need`` entries: the same arrays, or larger copies (capacity doubling)."""
+    if n_need > F.shape[1]:
+        size = max(2 * F.shape[1], n_need)
+        F2 = np.zeros((F.shape[0], size))
+        I2 = np.zeros((I.shape[0], size), dtype=np.int64)
+        F2[:, :n] = F[:, :n]
+        I2[:, :n] = I[:, :n]
+        F, I = F2, I2  # noqa: E741
+    if m_need > EW.shape[0]:
+        size = max(2 * EW.shape[0], m_need)
+        E2 = np.zeros((2, size), dtype=np.int64)
+        EW2 = np.zeros(size)
+        E2[:, :m] = E[:, :m]
+        EW2[:m] = EW[:m]
+        E, EW = E2, EW2
+    return F, I, E, EW
 
 
 @njit(cache=True)

@@ -31,6 +31,7 @@ from dlrmsim.engine.fluid import (
     _done_indices,
     _integrate,
     _solve_rates,
+    grow_tables,
     write_activity,
 )
 from dlrmsim.engine.jit import njit
@@ -126,27 +127,6 @@ def last_busy_phase(p: int, n_phases: int, s_ptr: np.ndarray, red: np.ndarray, r
         busy |= red.reshape(n_phases, p) > 0
     k = np.arange(n_phases)[:, None]
     return np.where(busy, k, -1).max(axis=0) if n_phases else np.full(p, -1, dtype=np.int64)
-
-
-@njit(cache=True)
-def _grow(F: np.ndarray, I: np.ndarray, E: np.ndarray, EW: np.ndarray, n: int, m: int, n_need: int, m_need: int):  # noqa: E741
-    """The fluid tables with room for ``n_need`` activities and ``m_need`` entries (capacity doubling, as
-    ``FluidScheduler._reserve`` grows them)."""
-    if n_need > F.shape[1]:
-        size = max(2 * F.shape[1], n_need)
-        F2 = np.zeros((F.shape[0], size))
-        I2 = np.zeros((I.shape[0], size), dtype=np.int64)
-        F2[:, :n] = F[:, :n]
-        I2[:, :n] = I[:, :n]
-        F, I = F2, I2  # noqa: E741
-    if m_need > EW.shape[0]:
-        size = max(2 * EW.shape[0], m_need)
-        E2 = np.zeros((2, size), dtype=np.int64)
-        EW2 = np.zeros(size)
-        E2[:, :m] = E[:, :m]
-        EW2[:m] = EW[:m]
-        E, EW = E2, EW2
-    return F, I, E, EW
 
 
 @njit(cache=True)
@@ -400,7 +380,7 @@ def _start_due(F, I, E, EW, n, m, t, QF, QI, nq, colls, pt, comm_slow, counts): 
             fpid = _nth(colls, ci).fpid
         pid = fpid[QI[Q_FLOW, j]]
         m_add += pt.ptr[pid + 1] - pt.ptr[pid]
-    F, I, E, EW = _grow(F, I, E, EW, n, m, n + n_due, m + m_add)  # noqa: E741
+    F, I, E, EW = grow_tables(F, I, E, EW, n, m, n + n_due, m + m_add)  # noqa: E741
     ci = -1
     c = colls[0]
     for j in due:
@@ -522,7 +502,7 @@ def _start_flows(F, I, E, EW, n, m, t, fidx, ci, c, QF, QI, nq, seq, pt, comm_sl
                     n_add += 1
                     pid = fpid[fidx[j]]
                     m_add += pt.ptr[pid + 1] - pt.ptr[pid]
-            F, I, E, EW = _grow(F, I, E, EW, n, m, n + n_add, m + m_add)  # noqa: E741
+            F, I, E, EW = grow_tables(F, I, E, EW, n, m, n + n_add, m + m_add)  # noqa: E741
             for j in range(k):
                 if d[j] == dv:
                     n, m = _add_flow(F, I, E, EW, n, m, fidx[j], t, oid, fpid, fnb, fsrc, fdst, g, pt, comm_slow)
@@ -554,7 +534,7 @@ def _flows_complete(F, I, E, EW, n, m, t, ready, c, counts):  # noqa: E741
             n_need += 1
     if not n_need:
         return F, I, E, EW, n, m, ready
-    F, I, E, EW = _grow(F, I, E, EW, n, m, n + n_need, m + n_need)  # noqa: E741
+    F, I, E, EW = grow_tables(F, I, E, EW, n, m, n + n_need, m + n_need)  # noqa: E741
     free = np.empty(ready.size - n_need, dtype=np.int64)
     k = 0
     for r in ready:
