@@ -108,38 +108,40 @@ class CorePool(simpy.Container):
         """Take ``amount`` cores at once, without an event, when :meth:`get` would grant them this instant (no
         earlier request waits, and they are free); else take nothing and return False (then use :meth:`get`).
         A get that is granted at once is otherwise an event scheduled for nobody: a task costs two fewer."""
-        if self.get_queue:
-            return False
-        u = self._units(amount)
-        if self._level_units < u:
-            return False
-        self._level_units -= u
-        self._level = self._level_units * CORE_UNIT
-        return True
+        return not self.get_queue and self._take(self._units(amount))
 
     def give_back(self, amount: float) -> None:
         """Return ``amount`` cores taken earlier. With requests waiting this is :meth:`put`, whose processing grants
         them; with none, the level rises at once, as a put's does, and there is nothing to grant."""
         if self.get_queue:
             self.put(amount)
-            return
-        self._level_units += self._units(amount)  # always fits: it returns what was taken
+        else:
+            self._add(self._units(amount))  # always fits: it returns what was taken
+
+    def _take(self, u: int) -> bool:
+        """Take ``u`` units if the level holds them."""
+        if self._level_units < u:
+            return False
+        self._level_units -= u
         self._level = self._level_units * CORE_UNIT
+        return True
+
+    def _add(self, u: int) -> bool:
+        """Add ``u`` units if they fit under the capacity."""
+        if self._level_units + u > self._cap_units:
+            return False
+        self._level_units += u
+        self._level = self._level_units * CORE_UNIT
+        return True
 
     def _do_put(self, event: simpy.resources.container.ContainerPut) -> bool | None:
-        u = self._units(event.amount)
-        if self._level_units + u <= self._cap_units:
-            self._level_units += u
-            self._level = self._level_units * CORE_UNIT
+        if self._add(self._units(event.amount)):
             event.succeed()
             return True
         return None
 
     def _do_get(self, event: simpy.resources.container.ContainerGet) -> bool | None:
-        u = self._units(event.amount)
-        if self._level_units >= u:
-            self._level_units -= u
-            self._level = self._level_units * CORE_UNIT
+        if self._take(self._units(event.amount)):
             event.succeed()
             return True
         return None
