@@ -8,7 +8,7 @@ reference, with an example.
 Documented API (what applications may import):
 
 - from ``dlrmsim.engine``: :class:`Simulation` (``compute``, ``transfer``, ``transfer_nodes``, ``collective``,
-  ``alltoallv``, ``run``), :class:`CommSettings`, :class:`Record`, :func:`records_frame`,
+  ``alltoallv``, ``run``), :func:`gc_paused`, :class:`CommSettings`, :class:`Record`, :func:`records_frame`,
   :func:`write_chrome_trace`, and the collective registry (:data:`ALGORITHMS`, :func:`algorithm`,
   :class:`Phase`, :class:`FlowSpec`, :class:`CollectiveContext`);
 - :mod:`dlrmsim.engine.costs`: the cost formulas as small pure functions (roofline task time, GEMM
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from dlrmsim.engine.frames import records_frame
     from dlrmsim.engine.records import Record
     from dlrmsim.engine.resources import CommSettings
-    from dlrmsim.engine.simulation import Simulation
+    from dlrmsim.engine.simulation import Simulation, gc_paused
     from dlrmsim.engine.trace import write_chrome_trace
 
 # Exports load on first use (PEP 562), so that importing a submodule (e.g. a CLI module) does not import the
@@ -45,6 +45,7 @@ _EXPORTS: dict[str, str] = {
     "Phase": "dlrmsim.engine.collectives",
     "algorithm": "dlrmsim.engine.collectives",
     "Simulation": "dlrmsim.engine.simulation",
+    "gc_paused": "dlrmsim.engine.simulation",
     "Record": "dlrmsim.engine.records",
     "records_frame": "dlrmsim.engine.frames",
     "CommSettings": "dlrmsim.engine.resources",
@@ -60,6 +61,7 @@ __all__ = [
     "Record",
     "Simulation",
     "algorithm",
+    "gc_paused",
     "records_frame",
     "write_chrome_trace",
 ]

@@ -16,8 +16,10 @@ All times are seconds of simulated time, sizes bytes, rates B/s and flop/s.
 
 from __future__ import annotations
 
+import gc
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 import simpy
@@ -37,6 +39,24 @@ _I0 = np.zeros(0, dtype=np.int64)
 
 # Engine counters summed over every Simulation.run of this process (benchmarks read them around a command).
 RUN_TOTALS: Counter[str] = Counter()
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector inside the block; reference counting still frees everything.
+
+    A simulation allocates tasks, events and flow batches by the hundred thousand, and every few thousand
+    allocations the collector traverses the tracked objects, the simulation's long-lived state included, to find
+    next to no cycles: a 1024-rank iteration ran 5 full collections that freed 62 objects, about a tenth of its
+    wall time. Nested uses leave the collector as the outermost found it.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 class Simulation:
@@ -102,9 +122,11 @@ class Simulation:
         return self.env.now
 
     def run(self, until: float | simpy.Event | None = None) -> None:
-        """Run until no events are left, or until a time (s) or an event."""
+        """Run until no events are left, or until a time (s) or an event (with the cyclic collector paused,
+        :func:`gc_paused`)."""
         try:
-            self.env.run(until=until)
+            with gc_paused():
+                self.env.run(until=until)
         finally:
             self._log.records  # noqa: B018 - materialise, so that lists held from before see every record
             RUN_TOTALS.update({k: v - self._counted.get(k, 0) for k, v in self.fluid.stats.items()})

@@ -22,7 +22,7 @@ from dlrmsim.engine.backends import Backend, load_backend
 from dlrmsim.engine.costs import MATRIX_KINDS, fixed_time_s, progress_thread_interference
 from dlrmsim.engine.records import Record
 from dlrmsim.engine.resources import CommSettings
-from dlrmsim.engine.simulation import Simulation
+from dlrmsim.engine.simulation import Simulation, gc_paused
 from dlrmsim.errors import DlrmsimError
 from dlrmsim.topologies import load_topology
 from dlrmsim.topologies.builder import load_spec
@@ -482,6 +482,11 @@ def run_iteration(inputs: Inputs, cfg: TrainingConfig, record_flows: bool = True
     at 1024 ranks an alltoall alone is a million flows. ``run_ahead=False`` keeps every instant of a collective in
     Python (see :class:`dlrmsim.engine.simulation.Simulation`), for comparison.
     """
+    with gc_paused():  # building a 1024-rank program allocates some 100,000 tasks and steps: see gc_paused
+        return _run_iteration(inputs, cfg, record_flows, run_ahead)
+
+
+def _run_iteration(inputs: Inputs, cfg: TrainingConfig, record_flows: bool, run_ahead: bool) -> TrainingResult:
     graph = build_iteration(inputs.workload, inputs.placement, inputs.settings)
     comm = comm_settings(inputs.backend, inputs.topology.compute(0).cores)
     sim = Simulation(inputs.topology, seed=cfg.seed, comm=comm, record_flows=record_flows, run_ahead=run_ahead)

@@ -13,7 +13,6 @@ wait for it; the dense optimizer waits for every allreduce.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -688,9 +687,10 @@ def bytes_since_lookups(program: list[Step]) -> list[float]:
 def _evolve(task: Task, **changes: object) -> Task:
     """``dataclasses.replace(task, **changes)`` for a Task, which has no ``__post_init__``: a copy with the fields
     set, without replace's field-by-field re-construction (a 1024-rank program builds some 50,000 of them)."""
-    out = copy.copy(task)
-    for name, value in changes.items():
-        object.__setattr__(out, name, value)  # a frozen dataclass's own fields, on a fresh copy
+    out = object.__new__(Task)
+    fields = out.__dict__  # a frozen dataclass's own fields, on a fresh instance (copy.copy costs ten times more)
+    fields.update(task.__dict__)
+    fields.update(changes)
     return out
 
 

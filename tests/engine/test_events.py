@@ -102,3 +102,36 @@ def test_records_frame_and_chrome_trace(tmp_path) -> None:  # noqa: ANN001
     link_events = [e for e in events if e["ph"] == "X" and e["pid"] == 2]
     assert len(link_events) == 2 * 24  # every flow on its two links
     assert records_frame([]).empty
+
+
+def test_run_pauses_the_cyclic_collector_and_restores_it() -> None:
+    # Because a run allocates objects by the hundred thousand and the cyclic collector found next to nothing to
+    # free, Simulation.run pauses it (gc_paused); a caller's collector must come back as it was, also when the
+    # run raises, and a caller that had it off must find it still off.
+    import gc
+
+    from dlrmsim.engine import gc_paused
+
+    seen: list[bool] = []
+    sim = Simulation(two_node(bw=1 * GB, lat=1e-4))
+
+    def probe():
+        seen.append(gc.isenabled())
+        yield sim.env.timeout(1e-3)
+        raise RuntimeError("boom")
+
+    sim.env.process(probe())
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError, match="boom"):
+        sim.run()
+    assert seen == [False]
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gc_paused():
+            with gc_paused():
+                pass
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
