@@ -390,24 +390,27 @@ class Network:
         cap = np.empty(nf)
         delay = np.empty(nf)
         nic = np.empty(nf, dtype=bool)
-        acts: list[np.ndarray] = []
-        ress: list[np.ndarray] = []
-        ws: list[np.ndarray] = []
         starts = np.flatnonzero(np.concatenate([[True], src[1:] != src[:-1]]))  # src is sorted
         uniq = src[starts]
-        bounds = np.append(starts, nf)
+        bounds = np.append(starts, nf).tolist()
+        # Each source's route entries go straight into one array of all the pairs' link entries, at an offset
+        # counted first (concatenating per-source pieces was a copy of some 4M entries at 1024 ranks).
+        routes = []
+        offsets = [0]
         for k, s in enumerate(uniq.tolist()):
             sr = self.source_routes(s)
             d = dst[bounds[k] : bounds[k + 1]]
             if not sr.reachable[d].all():
                 bad = self.nodes[int(d[~sr.reachable[d]][0])]
                 raise DlrmsimError(f"no route from '{self.nodes[s]}' to '{bad}'", source=self.topology.source)
-            a, r, w = _source_pairs(int(bounds[k]), d, sr.lane_cap, sr.latency, sr.overhead, sr.nic, sr.ptr, sr.res, sr.w,
-                                    cap, delay, nic)  # fmt: skip
-            if len(a):
-                acts.append(a)
-                ress.append(r)
-                ws.append(w)
+            routes.append((sr, d))
+            offsets.append(offsets[-1] + int((sr.ptr[d + 1] - sr.ptr[d]).sum()))
+        l_act = np.empty(offsets[-1], dtype=np.int64)  # ascending: sources, then pairs
+        l_res = np.empty(offsets[-1], dtype=np.int64)
+        l_w = np.empty(offsets[-1])
+        for k, (sr, d) in enumerate(routes):
+            _source_pairs(bounds[k], d, sr.lane_cap, sr.latency, sr.overhead, sr.nic, sr.ptr, sr.res, sr.w,
+                          cap, delay, nic, l_act, l_res, l_w, offsets[k])  # fmt: skip
         delay += self.comm.message_overhead_s
         same = src == dst
         cap[same] = np.inf
@@ -425,20 +428,17 @@ class Network:
             if copy > 0:
                 ports[fi, 2] = self.mem[src[fi]]
                 ports[fi, 3] = self.mem[dst[fi]]
-        l_act = np.concatenate(acts) if acts else np.zeros(0, dtype=np.int64)  # ascending: sources, then pairs
-        l_res = np.concatenate(ress) if acts else np.zeros(0, dtype=np.int64)
-        l_w = np.concatenate(ws) if acts else np.zeros(0)
-        e_res, e_w, cnt = _pair_entries(l_act, l_res, l_w, ports, port_w)
+        cnt = _pair_entry_counts(l_act, ports)
         first = self._n_pairs
         n_ent = int(self._pair_ptr[first])
-        self._reserve(first + nf, n_ent + len(e_res))
+        total = int(cnt.sum())
+        self._reserve(first + nf, n_ent + total)
         self._pair_cap[first : first + nf] = cap
         self._pair_delay[first : first + nf] = delay
         self._pair_same[first : first + nf] = same
         self._any_same_pair = self._any_same_pair or bool(same.any())
         self._pair_ptr[first + 1 : first + nf + 1] = n_ent + np.cumsum(cnt)
-        self._pair_res[n_ent : n_ent + len(e_res)] = e_res
-        self._pair_w[n_ent : n_ent + len(e_res)] = e_w
+        _write_pair_entries(l_act, l_res, l_w, ports, port_w, self._pair_res, self._pair_w, n_ent)
         self._n_pairs = first + nf
         self._pair_tab[self._src_row[src], dst] = np.arange(first, first + nf)
 
@@ -489,19 +489,26 @@ def _source_pairs(
     cap: np.ndarray,
     delay: np.ndarray,
     nic: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    l_act: np.ndarray,
+    l_res: np.ndarray,
+    l_w: np.ndarray,
+    at: int,
+) -> None:
     """Templates of one source's new pairs to destinations ``d`` (pairs ``first``, ``first + 1``, ...): write
     each pair's rate cap, start delay and NIC flag from the source's routes (``ptr``/``res``/``w``: per
-    destination, its route's resources and weights); return the pairs' link entries (pair, resource, weight)."""
+    destination, its route's resources and weights), and the pairs' link entries (pair, resource, weight) into
+    ``l_act``/``l_res``/``l_w`` from index ``at``, pair by pair."""
+    k = at
     for j in range(d.shape[0]):
         t = d[j]
         cap[first + j] = lane_cap[t]
         delay[first + j] = latency[t] + overhead[t]
         nic[first + j] = nic_of[t]
-    e_act, e_res, e_w = _gather_entries(d, ptr, res, w)  # a pair's routes are stored as a flow's pair entries
-    for k in range(e_act.shape[0]):
-        e_act[k] += first
-    return e_act, e_res, e_w
+        for i in range(ptr[t], ptr[t + 1]):
+            l_act[k] = first + j
+            l_res[k] = res[i]
+            l_w[k] = w[i]
+            k += 1
 
 
 @njit(cache=True)
@@ -527,27 +534,36 @@ def _gather_entries(
 
 
 @njit(cache=True)
-def _pair_entries(
-    l_act: np.ndarray, l_res: np.ndarray, l_w: np.ndarray, ports: np.ndarray, port_w: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Pairs' resource entries laid out pair by pair: each pair's link entries (``l_act`` its pair, ascending)
-    in their order, then its ports (``ports`` row, -1 none) in column order with ``port_w``'s weights; returns
-    (resources, weights, entries per pair)."""
+def _pair_entry_counts(l_act: np.ndarray, ports: np.ndarray) -> np.ndarray:
+    """Entries per pair: its link entries (``l_act``: each one's pair) and its ports (``ports`` row, -1 none)."""
     nf = ports.shape[0]
     cnt = np.zeros(nf, dtype=np.int64)
     for i in range(l_act.shape[0]):
         cnt[l_act[i]] += 1
-    total = l_act.shape[0]
     for i in range(nf):
         for c in range(ports.shape[1]):
             if ports[i, c] >= 0:
                 cnt[i] += 1
-                total += 1
-    e_res = np.empty(total, dtype=np.int64)
-    e_w = np.empty(total)
-    k = 0
+    return cnt
+
+
+@njit(cache=True)
+def _write_pair_entries(
+    l_act: np.ndarray,
+    l_res: np.ndarray,
+    l_w: np.ndarray,
+    ports: np.ndarray,
+    port_w: np.ndarray,
+    e_res: np.ndarray,
+    e_w: np.ndarray,
+    at: int,
+) -> None:
+    """Pairs' resource entries laid out pair by pair into ``e_res``/``e_w`` from index ``at``: each pair's link
+    entries (``l_act`` its pair, ascending) in their order, then its ports (``ports`` row, -1 none) in column order
+    with ``port_w``'s weights."""
+    k = at
     j = 0
-    for i in range(nf):
+    for i in range(ports.shape[0]):
         while j < l_act.shape[0] and l_act[j] == i:
             e_res[k] = l_res[j]
             e_w[k] = l_w[j]
@@ -558,7 +574,6 @@ def _pair_entries(
                 e_res[k] = ports[i, c]
                 e_w[k] = port_w[c]
                 k += 1
-    return e_res, e_w, cnt
 
 
 def _sorted_unique(a: np.ndarray) -> np.ndarray:
