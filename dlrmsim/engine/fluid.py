@@ -775,9 +775,10 @@ def _solve_rates(
             weighted = True
             break
     if weighted:
-        e_w = e_w * share[e_act]
         caps = caps / share
-    rate = maxmin_rates(n, e_act, E[1, :m], e_w, res_cap, caps)
+        rate = maxmin_rates(n, e_act, E[1, :m], e_w, res_cap, caps, share)  # entry weights times shares, inline
+    else:
+        rate = maxmin_rates(n, e_act, E[1, :m], e_w, res_cap, caps)
     t_next = np.inf
     for a in range(n):
         r = rate[a] * share[a] if weighted else rate[a]

@@ -30,6 +30,7 @@ def maxmin_rates(
     e_w: np.ndarray,
     res_cap: np.ndarray,
     act_cap: np.ndarray,
+    act_share: np.ndarray | None = None,
 ) -> np.ndarray:
     """Max-min fair rates by progressive filling, with per-activity caps.
 
@@ -40,6 +41,10 @@ def maxmin_rates(
 
     An activity at its cap that leaves every resource unsaturated needs no filling (the common case of compute
     tasks); otherwise :func:`progressive_filling` does the rounds.
+
+    ``act_share`` (optional): a factor per activity on all its entries' weights, ``e_w[i] * act_share[e_act[i]]``,
+    multiplied where the weights are first read instead of into a weighted copy of the entries (at 1024 ranks
+    the copy was 8M entries per solve); the same products, so the same rates as passing that copy.
     """
     m = e_act.shape[0]
     n_res = res_cap.shape[0]
@@ -57,7 +62,8 @@ def maxmin_rates(
     if m:
         load = np.zeros(n_res)
         for i in range(m):
-            load[e_res[i]] += e_w[i] * act_cap[e_act[i]]
+            w = e_w[i] if act_share is None else e_w[i] * act_share[e_act[i]]
+            load[e_res[i]] += w * act_cap[e_act[i]]
         fits = True
         for r in range(n_res):
             if not load[r] <= res_cap[r] * UNSATURATED_MARGIN:
@@ -73,7 +79,7 @@ def maxmin_rates(
                 break
         if finite:
             return act_cap.copy()
-    return progressive_filling(n_act, e_act, e_res, e_w, res_cap, act_cap)
+    return progressive_filling(n_act, e_act, e_res, e_w, res_cap, act_cap, act_share)
 
 
 @njit(cache=True)
@@ -101,6 +107,7 @@ def progressive_filling(
     e_w: np.ndarray,
     res_cap: np.ndarray,
     act_cap: np.ndarray,
+    act_share: np.ndarray | None = None,
 ) -> np.ndarray:
     """:func:`maxmin_rates` without its unsaturated fast path (same arguments, same result): round by round.
 
@@ -141,9 +148,9 @@ def progressive_filling(
             for r in range(n_res):  # (plain loops: slice assignment multiplies the compile time)
                 wsum[r] = 0.0
             if first:
-                _weight_sums(e_res, e_w, k, wsum)
+                _weight_sums(e_act, e_res, e_w, k, wsum, act_share)
             else:
-                _weight_sums(er, ew, k, wsum)
+                _weight_sums(ea, er, ew, k, wsum, None)
             for r in range(n_res):
                 left = res_cap[r] if first else max(res_cap[r] - used[r], 0.0)
                 t_res[r] = left / wsum[r]
@@ -178,9 +185,9 @@ def progressive_filling(
             for r in range(n_res):
                 add[r] = 0.0
             if first:
-                k = _compact_entries(e_act, e_res, e_w, k, mark, rate, add, ea, er, ew)
+                k = _compact_entries(e_act, e_res, e_w, k, mark, rate, add, ea, er, ew, act_share)
             else:
-                k = _compact_entries(ea, er, ew, k, mark, rate, add, ea, er, ew)
+                k = _compact_entries(ea, er, ew, k, mark, rate, add, ea, er, ew, None)
             for r in range(n_res):
                 used[r] = add[r] if first else used[r] + add[r]
         first = False
@@ -188,10 +195,10 @@ def progressive_filling(
 
 
 @njit(cache=True, error_model="numpy")
-def _weight_sums(er: np.ndarray, ew: np.ndarray, k: int, wsum: np.ndarray) -> None:
-    """Add each of the first ``k`` entries' weight to its resource's sum."""
+def _weight_sums(ea: np.ndarray, er: np.ndarray, ew: np.ndarray, k: int, wsum: np.ndarray, share: np.ndarray | None) -> None:
+    """Add each of the first ``k`` entries' weight (times its activity's ``share`` if given) to its resource's sum."""
     for i in range(k):
-        wsum[er[i]] += ew[i]
+        wsum[er[i]] += ew[i] if share is None else ew[i] * share[ea[i]]
 
 
 @njit(cache=True, error_model="numpy")
@@ -238,17 +245,20 @@ def _compact_entries(
     oa: np.ndarray,
     orr: np.ndarray,
     ow: np.ndarray,
+    share: np.ndarray | None,
 ) -> int:
     """Add the load of the first ``k`` entries of activities frozen this round (``mark``) to ``add``; copy the
-    others, in order, to the front of ``oa, orr, ow`` (which may be ``ea, er, ew`` themselves); return how many."""
+    others, in order, to the front of ``oa, orr, ow`` (which may be ``ea, er, ew`` themselves); return how many.
+    Weights are multiplied by their activity's ``share`` if given (the copies keep the products)."""
     j = 0
     for i in range(k):
         a = ea[i]
+        w = ew[i] if share is None else ew[i] * share[a]
         if mark[a]:
-            add[er[i]] += ew[i] * rate[a]
+            add[er[i]] += w * rate[a]
         else:
             oa[j] = a
             orr[j] = er[i]
-            ow[j] = ew[i]
+            ow[j] = w
             j += 1
     return j
