@@ -97,3 +97,32 @@ def test_running_ahead_stops_at_until() -> None:
     assert 0 < len(ahead) == len(python)
     for a, b in zip(ahead, python, strict=True):
         assert a[:3] == b[:3] and a[3:] == pytest.approx(b[3:], rel=1e-9)
+
+
+def _csr(key: np.ndarray, n_keys: int) -> tuple[np.ndarray, np.ndarray]:
+    order = np.argsort(key, kind="stable")
+    return np.searchsorted(key[order], np.arange(n_keys + 1)), order
+
+
+@pytest.mark.parametrize("entering", [1, 3, 8])
+def test_sends_to_start_lists_each_startable_flow_once_in_order(entering: int) -> None:
+    # Because with rendezvous a flow is listed from both its ends, sends_to_start must return each startable flow
+    # once, ascending, whether it sorts a few listings (some ranks entering) or marks many (all entering at once).
+    from dlrmsim.engine.phases import sends_to_start
+
+    rng = np.random.default_rng(entering)
+    p, n_phases, n_flows = 8, 3, 300
+    fsrc, fdst, fk = rng.integers(0, p, n_flows), rng.integers(0, p, n_flows), rng.integers(0, n_phases, n_flows)
+    s_ptr, s_order = _csr(fk * p + fsrc, n_phases * p)
+    d_ptr, d_order = _csr(fk * p + fdst, n_phases * p)
+    cur = rng.integers(0, n_phases, p)
+    grp = np.sort(rng.choice(p, entering, replace=False))
+    ks = cur[grp]
+    got = sends_to_start(ks, grp, p, s_ptr, s_order, d_ptr, d_order, fsrc, fdst, fk, cur, True)
+    entered = set(zip(ks.tolist(), grp.tolist(), strict=True))
+    want = [
+        f
+        for f in range(n_flows)
+        if ((fk[f], fsrc[f]) in entered and cur[fdst[f]] >= fk[f]) or ((fk[f], fdst[f]) in entered and cur[fsrc[f]] >= fk[f])
+    ]
+    assert got.tolist() == want
