@@ -2,7 +2,9 @@
 
 Each row runs one CLI command in a fresh interpreter (so peak resident memory is that command's own) and reports
 wall time (the median of ``--repeat`` runs, imports excluded) and the process's CPU time beside it (less
-sensitive to other load on a shared machine), the engine's counters summed over the command's
+sensitive to other load on a shared machine), the time of the same command run again in that process (``again_s``:
+what each further point of a sweep or notebook costs once modules and compiled kernels are loaded; not for the
+demo), the engine's counters summed over the command's
 simulations (``dlrmsim.engine.simulation.RUN_TOTALS``: fluid activities started and finished, rate solves,
 solver wake-ups, SimPy events scheduled) and the peak RSS. Counters are deterministic, so they compare across
 machines and loads; wall times only on one machine.
@@ -51,7 +53,18 @@ with contextlib.redirect_stdout(io.StringIO()):
 wall = time.perf_counter() - imported
 cpu = time.process_time() - cpu0
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-print(json.dumps({"wall_s": wall, "cpu_s": cpu, "import_s": imported - t0, "peak_rss_B": rss, **RUN_TOTALS}))
+totals = dict(RUN_TOTALS)
+again = None
+if sys.argv[1] != "demo":  # the same command once more in this process: a sweep's further points
+    t1 = time.perf_counter()
+    with contextlib.redirect_stdout(io.StringIO()):
+        try:
+            main(sys.argv[1:])
+        except SystemExit as exc:
+            if exc.code not in (0, None):
+                raise
+    again = time.perf_counter() - t1
+print(json.dumps({"wall_s": wall, "again_s": again, "cpu_s": cpu, "import_s": imported - t0, "peak_rss_B": rss, **totals}))
 """
 
 
@@ -82,6 +95,7 @@ def measure(name: str, args: tuple[str, ...], goal: float | None, repeat: int, t
         "wall_min_s": min(walls),
         "wall_max_s": max(walls),
         "cpu_s": statistics.median(r["cpu_s"] for r in ok),
+        "again_s": statistics.median(r["again_s"] for r in ok) if ok[0].get("again_s") is not None else None,
     }
     row["peak_rss_MB"] = row.pop("peak_rss_B") / 2**20
     row["meets_goal"] = None if goal is None else row["wall_s"] < goal
@@ -137,11 +151,16 @@ def _print(r: dict) -> None:
         return
     goal = "" if r["goal_s"] is None else f"goal < {r['goal_s']:g} s: {'ok' if r['meets_goal'] else 'MISSED'}"
     print(
-        f"{r['row']:<26} {r['wall_s']:8.2f} s (cpu {r['cpu_s']:.2f} s)  {r['peak_rss_MB']:7.0f} MB  activities "
+        f"{r['row']:<26} {r['wall_s']:8.2f} s (cpu {r['cpu_s']:.2f} s, again {_seconds(r.get('again_s'))})  "
+        f"{r['peak_rss_MB']:7.0f} MB  activities "
         f"{r.get('activities', 0):>9}  "
         f"solves {r.get('solves', 0):>7}  wakeups {r.get('wakeups', 0):>7}  simpy events {r.get('simpy_events', 0):>9}  {goal}",
         flush=True,
     )
+
+
+def _seconds(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f} s"
 
 
 if __name__ == "__main__":
