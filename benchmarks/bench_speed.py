@@ -43,27 +43,25 @@ t0 = time.perf_counter()
 from dlrmsim.cli import main
 from dlrmsim.engine.simulation import RUN_TOTALS
 imported = time.perf_counter()
-cpu0 = time.process_time()
-with contextlib.redirect_stdout(io.StringIO()):
-    try:
-        main(sys.argv[1:])
-    except SystemExit as exc:
-        if exc.code not in (0, None):
-            raise
-wall = time.perf_counter() - imported
-cpu = time.process_time() - cpu0
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-totals = dict(RUN_TOTALS)
-again = None
-if sys.argv[1] != "demo":  # the same command once more in this process: a sweep's further points
-    t1 = time.perf_counter()
+
+
+def timed_command():
+    t = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()):
         try:
             main(sys.argv[1:])
         except SystemExit as exc:
             if exc.code not in (0, None):
                 raise
-    again = time.perf_counter() - t1
+    return time.perf_counter() - t
+
+
+cpu0 = time.process_time()
+wall = timed_command()
+cpu = time.process_time() - cpu0
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+totals = dict(RUN_TOTALS)
+again = timed_command() if sys.argv[1] != "demo" else None  # the same command again here: a sweep's further points
 print(json.dumps({"wall_s": wall, "again_s": again, "cpu_s": cpu, "import_s": imported - t0, "peak_rss_B": rss, **totals}))
 """
 
