@@ -73,6 +73,12 @@ def calibrated_compute(
         llc_bytes=host.llc_bytes * cores / host.cores,
         task_overhead_s=cal.overhead.task_overhead_s(cores) if cal.overhead is not None else spec.task_overhead_s,
         op_overhead_s=cal.overhead.op_overhead_s(cores) if cal.overhead is not None else spec.op_overhead_s,
+        fork_join_s=cal.overhead.fork_join_s(cores) if cal.overhead is not None else spec.fork_join_s,
+        parallel_grain_elements=(
+            cal.overhead.parallel_grain_elements
+            if cal.overhead is not None and cal.overhead.parallel_grain_elements is not None
+            else spec.parallel_grain_elements
+        ),
         # The dispatch benchmark times its first op after the ops' cache flush (Ops.flush).
         task_overhead_after_bytes=(
             FLUSH_LLC_MULTIPLE * host.llc_bytes if cal.overhead is not None else spec.task_overhead_after_bytes

@@ -167,7 +167,7 @@ def fit_calibration(host: HostInfo, measurements: list[Measurement]) -> Calibrat
     """Fit every part of the cost model to ``measurements`` taken on ``host``; the calibration they make."""
     host = peak_bound_host(measurements, host)
     memory = fit_memory(measurements, host)
-    overhead = fit_overhead(measurements)
+    overhead = fit_overhead(measurements, host.backend)
     gemm = fit_gemm(measurements, host, memory, overhead)
     embedding = fit_embedding(measurements, memory, overhead, host)
     collectives = fit_collectives(measurements)

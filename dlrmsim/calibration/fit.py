@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dlrmsim.calibration.host import peak_gflops, raise_peak_to
+from dlrmsim.calibration.ops.base import TORCH_GRAIN_ELEMENTS
 from dlrmsim.calibration.schema import (
     CollectiveFit,
     EmbeddingFit,
@@ -426,9 +427,10 @@ def fit_tbe(
     return fit_embedding(rows, memory, overhead, host, sorted_update=True) if rows else []
 
 
-def fit_overhead(measurements: Sequence[Measurement]) -> OverheadFit | None:
+def fit_overhead(measurements: Sequence[Measurement], backend: str | None = None) -> OverheadFit | None:
     """Per-op fixed costs at each core count: the median over element counts of the dispatch benchmark's
-    first-op-after-flush times (a task's first op) and of its following ops' times (each further op)."""
+    first-op-after-flush times (a task's first op) and of its following ops' times (each further op); and the
+    thread pool's fork and join per parallel element-wise op (:func:`fork_join_table`)."""
     by_position: dict[str, dict[int, list[float]]] = {"first": defaultdict(list), "rest": defaultdict(list)}
     for m in measurements:
         if m.benchmark == "dispatch":
@@ -439,7 +441,29 @@ def fit_overhead(measurements: Sequence[Measurement]) -> OverheadFit | None:
     def table(rows: dict[int, list[float]]) -> list[tuple[int, float]]:
         return [(c, _sig(float(np.median(v)) * 1e6, 4)) for c, v in sorted(rows.items())]
 
-    return OverheadFit(task_overhead_us_by_cores=table(by_position["first"]), op_overhead_us_by_cores=table(by_position["rest"]))
+    forks, grain = fork_join_table(measurements, TORCH_GRAIN_ELEMENTS if backend == "torch" else math.inf)
+    return OverheadFit(
+        task_overhead_us_by_cores=table(by_position["first"]),
+        op_overhead_us_by_cores=table(by_position["rest"]),
+        fork_join_us_by_cores=forks,
+        parallel_grain_elements=grain,
+    )
+
+
+def fork_join_table(
+    measurements: Sequence[Measurement], default_grain: float = math.inf
+) -> tuple[list[tuple[int, float]], float | None]:
+    """The fork and join of one parallel element-wise op per core count (microseconds), and the grain it applies
+    above: the fork benchmark's warm op at c cores less its 1-core time / c, which is the op's own work split
+    perfectly (its vectors sit in the cores' private caches), floored at 0. Empty without the benchmark's 1-core
+    row, or where the backend's element-wise ops never split (grain inf). Measurements from before the grain was
+    recorded take ``default_grain`` (the calibration's backend's)."""
+    warm = {m.cores: m for m in measurements if m.benchmark == "fork" and m.params.get("position") == "warm"}
+    grain = float(warm[1].params.get("grain", default_grain)) if 1 in warm else math.inf
+    if not math.isfinite(grain):
+        return [], None
+    one = warm[1].time_s
+    return [(c, _sig(max(0.0, m.time_s - one / c) * 1e6, 4)) for c, m in sorted(warm.items()) if c > 1], grain
 
 
 def dispatch_s(overhead: OverheadFit | None, cores: int, ops: float) -> float:

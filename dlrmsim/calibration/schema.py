@@ -157,8 +157,24 @@ class OverheadFit(StrictModel):
         "(empty: a calibration from before this split; every op then costs the first op's time)",
     )
 
+    fork_join_us_by_cores: list[tuple[Annotated[int, Field(gt=0)], Annotated[float, Field(ge=0)]]] = Field(
+        default_factory=list,
+        description="[[cores, microseconds], ...]: the thread pool's fork and join per element-wise op above "
+        "parallel_grain_elements, warm (the fork benchmark's op at these cores less its 1-core time / cores); "
+        "empty: not measured, or a backend whose element-wise ops never split",
+    )
+    parallel_grain_elements: Annotated[float, Field(gt=0)] | None = Field(
+        None, description="elements above which the backend splits an element-wise op over its threads"
+    )
+
     def task_overhead_s(self, cores: int) -> float:
         return nearest_cores(self.task_overhead_us_by_cores, cores, of=lambda r: r[0])[1] * 1e-6
+
+    def fork_join_s(self, cores: int) -> float:
+        """Fork and join of one parallel element-wise op at ``cores`` threads (s); 0 at one core or unmeasured."""
+        if cores <= 1 or not self.fork_join_us_by_cores:
+            return 0.0
+        return nearest_cores(self.fork_join_us_by_cores, cores, of=lambda r: r[0])[1] * 1e-6
 
     def op_overhead_s(self, cores: int) -> float:
         return nearest_cores(self.op_overhead_us_by_cores or self.task_overhead_us_by_cores, cores, of=lambda r: r[0])[1] * 1e-6

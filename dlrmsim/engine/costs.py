@@ -7,6 +7,7 @@ compare simulated times against the other formulas here. Units: seconds, bytes, 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dlrmsim.topologies.topology import ComputeSpec
@@ -140,6 +141,16 @@ def dispatch_overhead_s(spec: ComputeSpec, ops: float, prev_bytes: float = math.
     """:func:`dispatch_time_s` at :func:`first_op_s` (first op, after ``prev_bytes`` of the rank's traffic) and
     ``op_overhead_s`` (each further op)."""
     return dispatch_time_s(first_op_s(spec, prev_bytes), spec.op_overhead_s, ops)
+
+
+def fork_join_time_s(spec: ComputeSpec, op_elements: Sequence[float], cores: float) -> float:
+    """Thread-pool time (s) of a task's element-wise ops of ``op_elements`` elements each, run on ``cores`` cores:
+    every op above ``spec.parallel_grain_elements`` splits over the pool and pays ``spec.fork_join_s`` (waking the
+    pool's threads, handing out the chunks, waiting at the join); on one core nothing forks."""
+    if cores <= 1.0 or spec.fork_join_s <= 0.0:
+        return 0.0
+    grain = spec.parallel_grain_elements
+    return spec.fork_join_s * sum(1 for e in op_elements if e > grain)
 
 
 PAGE_TABLE_ENTRY_BYTES = 8  # one last-level page-table entry (x86-64, AArch64)

@@ -90,6 +90,14 @@ class ComputeSpec:
     # costs.cache_miss_share(its predecessor's bytes) / costs.cache_miss_share(this traffic), capped at 1
     # (costs.first_op_s). inf = always the whole surcharge.
     task_overhead_after_bytes: float = math.inf
+    # The thread pool's fork and join, seconds per element-wise op that splits over this spec's cores: an op on
+    # more than parallel_grain_elements elements runs in parallel (torch: at::internal::GRAIN_SIZE) and pays it on
+    # top of its share of the work (costs.fork_join_time_s). GEMM, embedding and interaction benchmarks time their
+    # own forks inside their fits; this is for the element-wise ops no benchmark times at scale (activations, the
+    # dense optimizer). 0 / inf = not modelled (built-in presets: no cited figure); a host calibration measures
+    # it ("fork" benchmark: a just-above-grain op at each core count against its 1-core time).
+    fork_join_s: float = 0.0
+    parallel_grain_elements: float = math.inf
     # Fixed time per looked-up row of an embedding op, by task kind (seconds per row on this spec's cores): the
     # per-row kernel work that does not scale with the row's bytes (one axpy call per gradient row in a sparse
     # update, one row copy per lookup). Empty = not modelled; a host calibration fits it beside the bandwidth.

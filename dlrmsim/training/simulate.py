@@ -19,7 +19,7 @@ from dlrmsim.calibration.apply import apply_calibration
 from dlrmsim.calibration.schema import load_calibration
 from dlrmsim.config import StrictModel
 from dlrmsim.engine.backends import Backend, load_backend
-from dlrmsim.engine.costs import MATRIX_KINDS, fixed_time_s, progress_thread_interference
+from dlrmsim.engine.costs import MATRIX_KINDS, fixed_time_s, fork_join_time_s, progress_thread_interference
 from dlrmsim.engine.records import Record
 from dlrmsim.engine.resources import CommSettings
 from dlrmsim.engine.simulation import Simulation, gc_paused
@@ -445,7 +445,7 @@ def _rank_process(
                 step.run_start,
                 step.visit,
                 prev_bytes,
-            )
+            ) + fork_join_time_s(sim.rank_resources[rank].spec, step.op_elements, cores)
             prev_bytes = step.bytes
             yield sim.compute(
                 rank,

@@ -85,6 +85,9 @@ class Task:
     reuse_bytes: float = 0.0  # bytes through the rank's cache between a table's forward and its update (ditto)
     run_start: bool = False  # the first of a run of same-kind tasks on its rank: pays ComputeSpec.run_start_s_by_kind
     visit: RowVisit | None = None  # an update's distinct rows, its table's rows and a row's bytes (costs.sorted_visits)
+    # Elements of each of its element-wise framework ops whose thread-pool fork no calibration benchmark times
+    # (activations, the dense optimizer); an op above the grain pays ComputeSpec.fork_join_s (costs.fork_join_time_s).
+    op_elements: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -154,7 +157,15 @@ def activation_task(w: Workload, layer: Layer, batch: int, backward: bool = Fals
     # rsub, rsub, add, log, mul, add, neg, mean) and 2 backward ((p - y) / n); counted from dlrm_runner.
     last = layer.part == "top" and layer.index == len(w.top_mlp) - 1
     ops = (2.0 if backward else 12.0) if last else 1.0
-    return Task(f"{layer.name}.act.{'bwd' if backward else 'fwd'}", "elementwise", float(batch * layer.fan_out), nbytes, ops=ops)
+    elements = float(batch * layer.fan_out)
+    return Task(
+        f"{layer.name}.act.{'bwd' if backward else 'fwd'}",
+        "elementwise",
+        elements,
+        nbytes,
+        ops=ops,
+        op_elements=(elements,) * int(ops),
+    )
 
 
 def embedding_forward_task(w: Workload, name: str, batch: int, columns: int, lookup_fraction: float = 1.0) -> Task:
@@ -625,14 +636,18 @@ class RankProgram:
             self.wait(f"allreduce{i}")
             self.add(copy_task(f"allreduce{i}.post", nbytes, s.allreduce_prepost_passes * 2 / 3))
         dense_params = self.placement.dense_params(w)
-        tensors = 2 * len(model.mlp_layers(w)) + len(self.placement.replicated_tables)  # each layer's weight and bias
+        # Each layer's weight and bias, and each replicated table: the optimizer's ops run once per tensor.
+        sizes = [float(n) for layer in model.mlp_layers(w) for n in (layer.fan_in * layer.fan_out, layer.fan_out)]
+        sizes += [float(w.table_rows[t] * w.embedding_dim) for t in self.placement.replicated_tables]
+        per_tensor = s.optimizer.ops_per_tensor
         self.add(
             Task(
                 "optimizer",
                 "optimizer",
                 flops=2.0 * dense_params,
                 bytes=s.optimizer.bytes_per_param * dense_params,
-                ops=s.optimizer.ops_per_tensor * tensors,
+                ops=per_tensor * len(sizes),
+                op_elements=tuple(n for n in sizes for _ in range(int(per_tensor))),
             )
         )
 

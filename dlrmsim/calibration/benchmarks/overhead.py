@@ -1,5 +1,5 @@
 """Per-op overhead benchmarks (fit.fit_overhead): the fixed cost of a framework op, first after a flush and
-further ops after it; and the thread pool's fork and join on an op just above torch's grain size (recorded only)."""
+further ops after it; and the thread pool's fork and join on an op just above torch's grain size."""
 
 from __future__ import annotations
 
@@ -64,8 +64,8 @@ def dispatch_task(k: Ops, cores: int, policy: TimingPolicy) -> BenchTask:
     return BenchTask("op dispatch", name, run, repeat=True)
 
 
-# torch splits an element-wise op over its thread pool only above this many elements (at::internal::GRAIN_SIZE,
-# [PyTorch-2.13] aten/src/ATen/Parallel.h); below it the op runs on the calling thread, as the dispatch ops above do.
+# Twice torch's grain size (Ops.parallel_grain_elements, at::internal::GRAIN_SIZE): the op splits over the thread
+# pool; below the grain it runs on the calling thread, as the dispatch ops above do.
 FORK_ELEMENTS = 2 * 32768
 # Idle time before a "wake" op: longer than the pool's threads spin before they sleep (libgomp spins for
 # GOMP_SPINCOUNT, 300,000 by default, a fraction of a millisecond), as between a step's parallel regions.
@@ -85,14 +85,16 @@ def time_fork(k: Ops, policy: TimingPolicy) -> tuple[list[float], list[float]]:
 def fork_task(k: Ops, cores: int, policy: TimingPolicy) -> BenchTask:
     """An element-wise op just above torch's grain size at ``cores`` threads, after an idle gap and then warm: at
     one thread the op itself, above it the op's share plus the thread pool's fork and join (and, after the gap,
-    waking its threads). Recorded, not fitted yet: nothing in the model charges a fork per op; the drift probe
-    re-times it, because on the 2-vCPU VM the small multi-threaded steps slowed by 40-70 % in spells that no
-    single-threaded benchmark saw (docs/calibration.md)."""
+    waking its threads). fit.fit_overhead takes the warm fork and join from it (``OverheadFit.fork_join_us_by_cores``);
+    the drift probe re-times it, because on the 2-vCPU VM the small multi-threaded steps slowed by 40-70 % in spells
+    that no single-threaded benchmark saw (docs/calibration.md)."""
     name = f"fork c{cores}"
 
     def run() -> list[Measurement]:
         with k.threads(cores):
-            return _multiply_measurements("fork", ("wake", "warm"), time_fork(k, policy), FORK_ELEMENTS, cores)
+            rows = _multiply_measurements("fork", ("wake", "warm"), time_fork(k, policy), FORK_ELEMENTS, cores)
+        # The grain travels with the measurement: the fit charges the fork to ops above it (fit.fit_overhead).
+        return [m.model_copy(update={"params": {**m.params, "grain": k.parallel_grain_elements}}) for m in rows]
 
     return BenchTask("thread-pool fork", name, run, repeat=True)
 

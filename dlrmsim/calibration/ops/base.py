@@ -13,6 +13,7 @@ One ``Ops`` object per backend (NumPy, or PyTorch CPU) carries everything that t
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -64,6 +65,9 @@ def make_indices(rows: int, count: int, distribution: str, exponent: float, rng:
 # Ops.flush streams this many times the last-level cache: enough that nothing of a timed call's code or data is left
 # in it (the simulator reads the same figure: ComputeSpec.task_overhead_after_bytes).
 FLUSH_LLC_MULTIPLE = 2
+# torch's at::internal::GRAIN_SIZE: an element-wise op on more elements is split over the intra-op thread pool
+# ([PyTorch-2.13] aten/src/ATen/Parallel.h; TensorIterator's for_each divides by it).
+TORCH_GRAIN_ELEMENTS = 32768.0
 
 
 class Ops(ABC):
@@ -71,6 +75,9 @@ class Ops(ABC):
     operations of a training step, on the backend's tensors (``tensor`` converts a NumPy array to one)."""
 
     name: str
+    # Elements above which the backend splits one element-wise op over its threads (fork and join); inf: never
+    # (NumPy's ufuncs run on the calling thread).
+    parallel_grain_elements: float = math.inf
 
     # --- threads and versions ---------------------------------------------------------------------------------
 

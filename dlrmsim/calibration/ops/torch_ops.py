@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from dlrmsim.calibration.ops.base import Op, Ops
+from dlrmsim.calibration.ops.base import TORCH_GRAIN_ELEMENTS, Op, Ops
 
 
 @contextmanager
@@ -36,6 +36,7 @@ def torch_threads(n: int) -> Iterator[None]:
 
 class TorchOps(Ops):
     name = "torch"
+    parallel_grain_elements = TORCH_GRAIN_ELEMENTS
 
     def __init__(self) -> None:
         self._outputs: dict[int, Any] = {}
