@@ -27,7 +27,13 @@ def _fork(cores: int, position: str, seconds: float, grain: float | None = TORCH
     if grain is not None:
         params["grain"] = grain
     return Measurement(
-        benchmark="fork", name=f"fork {position} c{cores}", cores=cores, params=params, bytes=12 * 65536, time_s=seconds, repeats=5
+        benchmark="fork",
+        name=f"fork {position} c{cores}",
+        cores=cores,
+        params=params,
+        bytes=12 * 65536,
+        time_s=seconds,
+        repeats=5,
     )
 
 

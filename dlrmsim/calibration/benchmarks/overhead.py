@@ -3,6 +3,7 @@ further ops after it; and the thread pool's fork and join on an op just above to
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import Literal
@@ -93,7 +94,10 @@ def fork_task(k: Ops, cores: int, policy: TimingPolicy) -> BenchTask:
     def run() -> list[Measurement]:
         with k.threads(cores):
             rows = _multiply_measurements("fork", ("wake", "warm"), time_fork(k, policy), FORK_ELEMENTS, cores)
-        # The grain travels with the measurement: the fit charges the fork to ops above it (fit.fit_overhead).
+        # The grain travels with the measurement: the fit charges the fork to ops above it (fit.fit_overhead). A
+        # backend that never splits an op (NumPy) records none, and the fit then fits no fork.
+        if not math.isfinite(k.parallel_grain_elements):
+            return rows
         return [m.model_copy(update={"params": {**m.params, "grain": k.parallel_grain_elements}}) for m in rows]
 
     return BenchTask("thread-pool fork", name, run, repeat=True)
