@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from dlrmsim.calibration.agreement import compare
 from dlrmsim.calibration.benchmarks.eq_check import eq_specs
 from dlrmsim.calibration.benchmarks.plan import unstable_benchmarks
 from dlrmsim.calibration.calibrate import partial_path, run_calibration
@@ -14,6 +15,7 @@ from dlrmsim.calibration.compare import error_summary
 from dlrmsim.calibration.fit import NO_BYTE_TERM_GBPS
 from dlrmsim.calibration.host import peak_gflops
 from dlrmsim.calibration.schema import Calibration, load_calibration
+from dlrmsim.calibration.validate import load_cases
 
 
 def test_file_written_valid_and_round_trips(quick_cal_path: Path, quick_cal: Calibration) -> None:
@@ -135,7 +137,16 @@ def test_two_tiny_runs_agree(quick_cal: Calibration, tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_two_quick_runs_agree(tmp_path: Path) -> None:
     """Two quick calibrations back to back (about 4 minutes on 2 cores, hence slow): the same tolerances as the
-    tiny runs' but GEMM within a factor of 1.3, since a quick run keeps the faster of two passes over 10 cube sizes."""
+    tiny runs' but GEMM within a factor of 1.3, since a quick run keeps the faster of two passes over 10 cube sizes.
+
+    And what a user compares (``dlrmsim agreement``): the 15 validation cases' predictions under each, within a
+    median of 10 % and a maximum of 25 %. That is the tolerance this 2-vCPU VM allows, not the goal of 3 % for a
+    quiet host: back-to-back quick torch calibrations here predicted the cases a median 4.4 and 4.5 % apart, max
+    9.9 and 9.0 % (validation/results/20261125T1258-vm-agreement-cal2-cal3.json,
+    20261125T2133-vm-agreement-quickB-quickC.json), full ones 1.0 % / 6.2 %. A fit that amplifies noise (an
+    update's bandwidth trading against its per-row time, as 352 against 9 GB/s once did) fails it."""
     a = run_calibration(quick=True, backend="numpy", out=tmp_path / "a.yaml", progress=False)
     b = run_calibration(quick=True, backend="numpy", out=tmp_path / "b.yaml", progress=False)
     _agreement(a, b, gemm_factor=1.3, memory_factor=2.0, beta_factor=3.0)
+    median, worst = compare(a, b, load_cases()).prediction_median_max
+    assert median <= 0.10 and worst <= 0.25, (median, worst)
