@@ -11,7 +11,6 @@ software overhead.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from collections.abc import Mapping
 
@@ -220,18 +219,8 @@ def apply_calibration(
     threads_by_kind = implementation.threads_by_kind() if implementation is not None else None
     kernel = implementation.embedding_kernel if implementation is not None else "framework"
     inter_kernel = implementation.interaction_kernel if implementation is not None else "framework"
-    graph = topology.graph.copy()
-    for node, data in graph.nodes(data=True):
-        spec = data.get("compute")
-        if isinstance(spec, ComputeSpec):
-            graph.nodes[node]["compute"] = calibrated_compute(spec, cal, distribution, threads_by_kind, kernel, inter_kernel)
-    for u, v, data in graph.edges(data=True):
-        link = data.get("link")
-        if isinstance(link, Link) and link.kind == SHM_LINK_KIND:
-            graph.edges[u, v]["link"] = calibrated_link(link, cal)
-    new = copy.copy(topology)
-    new.graph = graph
-    new._route_cache = {}
-    new.__dict__.pop("links", None)  # cached_property of the old graph's links
-    new.source = f"{topology.source} + calibration {cal.host.name} ({cal.host.date})"
-    return new
+    return topology.with_specs(
+        compute=lambda spec: calibrated_compute(spec, cal, distribution, threads_by_kind, kernel, inter_kernel),
+        link=lambda link: calibrated_link(link, cal) if link.kind == SHM_LINK_KIND else link,
+        source=f"{topology.source} + calibration {cal.host.name} ({cal.host.date})",
+    )

@@ -7,7 +7,9 @@ Builders in this package produce it from YAML; tests may build one from a hand-m
 
 from __future__ import annotations
 
+import copy
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -218,6 +220,31 @@ class Topology:
     @cached_property
     def links(self) -> list[Link]:
         return [data["link"] for _, _, data in self.graph.edges(data=True)]
+
+    def with_specs(
+        self,
+        compute: Callable[[ComputeSpec], ComputeSpec] | None = None,
+        link: Callable[[Link], Link] | None = None,
+        source: str | None = None,
+    ) -> Topology:
+        """A copy (same class, ranks and wiring) whose every compute spec is ``compute(spec)`` and every link
+        ``link(l)`` (None keeps them); ``source`` names where the change came from. This topology is not modified."""
+        graph = self.graph.copy()
+        if compute is not None:
+            for node, data in graph.nodes(data=True):
+                if isinstance(data.get("compute"), ComputeSpec):
+                    graph.nodes[node]["compute"] = compute(data["compute"])
+        if link is not None:
+            for u, v, data in graph.edges(data=True):
+                if isinstance(data.get("link"), Link):
+                    graph.edges[u, v]["link"] = link(data["link"])
+        new = copy.copy(self)
+        new.graph = graph
+        new._route_cache = {}
+        new.__dict__.pop("links", None)  # cached_property of the old graph's links
+        if source is not None:
+            new.source = source
+        return new
 
     def node_routes(self, src: str, dst: str) -> list[list[str]]:
         """All shortest (fewest-hop) node paths from src to dst, in a stable order: the ECMP set."""

@@ -3,7 +3,6 @@ the simulator to every activation and optimizer op above the framework's grain, 
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
 
@@ -97,17 +96,9 @@ def test_only_ops_above_the_grain_fork_and_only_on_more_than_one_core() -> None:
 
 def _host_with_fork(fork_s: float, cores: int = 2) -> Topology:
     topo = load_topology("host", {"compute.host-cpu.cores": cores}, ranks=1)
-    graph = topo.graph.copy()
-    for node, data in graph.nodes(data=True):
-        if isinstance(data.get("compute"), ComputeSpec):
-            graph.nodes[node]["compute"] = dataclasses.replace(
-                data["compute"], fork_join_s=fork_s, parallel_grain_elements=TORCH_GRAIN_ELEMENTS
-            )
-    new = copy.copy(topo)
-    new.graph = graph
-    new._route_cache = {}
-    new.__dict__.pop("links", None)
-    return new
+    return topo.with_specs(
+        compute=lambda spec: dataclasses.replace(spec, fork_join_s=fork_s, parallel_grain_elements=TORCH_GRAIN_ELEMENTS)
+    )
 
 
 def _iteration(fork_s: float, cores: int = 2) -> tuple[float, list[Task]]:

@@ -3,7 +3,6 @@ rank has; the rest of the step still spreads over every core."""
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import pytest
 from dlrmsim.calibration.benchmarks.tbe import fused_update_bytes
 from dlrmsim.errors import DlrmsimError
 from dlrmsim.topologies import load_topology
-from dlrmsim.topologies.topology import ComputeSpec, Topology
+from dlrmsim.topologies.topology import Topology
 from dlrmsim.training.implementations import implementation_names, load_implementation, task_cores
 from dlrmsim.training.simulate import TrainingConfig, load_inputs, run_iteration
 from dlrmsim.training.taskgraph import IterationSettings, embedding_backward_update_tasks
@@ -59,15 +58,7 @@ def _host(cores: int) -> Topology:
     2-core host: one core streams about half the socket's bandwidth), so that a streaming task gains from a
     second core unless it is held to one."""
     topo = load_topology("host", {"compute.host-cpu.cores": cores}, ranks=1)
-    graph = topo.graph.copy()
-    for node, data in graph.nodes(data=True):
-        if isinstance(data.get("compute"), ComputeSpec):
-            graph.nodes[node]["compute"] = dataclasses.replace(data["compute"], saturation_cores=2.0)
-    new = copy.copy(topo)
-    new.graph = graph
-    new._route_cache = {}
-    new.__dict__.pop("links", None)
-    return new
+    return topo.with_specs(compute=lambda spec: dataclasses.replace(spec, saturation_cores=2.0))
 
 
 def _task_times(cores: int, implementation: str | None) -> dict[str, float]:
