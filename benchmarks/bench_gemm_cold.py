@@ -64,19 +64,12 @@ def gemm_calls(torch: Any, widths_by_part: dict[str, list[int]], batch: int) -> 
 
 
 def predicted_gemms(calibration: Path, case_name: str) -> dict[str, float]:
-    """Seconds the calibrated simulator charges each GEMM task of the case's rank 0."""
-    from dlrmsim.calibration.apply import apply_calibration
+    """Seconds the calibrated simulator charges each GEMM task of the case's rank 0 (the project runner's step)."""
     from dlrmsim.calibration.schema import load_calibration
-    from dlrmsim.topologies import load_topology
-    from dlrmsim.training.simulate import TrainingConfig, load_inputs, run_iteration
+    from dlrmsim.calibration.validate import simulate_case
 
     case = {c.name: c for c in load_cases()}[case_name]
-    cal = load_calibration(calibration)
-    topo = load_topology("host", {"compute.host-cpu.cores": case.ranks * case.threads}, ranks=case.ranks)
-    topo = apply_calibration(topo, cal, case.workload.index_distribution.kind)
-    cfg = TrainingConfig(topology="host", workload=case.workload.name, ranks=case.ranks, backend="shm", blocking=True)
-    mb = case.workload.minibatch.model_copy(update={"strong_global": case.batch})
-    res = run_iteration(load_inputs(cfg, workload=case.workload.model_copy(update={"minibatch": mb}), topology=topo), cfg)
+    res = simulate_case(case, load_calibration(calibration))
     return {r.name: r.end - r.start for r in res.records if r.rank == 0 and r.kind == "gemm"}
 
 

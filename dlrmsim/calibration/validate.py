@@ -37,7 +37,7 @@ from dlrmsim.host import read_host, usable_cores
 from dlrmsim.output import err_console
 from dlrmsim.topologies import load_topology
 from dlrmsim.training.implementations import load_implementation
-from dlrmsim.training.simulate import TrainingConfig, load_inputs, run_iteration
+from dlrmsim.training.simulate import TrainingConfig, TrainingResult, load_inputs, run_iteration
 from dlrmsim.workloads.placement import Placement
 from dlrmsim.workloads.schema import Workload
 
@@ -194,10 +194,10 @@ def sim_phase(name: str, category: str) -> str:
     return "other"
 
 
-def predict(
+def simulate_case(
     case: ValidationCase, cal: Calibration, implementation: str | None = None, placement: Placement | None = None
-) -> tuple[float, dict[str, float]]:
-    """Simulated iteration time (s) and per-phase times of ``case`` on the host model calibrated by ``cal``.
+) -> TrainingResult:
+    """One iteration of ``case`` simulated on the host model calibrated by ``cal``, with every task's record.
 
     ``implementation``: the profile (training.implementations) of the implementation the case is compared with,
     e.g. torchrec-fused: fbgemm's table-batched embedding applies the sparse update inside its backward, and its
@@ -218,7 +218,15 @@ def predict(
         workload_overrides={"minibatch.strong_global": case.batch},
     )
     w = case.workload.model_copy(update={"minibatch": case.workload.minibatch.model_copy(update={"strong_global": case.batch})})
-    res = run_iteration(load_inputs(cfg, workload=w, topology=topo, placement=placement), cfg)
+    return run_iteration(load_inputs(cfg, workload=w, topology=topo, placement=placement), cfg)
+
+
+def predict(
+    case: ValidationCase, cal: Calibration, implementation: str | None = None, placement: Placement | None = None
+) -> tuple[float, dict[str, float]]:
+    """Simulated iteration time (s) and per-phase times of ``case`` on the host model calibrated by ``cal``
+    (:func:`simulate_case`)."""
+    res = simulate_case(case, cal, implementation, placement)
     df = records_frame(res.records)
     phases: dict[str, float] = {}
     if not df.empty:
