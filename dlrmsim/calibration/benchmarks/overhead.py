@@ -92,13 +92,12 @@ def fork_task(k: Ops, cores: int, policy: TimingPolicy) -> BenchTask:
     name = f"fork c{cores}"
 
     def run() -> list[Measurement]:
-        with k.threads(cores):
-            rows = _multiply_measurements("fork", ("wake", "warm"), time_fork(k, policy), FORK_ELEMENTS, cores)
         # The grain travels with the measurement: the fit charges the fork to ops above it (fit.fit_overhead). A
         # backend that never splits an op (NumPy) records none, and the fit then fits no fork.
-        if not math.isfinite(k.parallel_grain_elements):
-            return rows
-        return [m.model_copy(update={"params": {**m.params, "grain": k.parallel_grain_elements}}) for m in rows]
+        grain = k.parallel_grain_elements
+        extra = {"grain": grain} if math.isfinite(grain) else {}
+        with k.threads(cores):
+            return _multiply_measurements("fork", ("wake", "warm"), time_fork(k, policy), FORK_ELEMENTS, cores, extra)
 
     return BenchTask("thread-pool fork", name, run, repeat=True)
 
@@ -109,9 +108,10 @@ def _multiply_measurements(
     timings: tuple[list[float], ...],
     elements: int,
     cores: int,
+    extra: dict[str, float] | None = None,
 ) -> list[Measurement]:
     """One row per position of an element-wise multiply's per-repeat seconds: median and spread, named
-    ``"<benchmark> <position> mul n<elements> c<cores>"``."""
+    ``"<benchmark> <position> mul n<elements> c<cores>"``; ``extra`` adds to each row's params."""
     out = []
     for position, ts in zip(positions, timings, strict=True):
         med, spread = median_spread(ts)
@@ -120,7 +120,7 @@ def _multiply_measurements(
                 benchmark=benchmark,
                 name=f"{benchmark} {position} mul n{elements} c{cores}",
                 cores=cores,
-                params={"elements": elements, "position": position},
+                params={"elements": elements, "position": position, **(extra or {})},
                 bytes=12.0 * elements,
                 time_s=med,
                 spread_pct=spread,
