@@ -2,10 +2,12 @@
 a warm-loop benchmark times it), once back to back with the others (warm), and once right after a cache flush of
 its own (cold), beside what the calibrated simulator charges each one.
 
-The evidence for a model gap seen on 2026-11-25: inside a TorchRec step at one thread the base case's 14 GEMMs took
-about 4.1 ms (torch.profiler), in a warm cycle 3.4 ms, and the calibrated model charges 3.2 ms, because its GEMM
-fit comes from warm loops and from a cycle flushed once at its start, while in a step the GEMMs after the embedding
-work find their operands, MKL's packing buffers and code evicted. Outputs are preallocated (``out=``), so that
+First seen on 2026-11-25: inside a TorchRec step at one thread the base case's 14 GEMMs took about 4.1 ms
+(torch.profiler), in a warm cycle 3.4 ms. The model column is what the calibrated simulator charges each GEMM in
+the case's step: its warm roofline, its dispatch and, with a calibration that timed GEMMs after a flush of their
+own, the eviction cost at the shares the task graph gives it there (costs.evicted_operand_time_s). The in-sequence
+("warm") mode gives every GEMM its own operands, so it is not a step: there a forward reads the activation its
+predecessor just wrote. Outputs are preallocated (``out=``), so that
 neither mode pays the allocator's fresh pages. Modes alternate within each round; the case sets batch, widths and
 threads (``threads-1`` for one thread).
 

@@ -12,6 +12,7 @@ software overhead.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 
 from dlrmsim.calibration.fit import memory_bandwidth_GBps
@@ -45,6 +46,7 @@ def calibrated_compute(
     inter = interaction_costs(cal, cores, interaction_kernel)
     emb = embedding_costs(cal, distribution, cores, threads_by_kind, embedding_kernel)
     table = cal.gemm.table(cores)
+    evicted = table.evicted_call_us is not None
     peak = cores * host.clock_GHz * 1e9 * host.flops_per_cycle_fp32
     return dataclasses.replace(
         spec,
@@ -53,15 +55,25 @@ def calibrated_compute(
         peak_flops={**spec.peak_flops, "fp32": peak},
         gemm_efficiency=EfficiencyTable(tuple((float(f), float(e)) for f, e in table.points)),
         gemm_aspect_efficiency=EfficiencyTable(tuple((float(a), float(e)) for a, e in table.aspect_points)),
-        gemm_memory_overlap=table.memory_overlap,
+        # With GEMMs timed after a flush of their own, a step's GEMM pays the warm roofline plus what its evicted
+        # inputs cost (costs.evicted_operand_time_s); the step-order fit, which averages one flushed cycle, is
+        # then not charged on top.
+        gemm_memory_overlap=1.0 if evicted else table.memory_overlap,
+        gemm_evicted_call_s=(table.evicted_call_us or 0.0) * 1e-6,
+        gemm_evicted_traffic_factor=table.evicted_traffic_factor or 0.0,
+        gemm_evicted_after_bytes=FLUSH_LLC_MULTIPLE * host.llc_bytes if evicted else math.inf,
         memory_bandwidth_Bps=cal.memory.bandwidth_GBps * 1e9,
         memory_efficiency=EfficiencyTable.constant(1.0),
         saturation_cores=float(cal.memory.saturation_cores),
         bandwidth_fraction_by_kind={**emb.bandwidth_fraction_by_kind, **inter.bandwidth_fraction_by_kind},
         row_time_s_by_kind={**emb.row_time_s_by_kind, **inter.row_time_s_by_kind},
         flop_rate_by_kind=inter.flop_rate_by_kind,
-        # A training step's GEMM pays its cold-call time (measured in step order) as a fixed time of its kind.
-        fixed_time_s_by_kind={**emb.fixed_time_s_by_kind, **inter.fixed_time_s_by_kind, "gemm": table.cold_call_us * 1e-6},
+        # Without that, a training step's GEMM pays its cold-call time (measured in step order) as a fixed time of its kind.
+        fixed_time_s_by_kind={
+            **emb.fixed_time_s_by_kind,
+            **inter.fixed_time_s_by_kind,
+            "gemm": 0.0 if evicted else table.cold_call_us * 1e-6,
+        },
         walk_time_s_by_kind=emb.walk_time_s_by_kind,
         page_bytes=float(host.page_bytes),
         l2_bytes=float(host.l2_bytes),

@@ -102,6 +102,14 @@ def calibrate(
                 )
                 for t in cal.gemm.tables
             ],
+            *[
+                (
+                    f"GEMM with evicted operands at {t.cores} cores: us/call, x traffic time (charged by evicted share)",
+                    f"{t.evicted_call_us:g} / {t.evicted_traffic_factor or 0.0:g}",
+                )
+                for t in cal.gemm.tables
+                if t.evicted_call_us is not None
+            ],
             ("memory bandwidth GB/s (triad, saturated)", cal.memory.bandwidth_GBps),
             ("memory GB/s per core", cal.memory.per_core_GBps),
             ("memory saturation cores", cal.memory.saturation_cores),

@@ -25,8 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dlrmsim.calibration.cycle import cycle_gemms
 from dlrmsim.calibration.host import peak_gflops, raise_peak_to
-from dlrmsim.calibration.ops.base import TORCH_GRAIN_ELEMENTS
+from dlrmsim.calibration.ops.base import FLUSH_LLC_MULTIPLE, TORCH_GRAIN_ELEMENTS
 from dlrmsim.calibration.schema import (
     CollectiveFit,
     EmbeddingFit,
@@ -47,6 +48,7 @@ from dlrmsim.engine.costs import (
     gemm_time_s,
     page_walk_miss_share,
     sorted_visits,
+    traffic_share,
 )
 from dlrmsim.topologies.topology import EfficiencyTable
 from dlrmsim.workloads.model import Gemm, Layer, Pass, layer_gemm
@@ -96,8 +98,19 @@ def peak_bound_host(measurements: Sequence[Measurement], host: HostInfo) -> Host
 
 
 def in_step_order(m: Measurement) -> bool:
-    """A GEMM timed inside an MLP cycle in training-step order (benchmarks.gemm.time_mlp_cycle), not in a warm loop."""
+    """A GEMM timed inside an MLP cycle in training-step order, the cycle flushed once at its start
+    (benchmarks.gemm.time_mlp_cycle), not in a warm loop."""
     return m.params.get("context") == "step"
+
+
+def with_evicted_operands(m: Measurement) -> bool:
+    """A GEMM timed inside an MLP cycle right after a flush of its own: all its operands evicted."""
+    return m.params.get("context") == "evicted"
+
+
+def in_warm_loop(m: Measurement) -> bool:
+    """A GEMM timed in a loop of itself (not inside an MLP cycle)."""
+    return m.params.get("context") not in ("step", "evicted")
 
 
 def _is_cube(m: Measurement) -> bool:
@@ -128,9 +141,10 @@ def fit_gemm(
     """Per core count, the cubes' efficiency against flops and, from the other shapes timed in a warm loop, the
     aspect factor (median efficiency over the cubes' at the same flops, per tenth of a decade of aspect). With
     ``memory``, from the GEMMs timed in training-step order, what a GEMM costs there beyond its warm time
-    (:func:`fit_cold_gemm`)."""
+    (:func:`fit_cold_gemm`), and from those timed with their operands evicted what eviction adds
+    (:func:`fit_evicted_gemm`)."""
     usable = [m for m in measurements if m.benchmark in ("gemm", "linear") and m.flops > 0 and _min_dim(m) >= MIN_TABLE_DIM]
-    warm = [m for m in usable if not in_step_order(m)]
+    warm = [m for m in usable if in_warm_loop(m)]
     by_cores: dict[int, list[Measurement]] = defaultdict(list)
     for m in warm:
         by_cores[m.cores].append(m)
@@ -170,6 +184,10 @@ def fit_gemm(
         if step:
             call_s, overlap = fit_cold_gemm(step, fit, memory, overhead)
             table = table.model_copy(update={"cold_call_us": _sig(call_s * 1e6, 4), "memory_overlap": _sig(overlap, 3)})
+        evicted = [m for m in usable if with_evicted_operands(m) and m.cores == table.cores]
+        if evicted:
+            call_s, factor = fit_evicted_gemm(evicted, step, fit, memory, overhead, host)
+            table = table.model_copy(update={"evicted_call_us": _sig(call_s * 1e6, 4), "evicted_traffic_factor": _sig(factor, 3)})
         cold.append(table)
     return fit.model_copy(update={"tables": cold})
 
@@ -191,6 +209,63 @@ def fit_cold_gemm(
         unhidden = 1.0
         call_s = max(0.0, float(np.sum((excess - shorter) / t**2) / np.sum(1.0 / t**2)))
     return float(call_s), 1.0 - float(unhidden)
+
+
+def fit_evicted_gemm(
+    evicted: Sequence[Measurement],
+    step: Sequence[Measurement],
+    fit: GemmFit,
+    memory: MemoryFit,
+    overhead: OverheadFit | None,
+    host: HostInfo,
+) -> tuple[float, float]:
+    """(fixed time per call in s, traffic factor) of what eviction adds to a GEMM beyond its warm roofline and its
+    first op's dispatch, in the form the simulator charges it (costs.evicted_operand_time_s): kernel share x call +
+    inputs' share x factor x traffic time (compulsory bytes at the stream bandwidth of the GEMM's cores). GEMMs
+    timed right after a flush of their own have both shares 1; GEMMs timed in a step-order cycle flushed once
+    (with their MLP recorded) have the shares the simulator would give them in that cycle (cycle.cycle_gemms).
+    Least squares on relative error, both terms non-negative. The factor is not capped at 1: operands the kernel
+    packs from memory in its own access order may stream slower than STREAM's triad, and caches it had warm
+    refill on top."""
+    rows = [(m, *reuse_in_cycle(m, host)) for m in (*evicted, *step)]
+    rows = [(m, k, o, prev) for m, k, o, prev in rows if k is not None]
+    t_f, t_b = np.array([gemm_parts_s(fit, memory, m) for m, *_ in rows]).T
+    t = np.array([m.time_s for m, *_ in rows])
+    first = np.array([first_op_dispatch_s(overhead, m.cores, prev, host) for m, _, _, prev in rows])
+    kernel = np.array([k for _, k, _, _ in rows])
+    operands = np.array([o for _, _, o, _ in rows])
+    excess = t - np.maximum(t_f, t_b) - first
+    x = np.column_stack([kernel, operands * t_b])
+    call_s, factor = nonnegative_least_squares(x / t[:, None], excess / t)
+    return float(call_s), float(factor)
+
+
+def reuse_in_cycle(m: Measurement, host: HostInfo) -> tuple[float | None, float, float]:
+    """(kernel share, inputs' share, bytes before it) of a GEMM row timed in an MLP cycle: 1, 1 and a flush for one
+    timed right after its own flush; the shares the simulator's cost model gives it in its cycle for one in step
+    order with its MLP recorded; None for others (step-order rows from before the MLP was recorded)."""
+    flush = float(FLUSH_LLC_MULTIPLE * host.llc_bytes)
+    if with_evicted_operands(m):
+        return 1.0, 1.0, flush
+    if not in_step_order(m) or "mlp" not in m.params:
+        return None, 0.0, 0.0
+    widths = tuple(int(v) for v in str(m.params["mlp"]).split("-"))
+    layer = next(i for i in range(len(widths) - 1) if (widths[i], widths[i + 1]) == (m.params["fan_in"], m.params["fan_out"]))
+    g = cycle_gemms(int(m.params["batch"]), widths, flush)[(str(m.params["pass"]), layer)]
+    llc = host.llc_bytes * m.cores / host.cores  # the rank's share, as calibration.apply gives it
+    operands = sum(b * traffic_share(d, flush, llc) for b, d in g.reuse.operands) / sum(b for b, _ in g.reuse.operands)
+    return traffic_share(g.reuse.kernel_traffic, flush, llc), operands, g.prev_bytes
+
+
+def first_op_dispatch_s(overhead: OverheadFit | None, cores: int, prev_bytes: float, host: HostInfo) -> float:
+    """A one-op task's dispatch after ``prev_bytes`` of traffic, as costs.first_op_s charges it with this fit."""
+    if overhead is None:
+        return 0.0
+    full, further = overhead.task_overhead_s(cores), overhead.op_overhead_s(cores)
+    after = float(FLUSH_LLC_MULTIPLE * host.llc_bytes)
+    if full <= further or prev_bytes >= after:
+        return full
+    return further + (full - further) * traffic_share(prev_bytes, after, host.llc_bytes * cores / host.cores)
 
 
 def gemm_flops_s(fit: GemmFit, m: Measurement) -> float:
@@ -227,17 +302,27 @@ def gemm_parts_s(gemm: GemmFit, memory: MemoryFit, m: Measurement) -> tuple[floa
     return gemm_flops_s(gemm, m), measured_gemm(m).bytes_moved(4.0) / (memory_bandwidth_GBps(memory, m.cores) * 1e9)
 
 
-def predict_gemm_roofline_s(gemm: GemmFit, memory: MemoryFit, m: Measurement, overhead: OverheadFit | None = None) -> float:
+def predict_gemm_roofline_s(
+    gemm: GemmFit, memory: MemoryFit, m: Measurement, overhead: OverheadFit | None = None, host: HostInfo | None = None
+) -> float:
     """What the simulator charges the GEMM of measurement ``m`` running alone (``costs.task_time``): its
     arithmetic and traffic times combined by costs.gemm_time_s. A GEMM timed in a warm loop finds its operands
     in cache, so it is compared with the roofline (overlap 1): a matrix-vector shape (a 1-wide output layer) is
-    bound by the bytes; the flops-keyed table alone would call it 5x faster. One timed in training-step order
-    takes the fitted overlap, plus a first op's dispatch and the fitted cold-call time, as the simulator charges
-    a training step's GEMM task (costs.fixed_time_s)."""
+    bound by the bytes; the flops-keyed table alone would call it 5x faster. One timed in an MLP cycle (right after
+    a flush of its own, or in step order with its MLP recorded), where the calibration fitted the eviction cost,
+    takes the roofline, its first op's dispatch and that cost at the shares the simulator gives it there
+    (costs.evicted_operand_time_s). Otherwise one timed in step order takes the fitted overlap, plus a first op's
+    dispatch and the fitted cold-call time (costs.fixed_time_s), as a calibration without the eviction fit charges
+    a training step's GEMM."""
     t_f, t_b = gemm_parts_s(gemm, memory, m)
-    if not in_step_order(m):
-        return gemm_time_s(t_f, t_b, 1.0)
     table = gemm.table(m.cores)
+    if table.evicted_call_us is not None and host is not None:
+        kernel, operands, prev = reuse_in_cycle(m, host)
+        if kernel is not None:
+            evicted = kernel * table.evicted_call_us * 1e-6 + operands * (table.evicted_traffic_factor or 0.0) * t_b
+            return first_op_dispatch_s(overhead, m.cores, prev, host) + gemm_time_s(t_f, t_b, 1.0) + evicted
+    if not in_step_order(m) and not with_evicted_operands(m):
+        return gemm_time_s(t_f, t_b, 1.0)
     return dispatch_s(overhead, m.cores, 1.0) + table.cold_call_us * 1e-6 + gemm_time_s(t_f, t_b, table.memory_overlap)
 
 
@@ -674,7 +759,7 @@ def predict_s(m: Measurement, model: FittedModel) -> float | None:
     """The fitted model's time for measurement ``m`` (None when no fitted parameter covers it)."""
     memory, overhead = model.memory, model.overhead
     if m.benchmark in ("gemm", "linear"):
-        return predict_gemm_roofline_s(model.gemm, memory, m, overhead)
+        return predict_gemm_roofline_s(model.gemm, memory, m, overhead, model.host)
     if m.benchmark == "stream":
         return m.bytes / (memory_bandwidth_GBps(memory, m.cores) * 1e9)
     if m.benchmark in ("embedding", "tbe"):

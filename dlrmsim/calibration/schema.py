@@ -52,6 +52,17 @@ class GemmTable(StrictModel):
         default=0.0,
         description="GEMMs in training-step order: fixed time per call beyond a first op's dispatch (us); 0 when not measured",
     )
+    evicted_call_us: Annotated[float, Field(ge=0)] | None = Field(
+        default=None,
+        description="GEMMs timed right after a cache flush: fixed time per call beyond the warm roofline and a first "
+        "op's dispatch (us; packing buffers and code refetched); None when not measured (then the step-order fit "
+        "above is charged instead)",
+    )
+    evicted_traffic_factor: Annotated[float, Field(ge=0)] | None = Field(
+        default=None,
+        description="GEMMs timed right after a cache flush: added time per second of compulsory traffic at stream "
+        "bandwidth (operands fetched from memory in the kernel's packing order); None when not measured",
+    )
 
     @model_validator(mode="after")
     def _increasing(self) -> GemmTable:

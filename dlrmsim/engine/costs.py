@@ -133,8 +133,17 @@ def first_op_s(spec: ComputeSpec, prev_bytes: float = math.inf) -> float:
     after = spec.task_overhead_after_bytes
     if full <= further or prev_bytes >= after or not math.isfinite(after):
         return full
-    share = cache_miss_share(prev_bytes, spec.llc_bytes) / cache_miss_share(after, spec.llc_bytes)
-    return further + (full - further) * min(share, 1.0)
+    return further + (full - further) * traffic_share(prev_bytes, after, spec.llc_bytes)
+
+
+def traffic_share(traffic_bytes: float, after_bytes: float, cache_bytes: float) -> float:
+    """How much of what a flush of ``after_bytes`` evicts from a ``cache_bytes`` cache ``traffic_bytes`` of
+    traffic evicts: ``cache_miss_share(traffic) / cache_miss_share(after)``, capped at 1 (inf traffic: 1; an
+    infinite flush: the miss share itself)."""
+    if not math.isfinite(traffic_bytes):
+        return 1.0
+    full = cache_miss_share(after_bytes, cache_bytes) if math.isfinite(after_bytes) else 1.0
+    return min(cache_miss_share(traffic_bytes, cache_bytes) / full, 1.0)
 
 
 def dispatch_overhead_s(spec: ComputeSpec, ops: float, prev_bytes: float = math.inf) -> float:
@@ -151,6 +160,40 @@ def fork_join_time_s(spec: ComputeSpec, op_elements: Sequence[float], cores: flo
         return 0.0
     grain = spec.parallel_grain_elements
     return spec.fork_join_s * sum(1 for e in op_elements if e > grain)
+
+
+def evicted_share(spec: ComputeSpec, traffic_bytes: float) -> float:
+    """Share (0..1) of data that ``traffic_bytes`` of traffic since it was last touched evicted, relative to the
+    flush the calibration timed evicted GEMMs after (``spec.gemm_evicted_after_bytes``), in the rank's share of the
+    last-level cache: :func:`traffic_share`."""
+    return traffic_share(traffic_bytes, spec.gemm_evicted_after_bytes, spec.llc_bytes)
+
+
+def evicted_operand_share(spec: ComputeSpec, operands: Sequence[tuple[float, float]]) -> float:
+    """Byte-weighted :func:`evicted_share` of a GEMM's inputs, ``operands`` = ((bytes, traffic since it was last
+    touched, bytes), ...); 0 without inputs."""
+    total = sum(b for b, _ in operands)
+    if total <= 0:
+        return 0.0
+    return sum(b * evicted_share(spec, d) for b, d in operands) / total
+
+
+def evicted_operand_time_s(
+    spec: ComputeSpec, nbytes: float, cores: float, operands: Sequence[tuple[float, float]], kernel_traffic: float
+) -> float:
+    """Time (s) a GEMM moving ``nbytes`` of compulsory traffic on ``cores`` cores pays beyond its warm roofline for
+    what the traffic since its last use evicted. The calibration's fit of GEMMs timed right after a flush splits
+    that cost in a part that grows with the GEMM's bytes, ``spec.gemm_evicted_traffic_factor`` x its traffic time
+    at :func:`task_bandwidth_cap`, charged at its inputs' :func:`evicted_operand_share`, and one that does not,
+    ``spec.gemm_evicted_call_s`` (the kernel's code and packing buffers), charged at the :func:`evicted_share` of
+    ``kernel_traffic``, the traffic since the rank's previous GEMM. A fixed time of the task: it holds the cores
+    but does not draw on the shared memory domain beside other tasks."""
+    call, factor = spec.gemm_evicted_call_s, spec.gemm_evicted_traffic_factor
+    if call <= 0.0 and factor <= 0.0:
+        return 0.0
+    traffic_s = nbytes / task_bandwidth_cap(spec, nbytes, cores) if nbytes > 0 and factor > 0 else 0.0
+    kernel = evicted_share(spec, kernel_traffic) if call > 0 else 0.0
+    return kernel * call + evicted_operand_share(spec, operands) * factor * traffic_s
 
 
 PAGE_TABLE_ENTRY_BYTES = 8  # one last-level page-table entry (x86-64, AArch64)

@@ -143,6 +143,16 @@ class ComputeSpec:
     # their sum (costs.gemm_time_s). Built-in presets: 1, the roofline. A host calibration fits it from GEMMs
     # timed in training-step order, with their operands gone from the caches as in a step.
     gemm_memory_overlap: float = 1.0
+    # What a GEMM pays when its operands were evicted from the caches since it last touched them (the weights after
+    # a step's embedding work, the activations the backward re-reads): a fixed time per call (packing buffers and
+    # code refetched, seconds) plus gemm_evicted_traffic_factor x its compulsory traffic time at stream bandwidth,
+    # both beyond the warm roofline, scaled by the byte-weighted share of its inputs evicted
+    # (costs.evicted_operand_share: cache_miss_share of the traffic since each was last touched, over that of
+    # gemm_evicted_after_bytes, the flush the calibration timed them after). 0 = not modelled (built-in presets:
+    # no cited figure); a host calibration times GEMMs right after a flush of their own (fit.fit_evicted_gemm).
+    gemm_evicted_call_s: float = 0.0
+    gemm_evicted_traffic_factor: float = 0.0
+    gemm_evicted_after_bytes: float = math.inf
 
     def flops_rate(self, precision: str) -> float:
         """Peak op/s for ``precision``; falls back to fp32 when the unit has no faster path."""

@@ -19,7 +19,13 @@ from dlrmsim.calibration.apply import apply_calibration
 from dlrmsim.calibration.schema import load_calibration
 from dlrmsim.config import StrictModel
 from dlrmsim.engine.backends import Backend, load_backend
-from dlrmsim.engine.costs import MATRIX_KINDS, fixed_time_s, fork_join_time_s, progress_thread_interference
+from dlrmsim.engine.costs import (
+    MATRIX_KINDS,
+    evicted_operand_time_s,
+    fixed_time_s,
+    fork_join_time_s,
+    progress_thread_interference,
+)
 from dlrmsim.engine.records import Record
 from dlrmsim.engine.resources import CommSettings
 from dlrmsim.engine.simulation import Simulation, gc_paused
@@ -446,6 +452,10 @@ def _rank_process(
                 step.visit,
                 prev_bytes,
             ) + fork_join_time_s(sim.rank_resources[rank].spec, step.op_elements, cores)
+            if step.operands:
+                overhead += evicted_operand_time_s(
+                    sim.rank_resources[rank].spec, step.bytes, cores, step.operands, step.kernel_traffic
+                )
             prev_bytes = step.bytes
             yield sim.compute(
                 rank,

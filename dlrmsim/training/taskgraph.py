@@ -13,6 +13,8 @@ wait for it; the dense optimizer waits for every allreduce.
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -88,6 +90,11 @@ class Task:
     # Elements of each of its element-wise framework ops whose thread-pool fork no calibration benchmark times
     # (activations, the dense optimizer); an op above the grain pays ComputeSpec.fork_join_s (costs.fork_join_time_s).
     op_elements: tuple[float, ...] = ()
+    # A GEMM's inputs: (bytes, traffic through the rank's caches since the input was last touched, bytes) each,
+    # and the traffic since the rank's previous GEMM, which last warmed the kernel's code and packing buffers
+    # (operand_traffic); their evicted shares cost ComputeSpec.gemm_evicted_* (costs.evicted_operand_time_s).
+    operands: tuple[tuple[float, float], ...] = ()
+    kernel_traffic: float = math.inf
 
 
 @dataclass(frozen=True)
@@ -137,6 +144,89 @@ def local_batches(global_batch: int, ranks: int) -> list[int]:
 
 
 # --- cost formulas of single tasks -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Touches:
+    """The named tensors a task reads as inputs (name, bytes) and the ones it writes or otherwise touches."""
+
+    reads: tuple[tuple[str, float], ...] = ()
+    writes: tuple[str, ...] = ()
+
+
+# The pseudo-tensor every GEMM touches: the kernel's code and packing buffers, warm after the rank's last GEMM.
+GEMM_KERNEL = "gemm-kernel"
+
+
+@dataclass(frozen=True)
+class GemmReuse:
+    """What a GEMM finds in the caches: (bytes, traffic since last touched) of each input, and the traffic since
+    the rank's previous GEMM (bytes)."""
+
+    operands: tuple[tuple[float, float], ...]
+    kernel_traffic: float
+
+
+def operand_traffic(program: list[Step], touches: dict[int, Touches]) -> dict[int, GemmReuse]:
+    """Per GEMM step of ``program`` (keyed by its index) with ``touches``: (bytes, traffic since last touched) of
+    each tensor it reads, the traffic being the bytes of the rank's tasks strictly between the last task that
+    touched the tensor and this one, and the same for the kernel's state, which every GEMM touches. The program
+    repeats every iteration, so a tensor last touched late in the previous iteration (the weights, by the
+    optimizer) counts the traffic from there to the program's end plus that from its start. Like
+    bytes_since_lookups, each task's traffic counts once, an upper bound on the distinct bytes."""
+    touches = {
+        i: Touches(t.reads, (*t.writes, GEMM_KERNEL)) if isinstance(program[i], Task) and program[i].kind == "gemm" else t
+        for i, t in touches.items()
+    }
+    sizes = [s.bytes if isinstance(s, Task) else 0.0 for s in program]
+    after = list(itertools.accumulate(sizes))
+    total = after[-1] if after else 0.0
+    before = [a - b for a, b in zip(after, sizes, strict=True)]
+    last: dict[str, float] = {}
+    for i, t in sorted(touches.items()):
+        for name in (*(n for n, _ in t.reads), *t.writes):
+            last[name] = after[i] - total  # where the previous iteration left it
+    out: dict[int, GemmReuse] = {}
+    for i, t in sorted(touches.items()):
+        step = program[i]
+        if isinstance(step, Task) and step.kind == "gemm" and t.reads:
+            operands = tuple((b, before[i] - last[n] if n in last else math.inf) for n, b in t.reads)
+            out[i] = GemmReuse(operands, before[i] - last[GEMM_KERNEL])
+        for name in (*(n for n, _ in t.reads), *t.writes):
+            last[name] = after[i]
+    return out
+
+
+def layer_touches(layer: Layer, batch: int, which: Pass | Literal["act_fwd", "act_bwd"], element_bytes: float) -> Touches:
+    """The tensors one pass of ``layer`` reads and writes: its input activation ``a:<previous>`` (``a:input``
+    for the bottom MLP's first layer, ``a:interaction`` for the top's), weights ``w:<layer>``, output ``a:<layer>``,
+    output gradient ``g:<layer>``, input gradient ``g:<previous>`` and weight gradient ``dw:<layer>``."""
+    eb = element_bytes
+    prev = layer_input(layer)
+    x, out, g = batch * layer.fan_in * eb, batch * layer.fan_out * eb, batch * layer.fan_out * eb
+    weights = layer.fan_in * layer.fan_out * eb
+    if which == "act_fwd":
+        return Touches(writes=(f"a:{layer.name}",))
+    if which == "act_bwd":  # the mask reads the saved output
+        return Touches(writes=(f"g:{layer.name}", f"a:{layer.name}"))
+    if which is Pass.FORWARD:
+        return Touches(((f"a:{prev}", x), (f"w:{layer.name}", weights)), (f"a:{layer.name}",))
+    if which is Pass.BACKWARD_WEIGHTS:
+        return Touches(((f"g:{layer.name}", g), (f"a:{prev}", x)), (f"dw:{layer.name}",))
+    return Touches(((f"g:{layer.name}", out), (f"w:{layer.name}", weights)), (f"g:{prev}",))
+
+
+def layer_input(layer: Layer) -> str:
+    """The name of what feeds ``layer``: the previous layer of its MLP, the dense input or the interaction."""
+    if layer.index > 0:
+        return f"{'bot' if layer.part == 'bottom' else 'top'}{layer.index - 1}"
+    return "input" if layer.part == "bottom" else "interaction"
+
+
+def bottom_output(w: Workload) -> str:
+    """The name of what the interaction reads from the dense side: the bottom MLP's last layer, or the input."""
+    layers = model.bottom_layers(w)
+    return layers[-1].name if layers else "input"
 
 
 def gemm_task(w: Workload, layer: Layer, batch: int, which: Pass) -> Task | None:
@@ -447,6 +537,7 @@ class RankProgram:
         self.shards = placement.shards_on(rank)
         self.last_in_bucket = {names[-1]: i for i, (names, _) in enumerate(buckets)}
         self.prog: list[Step] = []
+        self.touches: dict[int, Touches] = {}  # by index in prog
 
     def build(self) -> list[Step]:
         """The rank's steps, phases 0-7, with table-walk sizes and run starts marked."""
@@ -461,9 +552,20 @@ class RankProgram:
         return self.finish()
 
     # --- helpers ---
-    def add(self, task: Task | None) -> None:
+    def add(self, task: Task | None, touches: Touches | None = None) -> None:
         if task is not None:
+            if touches is not None:
+                self.touches[len(self.prog)] = touches
             self.prog.append(task)
+
+    def add_layer(self, layer: Layer, which: Pass | Literal["act_fwd", "act_bwd"]) -> None:
+        """One pass of an MLP layer (its GEMM, or its activation forward or backward), with the tensors it touches."""
+        w, n = self.w, self.n
+        if which == "act_fwd" or which == "act_bwd":
+            task: Task | None = activation_task(w, layer, n, backward=which == "act_bwd")
+        else:
+            task = gemm_task(w, layer, n, which)
+        self.add(task, layer_touches(layer, n, which, w.element_bytes))
 
     def post(self, cid: str) -> None:
         self.prog.append(Post(cid))
@@ -480,10 +582,10 @@ class RankProgram:
 
     def backward(self, layer: Layer) -> None:
         """One MLP layer's backward; posts its gradient bucket when the layer is the bucket's last."""
-        w, n, s = self.w, self.n, self.s
-        self.add(activation_task(w, layer, n, backward=True))
-        self.add(gemm_task(w, layer, n, Pass.BACKWARD_WEIGHTS))
-        self.add(gemm_task(w, layer, n, Pass.BACKWARD_DATA))
+        s = self.s
+        self.add_layer(layer, "act_bwd")
+        self.add_layer(layer, Pass.BACKWARD_WEIGHTS)
+        self.add_layer(layer, Pass.BACKWARD_DATA)
         if layer.name in self.last_in_bucket:
             i = self.last_in_bucket[layer.name]
             self.add(copy_task(f"allreduce{i}.pre", self.buckets[i][1], s.allreduce_prepost_passes / 3))
@@ -494,7 +596,7 @@ class RankProgram:
         """0. The data loader reads this iteration's samples (the whole global minibatch with the reference
         loader, the local batch with v1, which then sends the tables' indices to their owners and waits: the
         lookups need them); then the implementation's own input distribution, if it has one."""
-        self.add(loader_task(self.w, self.n, self.s.global_batch))
+        self.add(loader_task(self.w, self.n, self.s.global_batch), Touches(writes=("a:input",)))
         if LOADER_EXCHANGE in self.collectives:
             self.post(LOADER_EXCHANGE)
             self.wait(LOADER_EXCHANGE)
@@ -539,8 +641,8 @@ class RankProgram:
     def bottom_forward(self) -> None:
         """2. Bottom MLP forward overlaps the forward exchange."""
         for layer in model.bottom_layers(self.w):
-            self.add(gemm_task(self.w, layer, self.n, Pass.FORWARD))
-            self.add(activation_task(self.w, layer, self.n))
+            self.add_layer(layer, Pass.FORWARD)
+            self.add_layer(layer, "act_fwd")
         for cid in self.fwd_ids:
             self.wait(cid)
 
@@ -556,11 +658,12 @@ class RankProgram:
                 model.interaction_bytes(w, n),
                 ops=model.interaction_ops(w),
                 rows=float(n),
-            )
+            ),
+            Touches(writes=(f"a:{bottom_output(w)}", "a:interaction")),
         )
         for layer in model.top_layers(w):
-            self.add(gemm_task(w, layer, n, Pass.FORWARD))
-            self.add(activation_task(w, layer, n))
+            self.add_layer(layer, Pass.FORWARD)
+            self.add_layer(layer, "act_fwd")
 
     def top_backward(self) -> None:
         """4. Top MLP backward, posting each bucket when its last layer's weight gradient is done; then the
@@ -576,7 +679,8 @@ class RankProgram:
                 2 * model.interaction_bytes(w, n),
                 ops=model.interaction_ops(w, backward=True),
                 rows=float(n),
-            )
+            ),
+            Touches(writes=("g:interaction", f"g:{bottom_output(w)}")),
         )
 
     def bottom_backward(self) -> None:
@@ -648,13 +752,15 @@ class RankProgram:
                 bytes=s.optimizer.bytes_per_param * dense_params,
                 ops=per_tensor * len(sizes),
                 op_elements=tuple(n for n in sizes for _ in range(int(per_tensor))),
-            )
+            ),
+            Touches(writes=tuple(f"{t}:{layer.name}" for layer in model.mlp_layers(w) for t in ("w", "dw"))),
         )
 
     def finish(self) -> list[Step]:
         """Lookups and updates read the tables at random: their page walks compete with every table on the
         rank. An update re-reads what its table's forward and backward touched, after every other table's did
-        and after the dense work the rank ran since its lookups (:func:`bytes_since_lookups`)."""
+        and after the dense work the rank ran since its lookups (:func:`bytes_since_lookups`). A GEMM carries, for
+        each of its inputs, the traffic since a task last touched it (:func:`operand_traffic`)."""
         w = self.w
         held = self.placement.table_bytes_on(w, self.r)
         lookups = self.s.global_batch * w.lookups_per_sample
@@ -662,10 +768,13 @@ class RankProgram:
             update_reuse_bytes(w, sh.rows, lookups * lookup_fraction(w, sh, self.row_wise), sh.columns) for sh in self.shards
         )
         between = bytes_since_lookups(self.prog)
+        operands = operand_traffic(self.prog, self.touches)
         return mark_run_starts(
             [
                 _evolve(t, tables_bytes=held, reuse_bytes=tables + between[i] if t.kind == "update" else 0.0)
                 if isinstance(t, Task) and t.kind in TABLE_WALK_KINDS
+                else _evolve(t, operands=operands[i].operands, kernel_traffic=operands[i].kernel_traffic)
+                if i in operands
                 else t
                 for i, t in enumerate(self.prog)
             ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 import networkx as nx
@@ -17,6 +18,7 @@ from dlrmsim.calibration.fit import (
     NO_BYTE_TERM_GBPS,
     RATE_GRID_POINTS,
     FittedModel,
+    dispatch_s,
     fit_alpha_beta,
     fit_embedding,
     fit_gemm,
@@ -24,6 +26,7 @@ from dlrmsim.calibration.fit import (
     fit_memory,
     fit_overhead,
     fit_tbe,
+    measured_gemm,
     memory_bandwidth_GBps,
     predict_gemm_s,
     predict_s,
@@ -165,8 +168,10 @@ def test_gemm_rows_are_predicted_with_the_simulators_roofline(quick_cal: Calibra
     from dlrmsim.engine.costs import fixed_time_s, task_time
     from dlrmsim.workloads.model import Gemm
 
-    # Step-order values set here, so the check does not depend on what this host's fit found.
-    tables = [t.model_copy(update={"cold_call_us": 30.0, "memory_overlap": 0.4}) for t in quick_cal.gemm.tables]
+    # Step-order values set here, so the check does not depend on what this host's fit found; without an
+    # evicted-operand fit, as a calibration made before that benchmark (the simulator then charges the step fit).
+    cold = {"cold_call_us": 30.0, "memory_overlap": 0.4, "evicted_call_us": None, "evicted_traffic_factor": None}
+    tables = [t.model_copy(update=cold) for t in quick_cal.gemm.tables]
     quick_cal = quick_cal.model_copy(update={"gemm": quick_cal.gemm.model_copy(update={"tables": tables})})
     model = FittedModel(quick_cal.gemm, quick_cal.memory, overhead=quick_cal.overhead)
     matvec = _m("linear", 1, 1.0, flops=2.0 * 256 * 4096, params={"batch": 256, "fan_in": 4096, "fan_out": 1, "pass": "fwd"})
@@ -201,6 +206,61 @@ def test_gemm_rows_are_predicted_with_the_simulators_roofline(quick_cal: Calibra
         if m is not in_step:  # a warm loop finds its operands in cache: the roofline, nothing cold
             spec, fixed = dataclasses.replace(spec, gemm_memory_overlap=1.0), 0.0
         assert predict_s(m, model) == pytest.approx(fixed + task_time(m.flops, g.bytes_moved(4.0), spec, kind="gemm"), rel=1e-3)
+
+
+@pytest.mark.parametrize("call_us,factor", [(0.0, 0.0), (40.0, 0.0), (0.0, 1.7), (25.0, 0.6)])
+def test_evicted_gemm_fit_recovers_call_and_factor_as_the_simulator_charges_them(
+    quick_cal: Calibration, call_us: float, factor: float
+) -> None:
+    """GEMMs timed right after a flush of their own, made up as roofline + dispatch + call + factor x traffic time:
+    the fit recovers both terms, and the simulator charges a GEMM whose inputs are all evicted (share 1) exactly
+    the measured time, because its fixed time is the same dispatch plus costs.evicted_operand_time_s."""
+    from dlrmsim.calibration.fit import first_op_dispatch_s, fit_gemm, gemm_parts_s, reuse_in_cycle
+    from dlrmsim.engine.costs import evicted_operand_time_s, fixed_time_s
+
+    host, memory, overhead = quick_cal.host, quick_cal.memory, quick_cal.overhead
+    warm = quick_cal.gemm
+    rows = []
+    for batch, fi, fo, which in ((512, 128, 512, "fwd"), (2048, 512, 32, "bwd_weights"), (1024, 512, 512, "bwd_data")):
+        params = {"batch": batch, "fan_in": fi, "fan_out": fo, "pass": which, "context": "evicted"}
+        m = _m("linear", 1, 1.0, flops=2.0 * batch * fi * fo, params=params)
+        t_f, t_b = gemm_parts_s(warm, memory, m)
+        t = max(t_f, t_b) + dispatch_s(overhead, 1, 1.0) + call_us * 1e-6 + factor * t_b
+        rows.append(m.model_copy(update={"time_s": t}))
+    # The same GEMMs in a step-order cycle flushed once: each pays the call at its kernel's share and the traffic
+    # term at its inputs' share, the shares the simulator's cost model gives it in that cycle (cycle.cycle_gemms).
+    step = []
+    for fi, fo in ((128, 512), (512, 32)):
+        for which in ("fwd", "bwd_weights", "bwd_data"):
+            params = {"batch": 512, "fan_in": fi, "fan_out": fo, "pass": which, "context": "step", "mlp": "128-512-32"}
+            m = _m("linear", 1, 1.0, flops=2.0 * 512 * fi * fo, params=params)
+            kernel, inputs, prev = reuse_in_cycle(m, host)
+            assert kernel is not None and 0.0 <= kernel <= 1.0 and 0.0 <= inputs <= 1.0
+            t_f, t_b = gemm_parts_s(warm, memory, m)
+            t = max(t_f, t_b) + first_op_dispatch_s(overhead, 1, prev, host) + kernel * call_us * 1e-6 + inputs * factor * t_b
+            step.append(m.model_copy(update={"time_s": t}))
+    # The chained forward input of the second layer is fresh, so its share is below a flushed GEMM's.
+    assert reuse_in_cycle(step[3], host)[1] < 1.0
+    cubes = [m for m in quick_cal.measurements if m.benchmark == "gemm" and m.cores == 1]
+    for measured in (rows, [*rows, *step]):
+        table = fit_gemm([*cubes, *measured], host, memory, overhead).table(1)
+        assert table.evicted_call_us == pytest.approx(call_us, abs=1e-3)
+        assert table.evicted_traffic_factor == pytest.approx(factor, abs=1e-3)
+    one_core = quick_cal.model_copy(update={"host": host.model_copy(update={"cores": 1})})
+    fitted = one_core.model_copy(update={"gemm": warm.model_copy(update={"tables": [table]})})
+    base = ComputeSpec(
+        name="cpu", cores=1, clock_hz=1e9, peak_flops={"fp32": 1e12}, memory_bandwidth_Bps=1e11, memory_capacity_B=64e9
+    )
+    spec = calibrated_compute(base, fitted)
+    for m in rows:
+        g = measured_gemm(m)
+        inputs = ((1.0, math.inf),)  # inputs and kernel state evicted by infinite traffic: share 1
+        simulated = (
+            fixed_time_s(spec, "gemm", 1.0, 0.0)
+            + evicted_operand_time_s(spec, g.bytes_moved(4.0), 1.0, inputs, math.inf)
+            + task_time(m.flops, g.bytes_moved(4.0), spec, kind="gemm")
+        )
+        assert simulated == pytest.approx(m.time_s, rel=1e-3)
 
 
 def test_memory_fit_finds_the_knee(quick_cal: Calibration) -> None:

@@ -121,6 +121,7 @@ def test_plan_repeats_single_process_kernels_in_later_passes_only() -> None:
         "gemm preset MLP shapes",
         "gemm narrow layers",
         "gemm in training-step order",
+        "gemm with evicted operands",
         "memory streams",
         "op dispatch",
         "thread-pool fork",

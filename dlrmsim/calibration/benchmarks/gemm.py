@@ -126,12 +126,14 @@ CYCLE_MLPS = ((512, (128, 512, 32)), (2048, (128, 512, 32)), (1024, (512, 512, 5
 
 
 def time_mlp_cycle(
-    ops: Ops, batch: int, widths: Sequence[int], policy: TimingPolicy, flush: Op
+    ops: Ops, batch: int, widths: Sequence[int], policy: TimingPolicy, flush: Op, flush_each: bool = False
 ) -> dict[tuple[str, int], list[float]]:
     """Per cycle, seconds of each GEMM of an MLP's forward and backward (keyed (pass, layer index)), run as the
     DLRM runner runs them (``dlrm_runner.mlp_forward`` / ``mlp_backward``, activations and bias gradients
     included) after ``flush``: each GEMM finds what its predecessors left in the caches, and the first ones find
-    them evicted, as in a training step where embedding lookups stream between the MLPs."""
+    them evicted, as in a training step where embedding lookups stream between the MLPs. ``flush_each``: a
+    flush (untimed) before every GEMM, so that each one finds all its operands, the kernel's packing buffers
+    and its code evicted (fit.fit_evicted_gemm)."""
     rng = np.random.default_rng(0)
     layers = new_mlp(ops, widths, rng)
     x = ops.tensor(rng.standard_normal((batch, widths[0])).astype(np.float32))
@@ -141,6 +143,8 @@ def time_mlp_cycle(
     times: dict[tuple[str, int], float] = {}
 
     def timed(which: str, layer: int, call: Callable[[], Any]) -> Any:
+        if flush_each:
+            flush()
         t0 = clock()
         result = call()
         times[(which, layer)] = clock() - t0
@@ -156,21 +160,30 @@ def time_mlp_cycle(
     return out
 
 
-def mlp_cycle_task(k: Ops, batch: int, widths: Sequence[int], cores: int, policy: TimingPolicy) -> BenchTask:
-    name = f"mlp cycle {'-'.join(map(str, widths))} b{batch} c{cores}"
+# The "context" param of the cycle's rows: flushed once per cycle (step order) or before every GEMM (evicted).
+CYCLE_CONTEXTS = {False: ("step", "in step order"), True: ("evicted", "evicted")}
+
+
+def mlp_cycle_task(
+    k: Ops, batch: int, widths: Sequence[int], cores: int, policy: TimingPolicy, evicted: bool = False
+) -> BenchTask:
+    """An MLP's GEMMs in training-step order (:func:`time_mlp_cycle`), flushed once per cycle or, ``evicted``,
+    before each GEMM."""
+    context, label = CYCLE_CONTEXTS[evicted]
+    name = f"mlp cycle {'-'.join(map(str, widths))} b{batch} c{cores}{' evicted' if evicted else ''}"
 
     def run() -> list[Measurement]:
         with k.threads(cores):
-            per_op = time_mlp_cycle(k, batch, widths, policy, k.flush)
+            per_op = time_mlp_cycle(k, batch, widths, policy, k.flush, flush_each=evicted)
         rows = []
         for (which, i), ts in sorted(per_op.items(), key=lambda kv: (kv[0][1], kv[0][0])):
             fi, fo = widths[i], widths[i + 1]
             med, spread = median_spread(ts)
             rows.append(
                 linear_measurement(
-                    f"linear {fi}->{fo} {which} b{batch} c{cores} in step order",
+                    f"linear {fi}->{fo} {which} b{batch} c{cores} {label}",
                     cores,
-                    {"workloads": "", "context": "step"},
+                    {"workloads": "", "context": context, "mlp": "-".join(map(str, widths))},
                     batch,
                     fi,
                     fo,
@@ -182,4 +195,4 @@ def mlp_cycle_task(k: Ops, batch: int, widths: Sequence[int], cores: int, policy
             )
         return rows
 
-    return BenchTask("gemm in training-step order", name, run, repeat=True)
+    return BenchTask("gemm with evicted operands" if evicted else "gemm in training-step order", name, run, repeat=True)

@@ -139,7 +139,7 @@ def _first_pass(k: Ops, quick: bool, cores: int, implementation: str, ranks: int
             if (b, fi, fo, which, c) not in measured
         ]
     for b, widths in CYCLE_MLPS:
-        tasks += [mlp_cycle_task(k, b, widths, c, policy) for c in counts]
+        tasks += [mlp_cycle_task(k, b, widths, c, policy, evicted) for c in counts for evicted in (False, True)]
     elements = stream_elements(quick)
     for kind in ("copy", "triad"):
         tasks += [stream_task(k, kind, c, elements, policy) for c in counts]
@@ -183,13 +183,14 @@ def _tiny_plan(k: Ops, cores: int, implementation: str, ranks: int, policy: Timi
     for icfg in iconfigs[:2] + iconfigs[-1:]:
         tasks += [interaction_task(k, icfg, c, policy) for c in sorted({1, cores})]
     # One layer of each kind the GEMM fit reads beyond the cubes: a preset MLP layer, a narrow layer (the aspect
-    # factor) and one MLP in training-step order (the cold call and traffic overlap).
+    # factor) and one MLP in training-step order, flushed once (the cold call and traffic overlap) and before each
+    # GEMM (the evicted-operand cost).
     (wl, b, fi, fo, which), *_ = preset_linear_shapes(lambda _: 256)
     tasks.append(linear_task(k, wl, b, fi, fo, which, cores, policy))
     b, fi, fo, which = narrow_linear_shapes()[0]
     tasks.append(linear_task(k, "", b, fi, fo, which, cores, policy, "gemm narrow layers"))
     b, widths = CYCLE_MLPS[0]
-    tasks.append(mlp_cycle_task(k, b, widths, cores, policy))
+    tasks += [mlp_cycle_task(k, b, widths, cores, policy, evicted) for evicted in (False, True)]
     # Five samples of >= 10 ms each (three of 5 ms let two tiny runs' allreduce bandwidth differ 3.9x on a quiet
     # 2-vCPU VM): the bandwidth fit rests on the two largest sizes alone.
     light = TimingPolicy(warmup=1, repeats=5, min_sample_s=0.01)
