@@ -55,6 +55,8 @@ def calibrated_compute(
         peak_flops={**spec.peak_flops, "fp32": peak},
         gemm_efficiency=EfficiencyTable(tuple((float(f), float(e)) for f, e in table.points)),
         gemm_aspect_efficiency=EfficiencyTable(tuple((float(a), float(e)) for a, e in table.aspect_points)),
+        gemm_vector_block=cal.gemm.vector_block or 0,
+        gemm_remainder=cal.gemm.remainder or "binary",
         # With GEMMs timed after a flush of their own, a step's GEMM pays the warm roofline plus what its evicted
         # inputs cost (costs.evicted_operand_time_s); the step-order fit, which averages one flushed cycle, is
         # then not charged on top.

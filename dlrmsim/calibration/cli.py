@@ -110,6 +110,11 @@ def calibrate(
                 for t in cal.gemm.tables
                 if t.evicted_call_us is not None
             ],
+            *(
+                [("GEMM micro-kernel width (output columns), remainder", f"{cal.gemm.vector_block} / {cal.gemm.remainder}")]
+                if cal.gemm.vector_block
+                else []
+            ),
             ("memory bandwidth GB/s (triad, saturated)", cal.memory.bandwidth_GBps),
             ("memory GB/s per core", cal.memory.per_core_GBps),
             ("memory saturation cores", cal.memory.saturation_cores),

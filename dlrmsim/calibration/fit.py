@@ -22,6 +22,7 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -42,6 +43,7 @@ from dlrmsim.calibration.schema import (
     select_interaction_fit,
 )
 from dlrmsim.engine.costs import (
+    block_efficiency,
     cache_miss_share,
     dispatch_time_s,
     gemm_aspect,
@@ -118,10 +120,11 @@ def _is_cube(m: Measurement) -> bool:
     return g.m == g.n == g.k
 
 
-def measured_aspect(m: Measurement) -> float:
-    """costs.gemm_aspect of a "gemm" or "linear" measurement's GEMM, from its shape as the simulator sees it."""
+def measured_aspect(m: Measurement, block_share: float = 1.0) -> float:
+    """costs.gemm_aspect of a "gemm" or "linear" measurement's GEMM, from its shape as the simulator sees it, at
+    the flops its passes compute (its flops over ``block_share``, costs.block_efficiency)."""
     g = measured_gemm(m)
-    return gemm_aspect(g.flops, g.bytes_moved(4.0), 4.0)
+    return gemm_aspect(g.flops / block_share, g.bytes_moved(4.0), 4.0)
 
 
 def _binned_table(points: Sequence[tuple[float, float]], decades: float) -> list[tuple[float, float]]:
@@ -133,6 +136,42 @@ def _binned_table(points: Sequence[tuple[float, float]], decades: float) -> list
         (_sig(float(np.exp(np.mean([math.log(x) for x, _ in bins[b]])))), _sig(float(np.median([v for _, v in bins[b]])), 4))
         for b in sorted(bins)
     ]
+
+
+# The micro-kernel widths (output columns) and remainder rules the output-columns sweep is tested against.
+VECTOR_BLOCKS = (4, 8, 16, 32, 64)
+Remainder = Literal["binary", "padded"]
+REMAINDER_RULES: tuple[Remainder, ...] = ("binary", "padded")
+
+
+def fit_vector_block(rows: Sequence[Measurement]) -> tuple[int | None, Remainder | None]:
+    """(block, remainder rule) that best explains the output-columns sweep's times ("gemm_columns": C[m, n] =
+    A[m, k] B[k, n] at fixed m, k over n): time = c x the columns the kernel computes, n / block_efficiency(n),
+    c by median, scored by the mean relative error (the rules differ only at widths whose remainder has
+    several set bits). Each block and rule is tried against no block (time
+    proportional to n), which wins ties; (None, None) when it wins or fewer than 4 widths were timed."""
+    if len(rows) < 4:
+        return None, None
+    cols = np.array([int(m.params["n"]) for m in rows])
+    t = np.array([m.time_s for m in rows])
+
+    def score(work: np.ndarray) -> float:
+        c = float(np.median(t / work))
+        return float(np.mean(np.abs(c * work / t - 1.0)))
+
+    best: tuple[float, int | None, Remainder | None] = (score(cols.astype(float)), None, None)
+    for block in VECTOR_BLOCKS:
+        for rule in REMAINDER_RULES:
+            work = np.array([n / block_efficiency(int(n), block, rule) for n in cols])
+            err = score(work)
+            if err < best[0] - 1e-12:
+                best = (err, block, rule)
+    return best[1], best[2]
+
+
+def _block_share(m: Measurement, block: int | None, rule: str | None) -> float:
+    """costs.block_efficiency of a measurement's GEMM with a fitted block and rule (1 without)."""
+    return block_efficiency(measured_gemm(m).n, block or 0, rule or "binary")
 
 
 def fit_gemm(
@@ -157,16 +196,27 @@ def fit_gemm(
         )
     tables = []
     achieved = []
+    # The tables are at full vector blocks: each measurement's remainder passes are divided out.
+    block, rule = fit_vector_block([m for m in measurements if m.benchmark == "gemm_columns"])
+
+    def work(m: Measurement) -> float:  # the flops the kernel's passes compute, padding included
+        return m.flops / _block_share(m, block, rule)
+
+    def efficiency(m: Measurement) -> float:  # at full blocks
+        return gemm_efficiency(m, host) / _block_share(m, block, rule)
+
     for cores in sorted(by_cores):
         cubes = [m for m in by_cores[cores] if _is_cube(m)]
         if not cubes:
             continue
         # min: rounding only, anything above 1 + PEAK_ROUNDING was refused above
-        points = [(f, min(1.0, e)) for f, e in _binned_table([(m.flops, gemm_efficiency(m, host)) for m in cubes], BIN_DECADES)]
+        points = [(f, min(1.0, e)) for f, e in _binned_table([(work(m), efficiency(m)) for m in cubes], BIN_DECADES)]
         flops_table = EfficiencyTable(tuple(points))
         # The cubes define aspect 1 (factor 1); a shape of aspect 1 or more runs as a cube does.
         ratios = [
-            (a, gemm_efficiency(m, host) / flops_table(m.flops)) for m in by_cores[cores] if (a := measured_aspect(m)) < 1.0
+            (a, efficiency(m) / flops_table(work(m)))
+            for m in by_cores[cores]
+            if (a := measured_aspect(m, _block_share(m, block, rule))) < 1.0
         ]
         aspect = [*_binned_table(ratios, ASPECT_BIN_DECADES), (1.0, 1.0)] if ratios else []
         tables.append(GemmTable(cores=cores, peak_GFLOPs=_sig(peak_gflops(host, cores)), points=points, aspect_points=aspect))
@@ -175,7 +225,13 @@ def fit_gemm(
     # quietest moment, so it is far steadier between runs than any one bin's median.
     most = max(t.cores for t in tables)
     best = max(gemm_efficiency(m, host) for m in by_cores[most])
-    fit = GemmFit(peak_efficiency=_sig(min(1.0, best), 4), tables=tables, achieved_GFLOPs_by_cores=achieved)
+    fit = GemmFit(
+        peak_efficiency=_sig(min(1.0, best), 4),
+        tables=tables,
+        achieved_GFLOPs_by_cores=achieved,
+        vector_block=block,
+        remainder=rule,
+    )
     if memory is None:
         return fit
     cold = []
@@ -269,14 +325,15 @@ def first_op_dispatch_s(overhead: OverheadFit | None, cores: int, prev_bytes: fl
 
 
 def gemm_flops_s(fit: GemmFit, m: Measurement) -> float:
-    """The arithmetic time of measurement ``m``'s GEMM at the fitted efficiency (costs.matrix_efficiency: the
-    cubes' table at its flops times the aspect factor, at most 1)."""
+    """The arithmetic time of measurement ``m``'s GEMM at the fitted efficiency (costs.matrix_efficiency): the
+    flops its vector-block passes compute, at the cubes' table times the aspect factor (at most 1) there."""
     table = fit.table(m.cores)
-    eff = EfficiencyTable(tuple(table.points))(m.flops)
+    share = _block_share(m, fit.vector_block, fit.remainder)
+    eff = EfficiencyTable(tuple(table.points))(m.flops / share)
     if table.aspect_points:
-        eff *= EfficiencyTable(tuple(table.aspect_points))(measured_aspect(m))
+        eff *= EfficiencyTable(tuple(table.aspect_points))(measured_aspect(m, share))
     peak = table.peak_GFLOPs * 1e9 * m.cores / table.cores  # the physical peak is linear in cores
-    return m.flops / (peak * min(eff, 1.0))
+    return m.flops / (peak * min(eff, 1.0) * share)
 
 
 def predict_gemm_s(fit: GemmFit, flops: float, cores: int) -> float:
@@ -288,9 +345,9 @@ def predict_gemm_s(fit: GemmFit, flops: float, cores: int) -> float:
 
 
 def measured_gemm(m: Measurement) -> Gemm:
-    """The GEMM a "gemm" or "linear" measurement ran (a linear pass has the shape the simulator gives it)."""
+    """The GEMM a "gemm", "gemm_columns" or "linear" measurement ran (a linear pass has the shape the simulator gives it)."""
     p = m.params
-    if m.benchmark == "gemm":
+    if m.benchmark in ("gemm", "gemm_columns"):
         return Gemm(m=int(p["m"]), n=int(p["n"]), k=int(p["k"]))
     layer = Layer("measured", int(p["fan_in"]), int(p["fan_out"]), "top", 0)
     return layer_gemm(layer, int(p["batch"]), Pass(str(p["pass"])))
@@ -758,7 +815,7 @@ class FittedModel:
 def predict_s(m: Measurement, model: FittedModel) -> float | None:
     """The fitted model's time for measurement ``m`` (None when no fitted parameter covers it)."""
     memory, overhead = model.memory, model.overhead
-    if m.benchmark in ("gemm", "linear"):
+    if m.benchmark in ("gemm", "linear", "gemm_columns"):
         return predict_gemm_roofline_s(model.gemm, memory, m, overhead, model.host)
     if m.benchmark == "stream":
         return m.bytes / (memory_bandwidth_GBps(memory, m.cores) * 1e9)

@@ -79,6 +79,16 @@ class GemmFit(StrictModel):
     achieved_GFLOPs_by_cores: list[tuple[Annotated[int, Field(gt=0)], Positive]] = Field(
         description="[[cores, best achieved GFLOP/s], ...] for the largest GEMMs"
     )
+    vector_block: Annotated[int, Field(gt=0)] | None = Field(
+        default=None,
+        description="the GEMM kernel's micro-kernel width in output columns (n of C[m, n]), from the output-columns "
+        "sweep (fit.fit_vector_block); the tables above are at full blocks; None = not measured or no block found",
+    )
+    remainder: Literal["binary", "padded"] | None = Field(
+        default=None,
+        description="how the kernel computes a remainder of columns: one narrower pass per set bit (binary) or one "
+        "full-width pass (padded); costs.block_passes",
+    )
 
     def table(self, cores: int) -> GemmTable:
         """The efficiency table measured at the core count nearest ``cores`` (ties: the larger)."""
@@ -222,6 +232,7 @@ class Measurement(StrictModel):
         "dispatch",
         "tbe",
         "fork",
+        "gemm_columns",
     ]
     name: str
     cores: Annotated[int, Field(gt=0)]

@@ -34,12 +34,41 @@ def gemm_aspect(flops: float, nbytes: float, element_bytes: float) -> float:
     return flops / nbytes * 2.0 * element_bytes / (flops / 2.0) ** (1.0 / 3.0)
 
 
-def matrix_efficiency(spec: ComputeSpec, flops: float, nbytes: float, precision: str) -> float:
-    """Achieved fraction of peak of a matrix task: gemm_efficiency(flops) x gemm_aspect_efficiency(aspect), at most 1."""
-    eff = spec.gemm_efficiency(flops)
+def block_passes(columns: int, block: int, remainder: str) -> int:
+    """Passes a GEMM kernel makes over ``columns`` output columns with a ``block``-wide micro-kernel: one per full
+    block, then for the rest either one per set bit of it ("binary": narrower kernels of block/2, block/4, ...
+    down to 1 column, each as slow as a full pass) or one padded pass ("padded")."""
+    full, rest = divmod(columns, block)
+    if rest == 0:
+        return full
+    return full + (bin(rest).count("1") if remainder == "binary" else 1)
+
+
+def block_efficiency(columns: int, block: int, remainder: str) -> float:
+    """Share of its passes a GEMM with ``columns`` output columns (n of C[m, n] = A[m, k] B[k, n], row-major)
+    spends on real columns: columns / (block x :func:`block_passes`). 1 when not modelled (block 0), when the
+    columns are unknown (0), or narrower than one block (a different code path: matrix-vector at 1 column, and
+    no calibration times those widths)."""
+    if block <= 0 or columns < block:
+        return 1.0
+    return columns / (block * block_passes(columns, block, remainder))
+
+
+def vector_block_efficiency(spec: ComputeSpec, columns: int) -> float:
+    """:func:`block_efficiency` with the spec's ``gemm_vector_block`` and ``gemm_remainder``."""
+    return block_efficiency(columns, spec.gemm_vector_block, spec.gemm_remainder)
+
+
+def matrix_efficiency(spec: ComputeSpec, flops: float, nbytes: float, precision: str, columns: int = 0) -> float:
+    """Achieved fraction of peak of a matrix task: b x gemm_efficiency(f) x gemm_aspect_efficiency(aspect at f),
+    the product of the last two at most 1, with b the :func:`vector_block_efficiency` of its ``columns`` (1 when not
+    given) and f = flops / b the flops its passes compute, padding included: the tables describe full blocks."""
+    block = vector_block_efficiency(spec, columns)
+    work = flops / block
+    eff = spec.gemm_efficiency(work)
     if nbytes > 0:
-        eff *= spec.gemm_aspect_efficiency(gemm_aspect(flops, nbytes, BYTES_PER_ELEMENT.get(precision, 4.0)))
-    return min(eff, 1.0)
+        eff *= spec.gemm_aspect_efficiency(gemm_aspect(work, nbytes, BYTES_PER_ELEMENT.get(precision, 4.0)))
+    return min(eff, 1.0) * block
 
 
 def task_flop_rate(
@@ -50,17 +79,19 @@ def task_flop_rate(
     share: float = 1.0,
     kind: str = "gemm",
     nbytes: float = 0.0,
+    columns: int = 0,
 ) -> float:
     """Achieved flop/s of a task on ``cores`` of ``spec``: cores/spec.cores * peak * efficiency * share.
 
     The efficiency is :func:`matrix_efficiency` for matrix kinds (``nbytes``, the task's compulsory traffic,
-    gives its shape; 0 = flops alone) and 1 for :data:`STREAMING_KINDS`; a kind in ``spec.flop_rate_by_kind``
-    runs at that measured all-core rate instead of the peak. ``share`` (0..1] is the fraction of each core's
-    time the task's threads get (an unpinned progress thread takes the rest while communication is in flight).
+    gives its shape, 0 = flops alone; ``columns`` its output's columns) and 1 for :data:`STREAMING_KINDS`; a kind
+    in ``spec.flop_rate_by_kind`` runs at that measured all-core rate instead of the peak. ``share`` (0..1] is the
+    fraction of each core's time the task's threads get (an unpinned progress thread takes the rest while
+    communication is in flight).
     """
     if kind in spec.flop_rate_by_kind:
         return cores / spec.cores * spec.flop_rate_by_kind[kind] * share
-    eff = 1.0 if kind in STREAMING_KINDS else matrix_efficiency(spec, flops, nbytes, precision)
+    eff = 1.0 if kind in STREAMING_KINDS else matrix_efficiency(spec, flops, nbytes, precision, columns)
     return cores / spec.cores * spec.flops_rate(precision) * eff * share
 
 
@@ -284,13 +315,19 @@ def fixed_time_s(
 
 
 def task_time(
-    flops: float, nbytes: float, spec: ComputeSpec, cores: float | None = None, precision: str = "fp32", kind: str = ""
+    flops: float,
+    nbytes: float,
+    spec: ComputeSpec,
+    cores: float | None = None,
+    precision: str = "fp32",
+    kind: str = "",
+    columns: int = 0,
 ) -> float:
     """Time (s) of a task running alone: its flops at :func:`task_flop_rate` and its bytes at its bandwidth
     cap, combined as the roofline max, or for a matrix kind by :func:`gemm_time_s` at the spec's overlap."""
     demand = memory_demand(spec, kind, nbytes)
     c = spec.cores if cores is None else cores
-    t_f = flops / task_flop_rate(spec, flops, c, precision, kind=kind, nbytes=nbytes) if flops > 0 else 0.0
+    t_f = flops / task_flop_rate(spec, flops, c, precision, kind=kind, nbytes=nbytes, columns=columns) if flops > 0 else 0.0
     domain = demand.domain_bytes
     t_b = domain / min(demand.rate_fraction * task_bandwidth_cap(spec, domain, c), domain_bandwidth(spec)) if domain > 0 else 0.0
     return gemm_time_s(t_f, t_b, overlap_of(spec, kind))

@@ -168,6 +168,7 @@ class Simulation:
         category: str = "compute",
         pool: str = "compute",
         overhead_s: float = 0.0,
+        columns: int = 0,
     ) -> simpy.Event:
         """Run a task of ``flops`` operations touching ``bytes`` of memory on ``cores`` cores of ``rank``.
 
@@ -177,6 +178,8 @@ class Simulation:
         domain it gets a max-min share of the domain's bandwidth. Returns an event that fires when the task
         ends; the task is then recorded (start = when it got its cores). ``overhead_s`` is a fixed software
         time (op dispatch, per-row kernel calls) spent holding the cores before the roofline part starts.
+        ``columns``: a matrix task's output columns (n of C[m, n] = A[m, k] B[k, n], row-major), which set its
+        vector-block efficiency (costs.vector_block_efficiency); 0 = not given.
         """
         self._check_rank(rank)
         if flops < 0 or bytes < 0:
@@ -192,25 +195,35 @@ class Simulation:
             )
         if overhead_s < 0:
             raise DlrmsimError(f"task '{name}' has a negative overhead", field="overhead_s")
-        task = _ComputeTask(self, rank, name, float(flops), float(bytes), kind, precision, c, category, pool, overhead_s)
+        task = _ComputeTask(self, rank, name, float(flops), float(bytes), kind, precision, c, category, pool, overhead_s, columns)
         task.begin(container)
         return task.done
 
     def _task_params(
-        self, rank: int, flops: float, nbytes: float, precision: str, cores: float, interferable: bool, kind: str = "gemm"
+        self,
+        rank: int,
+        flops: float,
+        nbytes: float,
+        precision: str,
+        cores: float,
+        interferable: bool,
+        kind: str = "gemm",
+        columns: int = 0,
     ) -> tuple[float, float, float, int, int]:
         """(work, cap, slowed cap, trigger, memory resource or -1) of a task; cached, as ranks repeat tasks and
         ranks sharing one ComputeSpec object have the same caps (only the memory resource is the rank's own).
         A memory-bound task's work is the bytes it moves through its memory domain (costs.memory_demand)."""
-        key = (self._spec_of_rank[rank], flops, nbytes, precision, cores, interferable, kind)
+        key = (self._spec_of_rank[rank], flops, nbytes, precision, cores, interferable, kind, columns)
         got = self._task_cache.get(key)
         if got is None:
-            got = self._task_cache[key] = self._task_params_of_spec(rank, flops, nbytes, precision, cores, interferable, kind)
+            got = self._task_cache[key] = self._task_params_of_spec(
+                rank, flops, nbytes, precision, cores, interferable, kind, columns
+            )
         work, cap, cap_s, trig, uses_mem = got
         return work, cap, cap_s, trig, self._rank_mem[rank] if uses_mem else -1
 
     def _task_params_of_spec(
-        self, rank: int, flops: float, nbytes: float, precision: str, cores: float, interferable: bool, kind: str
+        self, rank: int, flops: float, nbytes: float, precision: str, cores: float, interferable: bool, kind: str, columns: int
     ) -> tuple[float, float, float, int, bool]:
         """:meth:`_task_params` for ``rank``'s spec, with whether the task draws on its memory domain."""
         rr = self.rank_resources[rank]
@@ -220,7 +233,7 @@ class Simulation:
         if kind not in costs.STREAMING_KINDS and kind not in spec.flop_rate_by_kind:
             kind = "gemm"  # only the efficiency class matters here
         share = rr.interfered_share if interferable else 1.0
-        fr = costs.task_flop_rate(spec, flops, cores, precision, kind=kind, nbytes=nbytes) if flops > 0 else 0.0
+        fr = costs.task_flop_rate(spec, flops, cores, precision, kind=kind, nbytes=nbytes, columns=columns) if flops > 0 else 0.0
         fr_s = fr * share
         nbytes = demand.domain_bytes
         if nbytes > 0:
@@ -418,13 +431,13 @@ class _ComputeTask:
     are the same: every step happens at the instant the process would have reached it."""
 
     __slots__ = ("sim", "rank", "name", "flops", "nbytes", "kind", "precision", "cores", "category", "pool", "overhead_s",
-                 "container", "start", "done")  # fmt: skip
+                 "columns", "container", "start", "done")  # fmt: skip
 
     def __init__(self, sim: Simulation, rank: int, name: str, flops: float, nbytes: float, kind: str, precision: str,
-                 cores: float, category: str, pool: str, overhead_s: float) -> None:  # fmt: skip
+                 cores: float, category: str, pool: str, overhead_s: float, columns: int = 0) -> None:  # fmt: skip
         self.sim, self.rank, self.name, self.flops, self.nbytes = sim, rank, name, flops, nbytes
         self.kind, self.precision, self.cores, self.category, self.pool = kind, precision, cores, category, pool
-        self.overhead_s = overhead_s
+        self.overhead_s, self.columns = overhead_s, columns
         self.start = 0.0
         self.done = sim.env.event()
 
@@ -452,7 +465,7 @@ class _ComputeTask:
         fluid = sim.fluid
         oid = fluid.register(self, 1)
         work, cap, cap_s, trig, res = sim._task_params(
-            self.rank, self.flops, self.nbytes, self.precision, self.cores, self.pool == "compute", self.kind
+            self.rank, self.flops, self.nbytes, self.precision, self.cores, self.pool == "compute", self.kind, self.columns
         )
         # Its share of a saturated memory domain grows with the cores streaming for it (Batch.share).
         fluid.add_one(work, cap, cap_s, trig, self.rank, -1, 0, res, oid, share=self.cores)

@@ -131,6 +131,7 @@ class InstanceTask:
     flops: float
     bytes: float
     serial_s: float = 0.0
+    columns: int = 0  # a GEMM's output columns (taskgraph.Task.columns); 0 = not a GEMM or not known
 
 
 @dataclass
@@ -180,7 +181,9 @@ def _dlrm_tasks(w: Any, batch: int, threads: int, core_bw: float) -> list[Instan
     placement = place(w, PlacementSpec(), 1)
     s = IterationSettings(global_batch=batch, threads=threads, update_costs=UpdateCosts(0.0, 0.0, 64, core_bw))
     graph = build_iteration(w, placement, s)
-    return [InstanceTask(t.name, t.kind, t.flops, t.bytes, t.serial_s) for t in graph.tasks(0) if t.kind != "optimizer"]
+    return [
+        InstanceTask(t.name, t.kind, t.flops, t.bytes, t.serial_s, t.columns) for t in graph.tasks(0) if t.kind != "optimizer"
+    ]
 
 
 def load_instance_workload(name_or_path: str, overrides: dict[str, Any] | None = None) -> InstanceWorkload:
@@ -439,7 +442,14 @@ class _Run:
         name = self._name(f"it{n}.i{p.instance}.r{p.rank}.{t.name}")
         self.cores_of[name] = self.lay.cores
         yield self.sim.compute(
-            p.rank, name, flops=t.flops * f, bytes=t.bytes * f, kind=t.kind, precision=self._prec(t), cores=self.lay.cores
+            p.rank,
+            name,
+            flops=t.flops * f,
+            bytes=t.bytes * f,
+            kind=t.kind,
+            precision=self._prec(t),
+            cores=self.lay.cores,
+            columns=t.columns,  # a batch share changes a GEMM's rows or depth, not its output columns
         )
         if t.serial_s * f > self.env.now - t0:
             # Conflicting row updates serialise; more cores cannot shorten the chain (see taskgraph).

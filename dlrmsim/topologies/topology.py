@@ -138,6 +138,14 @@ class ComputeSpec:
     # 1 = flops alone decide (built-in presets: their cited tables are for the model's own GEMMs); a host
     # calibration fits it from narrow GEMMs measured beside the cubes.
     gemm_aspect_efficiency: EfficiencyTable = field(default_factory=lambda: EfficiencyTable.constant(1.0))
+    # The GEMM kernel's micro-kernel width in output columns (n of C[m, n], row-major; fp32 elements) and how it
+    # handles a remainder: "binary", one narrower kernel per set bit of it, each pass as slow as a full one, or
+    # "padded", one full-width pass (costs.vector_block_efficiency). On the 2-vCPU VM (torch 2.13, AVX-512) the
+    # block is 16 and the remainder binary: n = 42 runs in 4 passes (16, 16, 8, 2), at 42/64 of n = 64's rate.
+    # 0 = not modelled (built-in presets: their cited tables are for the model's own GEMMs); a host calibration
+    # fits it from a sweep over n ("gemm_columns").
+    gemm_vector_block: int = 0
+    gemm_remainder: str = "binary"
     # Fraction of a matrix task's compulsory memory traffic (its operands and result at stream bandwidth)
     # that runs under its arithmetic: 1 = the roofline, time = max(flops time, bytes time); 0 = none, time =
     # their sum (costs.gemm_time_s). Built-in presets: 1, the roofline. A host calibration fits it from GEMMs

@@ -467,6 +467,7 @@ def _rank_process(
                 category=step.category,
                 overhead_s=overhead,
                 cores=cores,
+                columns=step.columns,
             )
             if step.serial_s > env.now - t0:
                 # Conflicting row updates serialise on cache-line transfers; cores cannot shorten the chain.

@@ -95,6 +95,7 @@ class Task:
     # (operand_traffic); their evicted shares cost ComputeSpec.gemm_evicted_* (costs.evicted_operand_time_s).
     operands: tuple[tuple[float, float], ...] = ()
     kernel_traffic: float = math.inf
+    columns: int = 0  # a GEMM's output columns, n of C[m, n] (costs.vector_block_efficiency); 0 = not a GEMM
 
 
 @dataclass(frozen=True)
@@ -236,7 +237,7 @@ def gemm_task(w: Workload, layer: Layer, batch: int, which: Pass) -> Task | None
     g = model.layer_gemm(layer, batch, which)
     # Framework ops: one GEMM call; the weight gradient also reduces the bias gradient (dz.sum(0)).
     ops = 2.0 if which is Pass.BACKWARD_WEIGHTS else 1.0
-    return Task(f"{layer.name}.{which.value}", "gemm", flops, g.bytes_moved(w.element_bytes), ops=ops)
+    return Task(f"{layer.name}.{which.value}", "gemm", flops, g.bytes_moved(w.element_bytes), ops=ops, columns=g.n)
 
 
 def activation_task(w: Workload, layer: Layer, batch: int, backward: bool = False) -> Task:

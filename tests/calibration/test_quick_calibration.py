@@ -29,7 +29,18 @@ def test_file_written_valid_and_round_trips(quick_cal_path: Path, quick_cal: Cal
         (op, d) for op in ("forward", "backward", "update") for d in ("uniform", "zipf")
     }
     benches = {m.benchmark for m in quick_cal.measurements}
-    assert benches == {"gemm", "linear", "stream", "embedding", "interaction", "allreduce", "alltoall", "dispatch", "fork"}
+    assert benches == {
+        "gemm",
+        "gemm_columns",
+        "linear",
+        "stream",
+        "embedding",
+        "interaction",
+        "allreduce",
+        "alltoall",
+        "dispatch",
+        "fork",
+    }
     assert {(f.direction, f.cores) for f in quick_cal.interaction} == {
         (d, c) for d in ("forward", "backward") for c in {1, quick_cal.host.cores}
     }

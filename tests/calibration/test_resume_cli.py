@@ -122,6 +122,7 @@ def test_plan_repeats_single_process_kernels_in_later_passes_only() -> None:
         "gemm narrow layers",
         "gemm in training-step order",
         "gemm with evicted operands",
+        "gemm output columns",
         "memory streams",
         "op dispatch",
         "thread-pool fork",

@@ -46,6 +46,38 @@ def gemm_task(k: Ops, n: int, cores: int, policy: TimingPolicy) -> BenchTask:
     return BenchTask("gemm size sweep", name, run, repeat=True)
 
 
+# Output widths n of C[1024, n] = A[1024, 256] B[256, n], one core: multiples of 16 and the widths around them that
+# a kernel's micro-kernel leaves a remainder at (fit.fit_vector_block). Generic widths, not any workload's.
+COLUMN_WIDTHS = (16, 17, 20, 24, 28, 31, 32, 33, 36, 40, 42, 44, 48, 52, 56, 60, 64)
+TINY_COLUMN_WIDTHS = (32, 33, 40, 44, 48, 64)
+COLUMN_ROWS, COLUMN_DEPTH = 1024, 256
+
+
+def columns_task(k: Ops, n: int, policy: TimingPolicy) -> BenchTask:
+    """One width of the output-columns sweep, on one core (benchmark "gemm_columns")."""
+    m, depth = COLUMN_ROWS, COLUMN_DEPTH
+    name = f"gemm columns {m}x{n}x{depth} c1"
+
+    def run() -> list[Measurement]:
+        with k.threads(1):
+            t, spread, reps = time_op(k.make_gemm(m, n, depth), policy)
+        return [
+            Measurement(
+                benchmark="gemm_columns",
+                name=name,
+                cores=1,
+                params={"m": m, "n": n, "k": depth},
+                flops=2.0 * m * n * depth,
+                bytes=4.0 * (m * depth + depth * n + 2 * m * n),
+                time_s=t,
+                spread_pct=spread,
+                repeats=reps,
+            )
+        ]
+
+    return BenchTask("gemm output columns", name, run, repeat=True)
+
+
 def preset_linear_shapes(batch_of: Callable[[str], int]) -> list[tuple[str, int, int, int, str]]:
     """Unique (workloads, batch, fan_in, fan_out, pass) of the preset MLPs; no input gradient for the first layer."""
     shapes: dict[tuple[int, int, int, str], list[str]] = {}

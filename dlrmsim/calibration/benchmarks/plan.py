@@ -10,7 +10,10 @@ from dlrmsim.calibration.benchmarks.collectives import collective_sizes, collect
 from dlrmsim.calibration.benchmarks.embedding import embedding_configs, embedding_task
 from dlrmsim.calibration.benchmarks.eq_check import eq_check_task
 from dlrmsim.calibration.benchmarks.gemm import (
+    COLUMN_WIDTHS,
     CYCLE_MLPS,
+    TINY_COLUMN_WIDTHS,
+    columns_task,
     gemm_sizes,
     gemm_task,
     linear_task,
@@ -140,6 +143,7 @@ def _first_pass(k: Ops, quick: bool, cores: int, implementation: str, ranks: int
         ]
     for b, widths in CYCLE_MLPS:
         tasks += [mlp_cycle_task(k, b, widths, c, policy, evicted) for c in counts for evicted in (False, True)]
+    tasks += [columns_task(k, n, policy) for n in COLUMN_WIDTHS]
     elements = stream_elements(quick)
     for kind in ("copy", "triad"):
         tasks += [stream_task(k, kind, c, elements, policy) for c in counts]
@@ -191,6 +195,7 @@ def _tiny_plan(k: Ops, cores: int, implementation: str, ranks: int, policy: Timi
     tasks.append(linear_task(k, "", b, fi, fo, which, cores, policy, "gemm narrow layers"))
     b, widths = CYCLE_MLPS[0]
     tasks += [mlp_cycle_task(k, b, widths, cores, policy, evicted) for evicted in (False, True)]
+    tasks += [columns_task(k, n, policy) for n in TINY_COLUMN_WIDTHS]
     # Five samples of >= 10 ms each (three of 5 ms let two tiny runs' allreduce bandwidth differ 3.9x on a quiet
     # 2-vCPU VM): the bandwidth fit rests on the two largest sizes alone.
     light = TimingPolicy(warmup=1, repeats=5, min_sample_s=0.01)
