@@ -68,10 +68,10 @@ def gemm_calls(torch: Any, widths_by_part: dict[str, list[int]], batch: int) -> 
 def predicted_gemms(calibration: Path, case_name: str) -> dict[str, float]:
     """Seconds the calibrated simulator charges each GEMM task of the case's rank 0 (the project runner's step)."""
     from dlrmsim.calibration.schema import load_calibration
-    from dlrmsim.calibration.validate import simulate_case
+    from dlrmsim.calibration.validate import TARGET_IMPLEMENTATIONS, simulate_case
 
     case = {c.name: c for c in load_cases()}[case_name]
-    res = simulate_case(case, load_calibration(calibration))
+    res = simulate_case(case, load_calibration(calibration), TARGET_IMPLEMENTATIONS["project"])
     return {r.name: r.end - r.start for r in res.records if r.rank == 0 and r.kind == "gemm"}
 
 

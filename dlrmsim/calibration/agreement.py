@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dlrmsim.calibration.schema import Calibration
-from dlrmsim.calibration.validate import ValidationCase, predict
+from dlrmsim.calibration.validate import TARGET_IMPLEMENTATIONS, ValidationCase, predict
 
 # Fields that say which fit a list entry is (not fitted values themselves).
 IDENTITY_FIELDS = ("op", "distribution", "direction", "ranks", "implementation", "cores")
@@ -104,5 +104,6 @@ def compare(a: Calibration, b: Calibration, cases: Iterable[ValidationCase]) -> 
     pa, pb = fitted_parameters(a), fitted_parameters(b)
     params = tuple(Compared(k, pa[k], pb[k]) for k in pa if k in pb)
     only = tuple(sorted(set(pa) ^ set(pb)))
-    preds = tuple(Compared(c.name, predict(c, a)[0], predict(c, b)[0]) for c in cases)
+    runner = TARGET_IMPLEMENTATIONS["project"]
+    preds = tuple(Compared(c.name, predict(c, a, runner)[0], predict(c, b, runner)[0]) for c in cases)
     return Agreement(params, preds, only)

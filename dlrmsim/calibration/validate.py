@@ -264,7 +264,7 @@ def measure(case: ValidationCase, backend: str, iterations: int, warmup: int) ->
 
 TARGETS = ("project", "torchrec", "reference")
 # The implementation profile (training/presets/implementations) each target's step is predicted with; absent: none.
-TARGET_IMPLEMENTATIONS = {"torchrec": "torchrec-fused"}
+TARGET_IMPLEMENTATIONS = {"project": "project-runner", "torchrec": "torchrec-fused", "reference": "reference-dlrm"}
 
 
 @dataclass(frozen=True)
@@ -332,7 +332,7 @@ def run_validation(
         task = bar.add_task("validating", total=len(cases) * (rounds + 1))
         for case in cases:
             bar.update(task, description=f"{case.name}: simulating")
-            predictions[case.name] = predict(case, cal)
+            predictions[case.name] = predict(case, cal, TARGET_IMPLEMENTATIONS["project"])
             bar.advance(task)
         for r in range(rounds):
             if probe is not None:

@@ -72,6 +72,12 @@ class ImplementationProfile(StrictModel):
         description="which calibrated embedding kernel the embedding kinds run: the framework's embedding bags, or "
         "fbgemm's table-batched embedding (the calibration's tbe fits, where it measured them)",
     )
+    dense_first: bool = Field(
+        False,
+        description="the step runs the bottom MLP before the embedding lookups, and autograd runs the embedding "
+        "backward (the output exchange's, then the tables') before the bottom MLP's, the sparse optimizer step after "
+        "it; false: the hybrid-parallel schedule, lookups first so their exchange overlaps the bottom MLP",
+    )
     interaction_kernel: Literal["framework", "torchrec"] = Field(
         "framework",
         description="which calibrated dot interaction the interaction kinds run: the project runner's, or TorchRec's "

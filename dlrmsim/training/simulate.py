@@ -280,6 +280,7 @@ def load_inputs(
         update_strategy=cfg.update_strategy,
         fuse_backward_update=cfg.fuse_backward_update or (impl is not None and impl.fuse_backward_update),
         input_dist=impl.input_dist if impl is not None else None,
+        dense_first=impl is not None and impl.dense_first,
         op_threads=tuple(sorted(threads_by_kind.items())),
         optimizer=optimizer,
         threads=compute_cores,

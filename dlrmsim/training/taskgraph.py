@@ -59,6 +59,7 @@ class IterationSettings:
     update_strategy: UpdateStrategy = "race_free"
     fuse_backward_update: bool = False
     input_dist: InputDist | None = None  # the implementation sends the local batch's indices to the owners
+    dense_first: bool = False  # bottom MLP before the lookups, its backward after the embeddings' (RankProgram.build)
     optimizer: OptimizerSpec = field(default_factory=lambda: load_optimizer("sgd"))
     threads: int = 1  # compute threads per rank, for the race-free update's load balance
     # Task kinds the implementation runs on fewer threads than the rank's cores (implementations.ImplementationProfile):
@@ -541,14 +542,27 @@ class RankProgram:
         self.touches: dict[int, Touches] = {}  # by index in prog
 
     def build(self) -> list[Step]:
-        """The rank's steps, phases 0-7, with table-walk sizes and run starts marked."""
+        """The rank's steps, phases 0-7, with table-walk sizes and run starts marked. With ``dense_first`` (an
+        implementation profile's: PyTorch's DLRM, TorchRec and the project runner call the bottom MLP first and
+        leave the backward's order to autograd) the bottom MLP runs before the lookups and its backward after the
+        embedding backward; the exchanges are waited for where their results are first needed."""
         self.load_data()
-        self.embedding_lookups()
-        self.bottom_forward()
-        self.interaction_and_top_forward()
-        self.top_backward()
-        self.bottom_backward()
-        self.embedding_backward_and_update()
+        if self.s.dense_first:
+            self.bottom_layers_forward()
+            self.embedding_lookups()
+            self.wait_forward_exchange()
+            self.interaction_and_top_forward()
+            self.top_backward()
+            self.post_backward_exchange()
+            self.wait_backward_exchange()
+            self.embedding_backward_and_update(before_update=self.bottom_layers_backward)
+        else:
+            self.embedding_lookups()
+            self.bottom_forward()
+            self.interaction_and_top_forward()
+            self.top_backward()
+            self.bottom_backward()
+            self.embedding_backward_and_update()
         self.dense_optimizer()
         return self.finish()
 
@@ -641,9 +655,15 @@ class RankProgram:
 
     def bottom_forward(self) -> None:
         """2. Bottom MLP forward overlaps the forward exchange."""
+        self.bottom_layers_forward()
+        self.wait_forward_exchange()
+
+    def bottom_layers_forward(self) -> None:
         for layer in model.bottom_layers(self.w):
             self.add_layer(layer, Pass.FORWARD)
             self.add_layer(layer, "act_fwd")
+
+    def wait_forward_exchange(self) -> None:
         for cid in self.fwd_ids:
             self.wait(cid)
 
@@ -686,18 +706,29 @@ class RankProgram:
 
     def bottom_backward(self) -> None:
         """5. The backward exchange goes out now and overlaps the bottom MLP backward."""
+        self.post_backward_exchange()
+        self.bottom_layers_backward()
+        self.wait_backward_exchange()
+
+    def post_backward_exchange(self) -> None:
         if self.bwd_ids:
             self.exchange_prepost(self.bwd_ids, "a2a_bwd")
         for cid in self.bwd_ids:
             self.post(cid)
+
+    def bottom_layers_backward(self) -> None:
         for layer in reversed(model.bottom_layers(self.w)):
             self.backward(layer)
+
+    def wait_backward_exchange(self) -> None:
         for cid in self.bwd_ids:
             self.wait(cid)
 
-    def embedding_backward_and_update(self) -> None:
+    def embedding_backward_and_update(self, before_update: Callable[[], None] | None = None) -> None:
         """6. Embedding backward and sparse update once the gradients have arrived: autograd runs every
-        table's backward before the optimizer updates any (PyTorch's DLRM and the calibration's runner alike)."""
+        table's backward before the optimizer updates any (PyTorch's DLRM and the calibration's runner alike).
+        ``before_update``: what runs between the backward (a fused backward's update included) and the separate
+        update tasks (the dense-first order's bottom MLP backward)."""
         w, s, n = self.w, self.s, self.n
         sparse = [
             task
@@ -724,9 +755,17 @@ class RankProgram:
                     n * w.lookups_per_sample * w.embedding_dim * 4.0 + n * w.embedding_dim * w.element_bytes,
                 )
             )
-        for task in sparse:
-            if task.kind == "update":
-                self.add(task)
+        fused = self.s.fuse_backward_update
+        if fused:  # the update runs inside the backward: with it, before whatever follows the backward
+            for task in sparse:
+                if task.kind == "update":
+                    self.add(task)
+        if before_update is not None:
+            before_update()
+        if not fused:
+            for task in sparse:
+                if task.kind == "update":
+                    self.add(task)
         pending = [
             i for i, (names, _) in enumerate(self.buckets) if "replicated_tables" in names and names[-1] == "replicated_tables"
         ]

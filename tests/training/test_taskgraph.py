@@ -254,3 +254,31 @@ def test_input_dist_sends_each_ranks_local_ids_to_the_owners_before_any_lookup(s
     # One rank holds every table: nothing to distribute.
     g1, _ = graph(SMALL, 1, input_dist=dist)
     assert not any(cid.startswith("input_a2a") for cid in g1.collectives)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("ranks", [1, 4])
+def test_dense_first_order_runs_the_bottom_mlp_first_and_its_backward_after_the_embeddings(fused: bool, ranks: int) -> None:
+    base, _ = graph(SMALL, ranks, fuse_backward_update=fused)
+    dense, _ = graph(SMALL, ranks, fuse_backward_update=fused, dense_first=True)
+    order = [s.name for s in dense.programs[0] if isinstance(s, Task)]
+    first = {name: order.index(name) for name in order}
+
+    def where(prefix: str, suffix: str) -> list[int]:
+        return [i for name, i in first.items() if name.startswith(prefix) and name.endswith(suffix)]
+
+    # Because PyTorch's DLRM, TorchRec and the project runner call the bottom MLP before the embeddings, and
+    # autograd runs the later-created embedding nodes first in backward:
+    assert max(where("bot", ".fwd")) < min(where("emb", ".fwd"))
+    table_backward = where("emb", ".update") if fused else where("emb", ".bwd")
+    assert max(table_backward) < min(where("bot", ".bwd_weights"))
+    if not fused:  # the separate optimizer step follows the whole backward
+        assert max(where("bot", ".bwd_weights")) < min(where("emb", ".update"))
+    # The same tasks, only reordered, and every collective still posted and waited for once per rank.
+    assert sorted(order) == sorted(s.name for s in base.programs[0] if isinstance(s, Task))
+    for program in dense.programs:
+        posts = [s.collective for s in program if isinstance(s, Post)]
+        waits = [s.collective for s in program if isinstance(s, Wait)]
+        assert sorted(posts) == sorted(waits) == sorted(dense.collectives)
+        for cid in posts:  # each wait after its post
+            assert program.index(Post(cid)) < program.index(Wait(cid))
