@@ -60,6 +60,9 @@ class IterationSettings:
     fuse_backward_update: bool = False
     input_dist: InputDist | None = None  # the implementation sends the local batch's indices to the owners
     dense_first: bool = False  # bottom MLP before the lookups, its backward after the embeddings' (RankProgram.build)
+    # Follow each GEMM input's traffic since its last touch (operand_traffic): only where the ranks' specs charge
+    # evicted inputs (a calibrated host), as it costs build time on every rank's program.
+    track_operands: bool = False
     optimizer: OptimizerSpec = field(default_factory=lambda: load_optimizer("sgd"))
     threads: int = 1  # compute threads per rank, for the race-free update's load balance
     # Task kinds the implementation runs on fewer threads than the rank's cores (implementations.ImplementationProfile):
@@ -808,7 +811,7 @@ class RankProgram:
             update_reuse_bytes(w, sh.rows, lookups * lookup_fraction(w, sh, self.row_wise), sh.columns) for sh in self.shards
         )
         between = bytes_since_lookups(self.prog)
-        operands = operand_traffic(self.prog, self.touches)
+        operands = operand_traffic(self.prog, self.touches) if self.s.track_operands else {}
         return mark_run_starts(
             [
                 _evolve(t, tables_bytes=held, reuse_bytes=tables + between[i] if t.kind == "update" else 0.0)
