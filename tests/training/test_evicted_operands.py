@@ -15,22 +15,14 @@ from dlrmsim.topologies.topology import ComputeSpec
 from dlrmsim.training.simulate import TrainingConfig, load_inputs, run_iteration
 from dlrmsim.training.taskgraph import GemmReuse, Task, Touches, build_iteration, operand_traffic
 from dlrmsim.workloads import model
+from tests.engine.handmade import simple_spec
 
 MiB = float(1 << 20)
 
 
 def _spec(**changes: float) -> ComputeSpec:
-    base = ComputeSpec(
-        name="cpu",
-        cores=2,
-        clock_hz=1e9,
-        peak_flops={"fp32": 1e10},
-        memory_bandwidth_Bps=1e10,
-        memory_capacity_B=1e9,
-        llc_bytes=32 * MiB,
-        gemm_evicted_after_bytes=64 * MiB,
-    )
-    return dataclasses.replace(base, **changes)
+    base = simple_spec(cores=2, peak_flops=1e10, memory_bandwidth_Bps=1e10)
+    return dataclasses.replace(base, llc_bytes=32 * MiB, gemm_evicted_after_bytes=64 * MiB, **changes)
 
 
 def test_traffic_since_last_touch_is_counted_between_the_tasks_and_around_the_iteration() -> None:
