@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 
 def calibrate(
-    quick: Annotated[bool, typer.Option("--quick", help="short run (about 95 s on 2 cores): fewer sizes and repeats")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="short run (about 2 min on 2 cores): fewer sizes and repeats")] = False,
     backend: Annotated[str | None, typer.Option("--backend", help="numpy or torch (default: torch when installed)")] = None,
     out: Annotated[
         Path | None, typer.Option("--out", help="calibration YAML to write (default calibration/host-<name>.yaml)")
