@@ -46,8 +46,10 @@ from dlrmsim.engine.costs import (
     block_efficiency,
     cache_miss_share,
     dispatch_time_s,
+    first_op_time_s,
     gemm_aspect,
     gemm_time_s,
+    inputs_traffic_share,
     page_walk_miss_share,
     sorted_visits,
     traffic_share,
@@ -309,7 +311,7 @@ def reuse_in_cycle(m: Measurement, host: HostInfo) -> tuple[float | None, float,
     layer = next(i for i in range(len(widths) - 1) if (widths[i], widths[i + 1]) == (m.params["fan_in"], m.params["fan_out"]))
     g = cycle_gemms(int(m.params["batch"]), widths, flush)[(str(m.params["pass"]), layer)]
     llc = host.llc_bytes * m.cores / host.cores  # the rank's share, as calibration.apply gives it
-    operands = sum(b * traffic_share(d, flush, llc) for b, d in g.reuse.operands) / sum(b for b, _ in g.reuse.operands)
+    operands = inputs_traffic_share(g.reuse.operands, flush, llc)
     return traffic_share(g.reuse.kernel_traffic, flush, llc), operands, g.prev_bytes
 
 
@@ -317,11 +319,9 @@ def first_op_dispatch_s(overhead: OverheadFit | None, cores: int, prev_bytes: fl
     """A one-op task's dispatch after ``prev_bytes`` of traffic, as costs.first_op_s charges it with this fit."""
     if overhead is None:
         return 0.0
-    full, further = overhead.task_overhead_s(cores), overhead.op_overhead_s(cores)
     after = float(FLUSH_LLC_MULTIPLE * host.llc_bytes)
-    if full <= further or prev_bytes >= after:
-        return full
-    return further + (full - further) * traffic_share(prev_bytes, after, host.llc_bytes * cores / host.cores)
+    llc = host.llc_bytes * cores / host.cores  # the rank's share, as calibration.apply gives it
+    return first_op_time_s(overhead.task_overhead_s(cores), overhead.op_overhead_s(cores), prev_bytes, after, llc)
 
 
 def gemm_flops_s(fit: GemmFit, m: Measurement) -> float:

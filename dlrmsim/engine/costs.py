@@ -160,11 +160,15 @@ def first_op_s(spec: ComputeSpec, prev_bytes: float = math.inf) -> float:
     share of the last-level cache it pushed out, ``cache_miss_share(prev) / cache_miss_share(after)``, capped
     at 1. (On the 2-vCPU VM, 32 MiB LLC: a tiny op took 1.6 us after 1 MiB of traffic, 3.5 after 4, 6 after 16,
     8.4-11.4 after 64 MiB; this gives 2.0, 3.2, 6.5 and 11.4 with the flush's 64 MiB as the full surcharge.)"""
-    full, further = spec.task_overhead_s, spec.op_overhead_s
-    after = spec.task_overhead_after_bytes
-    if full <= further or prev_bytes >= after or not math.isfinite(after):
-        return full
-    return further + (full - further) * traffic_share(prev_bytes, after, spec.llc_bytes)
+    return first_op_time_s(spec.task_overhead_s, spec.op_overhead_s, prev_bytes, spec.task_overhead_after_bytes, spec.llc_bytes)
+
+
+def first_op_time_s(full_s: float, further_s: float, prev_bytes: float, after_bytes: float, cache_bytes: float) -> float:
+    """:func:`first_op_s` from its parts: a first op measured at ``full_s`` after ``after_bytes`` of traffic and
+    each further op at ``further_s``, after ``prev_bytes`` of traffic in a ``cache_bytes`` cache."""
+    if full_s <= further_s or prev_bytes >= after_bytes or not math.isfinite(after_bytes):
+        return full_s
+    return further_s + (full_s - further_s) * traffic_share(prev_bytes, after_bytes, cache_bytes)
 
 
 def traffic_share(traffic_bytes: float, after_bytes: float, cache_bytes: float) -> float:
@@ -202,11 +206,22 @@ def evicted_share(spec: ComputeSpec, traffic_bytes: float) -> float:
 
 def evicted_operand_share(spec: ComputeSpec, operands: Sequence[tuple[float, float]]) -> float:
     """Byte-weighted :func:`evicted_share` of a GEMM's inputs, ``operands`` = ((bytes, traffic since it was last
-    touched, bytes), ...); 0 without inputs."""
+    touched, bytes), ...): :func:`inputs_traffic_share` with the spec's flush and cache."""
+    return inputs_traffic_share(operands, spec.gemm_evicted_after_bytes, spec.llc_bytes)
+
+
+def inputs_traffic_share(operands: Sequence[tuple[float, float]], after_bytes: float, cache_bytes: float) -> float:
+    """Byte-weighted :func:`traffic_share` of inputs ``operands`` = ((bytes, traffic since last touched), ...); 0
+    without inputs."""
     total = sum(b for b, _ in operands)
     if total <= 0:
         return 0.0
-    return sum(b * evicted_share(spec, d) for b, d in operands) / total
+    return sum(b * traffic_share(d, after_bytes, cache_bytes) for b, d in operands) / total
+
+
+def charges_evicted_gemms(spec: ComputeSpec) -> bool:
+    """Whether ``spec`` has a calibrated eviction cost for GEMMs (:func:`evicted_operand_time_s` is not 0)."""
+    return spec.gemm_evicted_call_s > 0.0 or spec.gemm_evicted_traffic_factor > 0.0
 
 
 def evicted_operand_time_s(
@@ -219,9 +234,9 @@ def evicted_operand_time_s(
     ``spec.gemm_evicted_call_s`` (the kernel's code and packing buffers), charged at the :func:`evicted_share` of
     ``kernel_traffic``, the traffic since the rank's previous GEMM. A fixed time of the task: it holds the cores
     but does not draw on the shared memory domain beside other tasks."""
-    call, factor = spec.gemm_evicted_call_s, spec.gemm_evicted_traffic_factor
-    if call <= 0.0 and factor <= 0.0:
+    if not charges_evicted_gemms(spec):
         return 0.0
+    call, factor = spec.gemm_evicted_call_s, spec.gemm_evicted_traffic_factor
     traffic_s = nbytes / task_bandwidth_cap(spec, nbytes, cores) if nbytes > 0 and factor > 0 else 0.0
     kernel = evicted_share(spec, kernel_traffic) if call > 0 else 0.0
     return kernel * call + evicted_operand_share(spec, operands) * factor * traffic_s

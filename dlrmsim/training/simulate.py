@@ -21,6 +21,7 @@ from dlrmsim.config import StrictModel
 from dlrmsim.engine.backends import Backend, load_backend
 from dlrmsim.engine.costs import (
     MATRIX_KINDS,
+    charges_evicted_gemms,
     evicted_operand_time_s,
     fixed_time_s,
     fork_join_time_s,
@@ -281,9 +282,7 @@ def load_inputs(
         fuse_backward_update=cfg.fuse_backward_update or (impl is not None and impl.fuse_backward_update),
         input_dist=impl.input_dist if impl is not None else None,
         dense_first=impl is not None and impl.dense_first,
-        track_operands=any(
-            topo.compute(r).gemm_evicted_call_s > 0 or topo.compute(r).gemm_evicted_traffic_factor > 0 for r in range(cfg.ranks)
-        ),
+        track_operands=any(charges_evicted_gemms(topo.compute(r)) for r in range(cfg.ranks)),
         op_threads=tuple(sorted(threads_by_kind.items())),
         optimizer=optimizer,
         threads=compute_cores,

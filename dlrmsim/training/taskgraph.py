@@ -208,7 +208,7 @@ def layer_touches(layer: Layer, batch: int, which: Pass | Literal["act_fwd", "ac
     output gradient ``g:<layer>``, input gradient ``g:<previous>`` and weight gradient ``dw:<layer>``."""
     eb = element_bytes
     prev = layer_input(layer)
-    x, out, g = batch * layer.fan_in * eb, batch * layer.fan_out * eb, batch * layer.fan_out * eb
+    x, g = batch * layer.fan_in * eb, batch * layer.fan_out * eb
     weights = layer.fan_in * layer.fan_out * eb
     if which == "act_fwd":
         return Touches(writes=(f"a:{layer.name}",))
@@ -218,7 +218,7 @@ def layer_touches(layer: Layer, batch: int, which: Pass | Literal["act_fwd", "ac
         return Touches(((f"a:{prev}", x), (f"w:{layer.name}", weights)), (f"a:{layer.name}",))
     if which is Pass.BACKWARD_WEIGHTS:
         return Touches(((f"g:{layer.name}", g), (f"a:{prev}", x)), (f"dw:{layer.name}",))
-    return Touches(((f"g:{layer.name}", out), (f"w:{layer.name}", weights)), (f"g:{prev}",))
+    return Touches(((f"g:{layer.name}", g), (f"w:{layer.name}", weights)), (f"g:{prev}",))
 
 
 def layer_input(layer: Layer) -> str:
@@ -758,17 +758,15 @@ class RankProgram:
                     n * w.lookups_per_sample * w.embedding_dim * 4.0 + n * w.embedding_dim * w.element_bytes,
                 )
             )
-        fused = self.s.fuse_backward_update
-        if fused:  # the update runs inside the backward: with it, before whatever follows the backward
-            for task in sparse:
-                if task.kind == "update":
-                    self.add(task)
+        updates = [task for task in sparse if task.kind == "update"]
+        # A fused update runs inside the backward, so before whatever follows the backward; a separate one after it.
+        inside, after = (updates, []) if self.s.fuse_backward_update else ([], updates)
+        for task in inside:
+            self.add(task)
         if before_update is not None:
             before_update()
-        if not fused:
-            for task in sparse:
-                if task.kind == "update":
-                    self.add(task)
+        for task in after:
+            self.add(task)
         pending = [
             i for i, (names, _) in enumerate(self.buckets) if "replicated_tables" in names and names[-1] == "replicated_tables"
         ]

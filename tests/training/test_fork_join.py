@@ -13,10 +13,11 @@ from dlrmsim.calibration.ops.base import TORCH_GRAIN_ELEMENTS
 from dlrmsim.calibration.schema import Measurement, OverheadFit
 from dlrmsim.engine.costs import fork_join_time_s
 from dlrmsim.topologies import load_topology
-from dlrmsim.topologies.topology import ComputeSpec, Topology
+from dlrmsim.topologies.topology import Topology
 from dlrmsim.training.simulate import TrainingConfig, load_inputs, run_iteration
 from dlrmsim.training.taskgraph import Task, build_iteration
 from dlrmsim.workloads import load_workload, model
+from tests.engine.handmade import simple_spec
 
 SMALL = load_workload("small")
 
@@ -77,16 +78,7 @@ def test_no_fork_is_fitted_where_the_backend_never_splits_an_op_or_one_core_was_
 
 
 def test_only_ops_above_the_grain_fork_and_only_on_more_than_one_core() -> None:
-    spec = ComputeSpec(
-        name="cpu",
-        cores=2,
-        clock_hz=1e9,
-        peak_flops={"fp32": 1e10},
-        memory_bandwidth_Bps=1e10,
-        memory_capacity_B=1e9,
-        fork_join_s=2e-6,
-        parallel_grain_elements=32768,
-    )
+    spec = dataclasses.replace(simple_spec(cores=2), fork_join_s=2e-6, parallel_grain_elements=32768)
     ops = (65536.0, 32768.0, 100.0, 1e6)
     # Because torch splits an op only above its grain, 2 of the 4 ops fork; at the grain itself the op stays serial.
     assert fork_join_time_s(spec, ops, 2.0) == pytest.approx(4e-6)
