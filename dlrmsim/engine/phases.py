@@ -125,15 +125,37 @@ def ranks_with_flows_done(
     return out[:n]
 
 
-def last_busy_phase(p: int, n_phases: int, s_ptr: np.ndarray, red: np.ndarray, reduce_on: bool) -> np.ndarray:
+def last_busy_phase(
+    p: int, n_phases: int, s_ptr: np.ndarray, red: np.ndarray, reduce_on: bool, lockstep: bool = False
+) -> np.ndarray:
     """Per local rank, the last phase in which it sends or reduces (-1: none). Past it a rank can run to the end of
     the collective without waiting for any activity of its own, so :func:`run_ahead` stops before finishing an
-    activity of a rank that has reached it."""
+    activity of a rank that has reached it. In lockstep every rank waits for all the others, so each gets the
+    collective's last busy phase."""
+    if not n_phases:
+        return np.full(p, -1, dtype=np.int64)
     busy = np.diff(s_ptr).reshape(n_phases, p) > 0
     if reduce_on:
         busy |= red.reshape(n_phases, p) > 0
     k = np.arange(n_phases)[:, None]
-    return np.where(busy, k, -1).max(axis=0) if n_phases else np.full(p, -1, dtype=np.int64)
+    last = np.where(busy, k, -1).max(axis=0)
+    return np.full(p, last.max(), dtype=np.int64) if lockstep else last
+
+
+@njit(cache=True)
+def lockstep_barrier(rs: np.ndarray, held: np.ndarray, n_held: np.ndarray) -> np.ndarray:
+    """A collective's per-step barrier (``Simulation(lockstep_collectives=True)``): ranks ``rs`` finished the
+    current phase and wait (``held``, ``n_held[0]`` of them); when the last one arrives, all ranks (ascending) go
+    on together and the barrier resets."""
+    for r in rs:
+        held[r] = True
+    n_held[0] += rs.size
+    p = held.shape[0]
+    if n_held[0] < p:
+        return np.empty(0, dtype=np.int64)
+    held[:] = False
+    n_held[0] = 0
+    return np.arange(p)
 
 
 @njit(cache=True)
@@ -159,7 +181,8 @@ class Ahead(NamedTuple):
     with ``fnb[f]`` bytes over the network's stored node pair ``fpid[f]``; the CSR lists, ``cur``, ``remaining``
     and ``in_reduction`` are ``_CollectiveRun``'s own arrays (updated in place); ``last_busy`` from
     :func:`last_busy_phase`; per (phase, rank) key ``k * p + r`` the reduction's work (bytes, 0: none), cap (B/s)
-    and memory resource, reduced with ``red_share`` cores."""
+    and memory resource, reduced with ``red_share`` cores; with ``lockstep``, ``held``/``n_held`` are the collective's
+    per-step barrier (:func:`lockstep_barrier`)."""
 
     oid: int
     p: int
@@ -183,13 +206,17 @@ class Ahead(NamedTuple):
     red_cap: np.ndarray
     red_res: np.ndarray
     g: np.ndarray
+    lockstep: bool
+    held: np.ndarray
+    n_held: np.ndarray
 
 
 _E0 = np.zeros(0, dtype=np.int64)
 _F0 = np.zeros(0)
 # An unused runner slot: no activity has this owner id (ids are >= 0; -1 is a Batch's default).
 NO_COLLECTIVE = Ahead(-(1 << 62), 0, 0, False, 1.0, _E0, _E0, _E0, _E0, _F0, _E0, _E0, _E0, _E0, _E0, _E0,
-                      np.zeros(0, dtype=np.bool_), _E0, _F0, _F0, _E0, _E0)  # fmt: skip
+                      np.zeros(0, dtype=np.bool_), _E0, _F0, _F0, _E0, _E0, False, np.zeros(0, dtype=np.bool_),
+                      np.zeros(1, dtype=np.int64))  # fmt: skip
 
 
 @njit(cache=True)
@@ -437,6 +464,8 @@ def _on_done(F, I, E, EW, n, m, t, tags, ci, c, QF, QI, nq, seq, pt, rendezvous,
         F, I, E, EW, n, m, ready = _flows_complete(F, I, E, EW, n, m, t, cand, c, counts)  # noqa: E741
         adv = np.concatenate((adv, ready))
     rs = adv
+    if c.lockstep:
+        rs = lockstep_barrier(rs, c.held, c.n_held)
     while rs.size:
         ks = np.empty(rs.size, dtype=np.int64)
         same = True
@@ -467,6 +496,8 @@ def _on_done(F, I, E, EW, n, m, t, tags, ci, c, QF, QI, nq, seq, pt, rendezvous,
                 ready[k] = rs[j]
                 k += 1
         F, I, E, EW, n, m, rs = _flows_complete(F, I, E, EW, n, m, t, ready, c, counts)  # noqa: E741
+        if c.lockstep:
+            rs = lockstep_barrier(rs, c.held, c.n_held)
     return F, I, E, EW, n, m, QF, QI, nq, seq
 
 

@@ -29,7 +29,15 @@ from dlrmsim.engine.arrays import all_equal, any_at_least, any_negative
 from dlrmsim.engine.collectives import CollectiveContext, Phase, get_algorithm
 from dlrmsim.engine.fluid import TRIG_COMM, TRIG_COMPUTE, TRIG_NONE, Batch, FluidScheduler
 from dlrmsim.engine.network import Network
-from dlrmsim.engine.phases import NO_COLLECTIVE, Ahead, last_busy_phase, ranks_with_flows_done, run_ahead, sends_to_start
+from dlrmsim.engine.phases import (
+    NO_COLLECTIVE,
+    Ahead,
+    last_busy_phase,
+    lockstep_barrier,
+    ranks_with_flows_done,
+    run_ahead,
+    sends_to_start,
+)
 from dlrmsim.engine.records import Record, RecordLog
 from dlrmsim.engine.resources import CommSettings, CorePool, RankResources
 from dlrmsim.errors import DlrmsimError
@@ -68,6 +76,11 @@ class Simulation:
     per-flow records of collectives (per-rank collective spans are always recorded). Without per-flow records,
     collectives of several phases run ahead in compiled code between other events (:mod:`dlrmsim.engine.phases`;
     the same results, faster); ``run_ahead=False`` keeps every instant in Python, for comparison.
+
+    ``lockstep_collectives=True`` is an approximation, off by default: every rank of a collective enters its next
+    phase when *all* its ranks have finished the current one (a barrier per step), instead of when its own flows
+    and reduction are done. Ranks then never drift apart, so a step's flows end at a few instants, not one each,
+    and repeated steps can be skipped; see ``docs/architecture.md`` ("Lockstep collectives") for its measured error.
     """
 
     def __init__(
@@ -77,6 +90,7 @@ class Simulation:
         comm: CommSettings | None = None,
         record_flows: bool = True,
         run_ahead: bool = True,
+        lockstep_collectives: bool = False,
     ) -> None:
         self.topology = topology
         self.comm = comm or CommSettings()
@@ -85,6 +99,7 @@ class Simulation:
         self.env = simpy.Environment()
         self._log = RecordLog()
         self.record_flows = record_flows
+        self.lockstep_collectives = lockstep_collectives
         self.network = Network(topology, self.comm)
         self.fluid = FluidScheduler(self.env, self.network.capacity, topology.num_ranks)
         if run_ahead:
@@ -549,6 +564,10 @@ class _CollectiveRun:
         n_red = int((self.red > 0).sum()) if self.reduce_on else 0
         self.cur = np.full(p, -1, dtype=np.int64)
         self.in_reduction = np.zeros(p, dtype=bool)
+        # lockstep (Simulation.lockstep_collectives): the ranks that finished the current phase, waiting for the rest
+        self.lockstep = sim.lockstep_collectives
+        self.held = np.zeros(p, dtype=bool)
+        self.n_held = np.zeros(1, dtype=np.int64)
         self.n_done = 0
         self.start_t = self.env.now
         self.done_event = self.env.event()
@@ -588,6 +607,8 @@ class _CollectiveRun:
     def _advance(self, rs: np.ndarray) -> None:
         """Move ranks ``rs`` (which finished their current phase) into their next phase."""
         p, K, cur = self.p, self.K, self.cur
+        if self.lockstep:
+            rs = self._barrier(rs)
         while rs.size:
             cur[rs] += 1
             ks = cur[rs]
@@ -603,6 +624,12 @@ class _CollectiveRun:
             self._start_sends(ks, rs)
             ready = rs[self.remaining[ks * p + rs] == 0]
             rs = self._flows_complete(ready)
+            if self.lockstep:
+                rs = self._barrier(rs)
+
+    def _barrier(self, rs: np.ndarray) -> np.ndarray:
+        """Lockstep: ranks ``rs`` finished their phase; all ranks once the last of them has, else none."""
+        return lockstep_barrier(rs, self.held, self.n_held)
 
     def _start_sends(self, ks: np.ndarray, grp: np.ndarray) -> None:
         """Start the flows of ranks ``grp`` that just entered phases ``ks`` (one phase per rank).
@@ -762,7 +789,8 @@ class _CollectiveRun:
         self._ahead = Ahead(
             self.oid, p, K, self.reduce_on, float(cores), self.fsrc, self.fdst, self.fk, fpid, self.fnb, self.s_ptr,
             self.s_order, self.d_ptr, self.d_order, self.cur, self.remaining, self.in_reduction,
-            last_busy_phase(p, K, self.s_ptr, self.red, self.reduce_on), red_work, red_cap, red_res, g,
+            last_busy_phase(p, K, self.s_ptr, self.red, self.reduce_on, self.lockstep), red_work, red_cap, red_res, g,
+            self.lockstep, self.held, self.n_held,
         )  # fmt: skip
         return self._ahead
 

@@ -11,7 +11,7 @@ from rich.progress import Progress
 
 from dlrmsim.errors import DlrmsimError, check_output_file
 from dlrmsim.output import console, err_console, print_json, print_table
-from dlrmsim.training.cli import COMMON, RANK_SOCKETS_HELP, make_config, run_notes
+from dlrmsim.training.cli import COMMON, LOCKSTEP_HELP, RANK_SOCKETS_HELP, make_config, run_notes
 
 
 def sweep_cmd(
@@ -100,6 +100,7 @@ def scaling_cmd(
     ),
     topo_set: list[str] = typer.Option([], "--topology-set"),
     wl_set: list[str] = typer.Option([], "--workload-set"),
+    lockstep_collectives: bool = typer.Option(False, "--lockstep-collectives", help=LOCKSTEP_HELP),
     json_out: bool = typer.Option(False, "--json"),
     html: Path | None = typer.Option(None, help="write an HTML report here"),
 ) -> None:

@@ -54,8 +54,8 @@ from dlrmsim.workloads.placement import Placement, PlacementSpec, map_placement,
 from dlrmsim.workloads.schema import Loader, Workload
 
 Scaling = Literal["strong", "weak", "single"]
-# TrainingConfig fields left out of a result's JSON when unset (None).
-OPTIONAL_KNOBS = ("rank_sockets", "sockets", "threads_per_rank", "implementation")
+# TrainingConfig fields left out of a result's JSON when unset (None, or False for an opt-in approximation).
+OPTIONAL_KNOBS = ("rank_sockets", "sockets", "threads_per_rank", "implementation", "lockstep_collectives")
 
 
 DEFAULT_BACKEND = "ccl"  # what a topology without default_backend simulates with
@@ -104,6 +104,12 @@ class TrainingConfig(StrictModel):
     )
     rank_sockets: list[int] | None = Field(
         None, description="topology endpoint (socket) of each rank, in rank order; None: the memory-aware default"
+    )
+    lockstep_collectives: bool = Field(
+        False,
+        description="approximation, off by default: a collective's ranks enter each step together (a barrier per "
+        "step), so a step's flows end at a few instants instead of one each; faster at many ranks, see "
+        "docs/architecture.md for its measured error",
     )
 
     @model_validator(mode="before")
@@ -179,7 +185,9 @@ class TrainingResult:
     def to_json(self) -> dict[str, Any]:
         return {
             # Placement-of-ranks knobs only when set: documents written before they existed keep their keys.
-            "config": self.config.model_dump(mode="json", exclude={k for k in OPTIONAL_KNOBS if getattr(self.config, k) is None}),
+            "config": self.config.model_dump(
+                mode="json", exclude={k for k in OPTIONAL_KNOBS if getattr(self.config, k) in (None, False)}
+            ),
             "iteration_s": self.iteration_s,
             "global_batch": self.global_batch,
             "samples_per_s": self.samples_per_s,
@@ -503,7 +511,14 @@ def run_iteration(inputs: Inputs, cfg: TrainingConfig, record_flows: bool = True
 def _run_iteration(inputs: Inputs, cfg: TrainingConfig, record_flows: bool, run_ahead: bool) -> TrainingResult:
     graph = build_iteration(inputs.workload, inputs.placement, inputs.settings)
     comm = comm_settings(inputs.backend, inputs.topology.compute(0).cores)
-    sim = Simulation(inputs.topology, seed=cfg.seed, comm=comm, record_flows=record_flows, run_ahead=run_ahead)
+    sim = Simulation(
+        inputs.topology,
+        seed=cfg.seed,
+        comm=comm,
+        record_flows=record_flows,
+        run_ahead=run_ahead,
+        lockstep_collectives=cfg.lockstep_collectives,
+    )
     p = inputs.placement.ranks
     coord = CollectiveCoordinator(sim, graph, inputs.backend, p)
     accs = [{"compute": 0.0, "prepost": 0.0, "wait_allreduce": 0.0, "wait_alltoall": 0.0, "end": 0.0} for _ in range(p)]

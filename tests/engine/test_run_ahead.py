@@ -34,8 +34,10 @@ MIX = [
 assert len(MIX) > RUNNERS_MAX
 
 
-def scenario(topo: Topology, comm: CommSettings, run_ahead: bool, until: float | None = None) -> tuple[list, dict]:
-    sim = Simulation(topo, comm=comm, record_flows=False, run_ahead=run_ahead)
+def scenario(
+    topo: Topology, comm: CommSettings, run_ahead: bool, until: float | None = None, lockstep: bool = False
+) -> tuple[list, dict]:
+    sim = Simulation(topo, comm=comm, record_flows=False, run_ahead=run_ahead, lockstep_collectives=lockstep)
     env, p = sim.env, topo.num_ranks
     ranks = list(range(p))
     rng = np.random.default_rng(7)
