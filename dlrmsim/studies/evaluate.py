@@ -32,6 +32,7 @@ def evaluate_point(point: SweepPoint) -> dict[str, float | str]:
             blocking=point.blocking,
             topology_overrides=dict(point.topology_overrides),
             workload_overrides=dict(point.workload_overrides),
+            lockstep_collectives=point.lockstep_collectives,
         ),
         record_flows=False,  # a sweep keeps the breakdown, never a trace
     )

@@ -5,6 +5,7 @@ Layout (every grid entry takes one value or a list of values; the grid is their 
     name: opa-bandwidth                 # optional, names the report
     description: ...                    # optional
     evaluator: module:function          # optional; default dlrmsim.studies.evaluate:evaluate_point
+    lockstep_collectives: false         # optional; true: every point under the lockstep approximation
     grid:
       topology: [cluster64]             # preset names or YAML paths (relative to this file)
       workload: [small, large]          # preset names or YAML paths (relative to this file)
@@ -35,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, NonNegativeInt, PositiveInt, field_validator
+from pydantic import BeforeValidator, Field, NonNegativeInt, PositiveInt, field_validator
 
 from dlrmsim import config
 from dlrmsim.config import StrictModel
@@ -81,10 +82,15 @@ class SweepPoint(StrictModel):
     blocking: bool = False
     topology_overrides: dict[str, Any] = {}
     workload_overrides: dict[str, Any] = {}
+    # the opt-in approximation (TrainingConfig.lockstep_collectives); left out of the id and columns when off, so
+    # the points of sweeps written before it existed keep their ids
+    lockstep_collectives: bool = False
 
     def canonical_json(self) -> str:
-        """Key-sorted compact JSON of every field: equal points give equal text."""
-        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        """Key-sorted compact JSON of every field (the lockstep approximation only when on): equal points give
+        equal text."""
+        exclude = set() if self.lockstep_collectives else {"lockstep_collectives"}
+        return json.dumps(self.model_dump(mode="json", exclude=exclude), sort_keys=True, separators=(",", ":"))
 
     @property
     def point_id(self) -> str:
@@ -100,6 +106,8 @@ class SweepPoint(StrictModel):
         row: dict[str, Any] = {name: getattr(self, name) for name in POINT_FIELDS}
         row.update({f"topology.{k}": v for k, v in self.topology_overrides.items()})
         row.update({f"workload.{k}": v for k, v in self.workload_overrides.items()})
+        if self.lockstep_collectives:
+            row["lockstep_collectives"] = True
         return row
 
 
@@ -155,6 +163,11 @@ class SweepSpec(StrictModel):
     name: str = "sweep"
     description: str = ""
     evaluator: str = DEFAULT_EVALUATOR
+    lockstep_collectives: bool = Field(
+        False,
+        description="approximation for every point: a collective's ranks enter each step together (see "
+        "docs/architecture.md, 'Lockstep collectives'); faster at many ranks, results differ slightly",
+    )
     grid: Grid
 
     @field_validator("evaluator")
@@ -214,6 +227,7 @@ def expand(spec: SweepSpec) -> list[SweepPoint]:
             blocking=blocking,
             topology_overrides=dict(zip(topo_paths, tvals, strict=True)),
             workload_overrides=dict(zip(work_paths, wvals, strict=True)),
+            lockstep_collectives=spec.lockstep_collectives,
         )
         points.setdefault(point.point_id, point)
     return list(points.values())

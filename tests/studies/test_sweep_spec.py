@@ -54,6 +54,22 @@ def test_point_id_is_stable_and_ignores_override_order() -> None:
     assert point.point_id == hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def test_lockstep_approximation_reaches_every_point_and_changes_its_id(write_spec, tmp_path: Path) -> None:
+    import yaml
+
+    exact = load_spec(write_spec())
+    path = write_spec(name="lockstep.yaml")
+    data = yaml.safe_load(path.read_text())
+    path.write_text(yaml.safe_dump({**data, "lockstep_collectives": True}, sort_keys=False))
+    approx = load_spec(path)
+    # Because an approximated result must never be resumed as an exact one (or the reverse), the flag is part of
+    # every point's id when on, and shows as a column; off, ids are those of sweeps written before it existed.
+    e, a = expand(exact), expand(approx)
+    assert all(p.lockstep_collectives for p in a) and not any(p.lockstep_collectives for p in e)
+    assert {p.point_id for p in e}.isdisjoint({p.point_id for p in a})
+    assert a[0].columns()["lockstep_collectives"] is True and "lockstep_collectives" not in e[0].columns()
+
+
 def test_columns_flatten_overrides_with_their_prefix() -> None:
     p = SweepPoint(
         topology="t",
