@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.evidence import write_evidence
-from dlrmsim.host import last_level_cache_bytes
 from dlrmsim.engine.costs import cache_miss_share
+from dlrmsim.host import last_level_cache_bytes
 
 MIB = 1 << 20
 FOOTPRINTS_MIB = (0.25, 0.5, 1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128, 256, 512)
