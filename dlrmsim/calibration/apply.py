@@ -31,6 +31,7 @@ def calibrated_compute(
     threads_by_kind: Mapping[str, int] | None = None,
     embedding_kernel: str = "framework",
     interaction_kernel: str = "framework",
+    sharing_ranks: int = 1,
 ) -> ComputeSpec:
     """``spec`` with the host's fitted fp32 GEMM, memory bandwidth and saturation, embedding costs for the
     workload's index ``distribution``, interaction costs (TorchRec's kernel for ``interaction_kernel``
@@ -40,7 +41,8 @@ def calibrated_compute(
     fewer threads than the rank's cores take the embedding fit measured at that thread count, as the simulator
     runs those tasks on that many cores (a fit at the rank's cores would already hold the other cores' share).
     ``embedding_kernel`` "tbe": the embedding kinds take the fits of fbgemm's table-batched embedding (``cal.tbe``)
-    where the calibration measured it, the framework's embedding-bag fits elsewhere."""
+    where the calibration measured it, the framework's embedding-bag fits elsewhere. ``sharing_ranks``: how many
+    rank processes share the host's last-level cache (the topology's ranks)."""
     host = cal.host
     cores = max(1, min(spec.cores, host.cores))
     inter = interaction_costs(cal, cores, interaction_kernel)
@@ -82,8 +84,10 @@ def calibrated_compute(
         reload_time_s_by_kind=emb.reload_time_s_by_kind,
         sorted_visit_kinds=emb.sorted_visit_kinds,
         run_start_s_by_kind=emb.run_start_s_by_kind,
-        # A rank gets its cores' share of the cache all the host's cores share (two ranks: half each).
-        llc_bytes=host.llc_bytes * cores / host.cores,
+        # The last-level cache is shared by the processes that run: one rank has all of it whatever its thread count
+        # (the idle cores evict nothing; the calibration's benchmarks ran that way, see calibration.fit), and
+        # ``sharing_ranks`` rank processes get an equal share each (two ranks: half each).
+        llc_bytes=host.llc_bytes / max(sharing_ranks, 1),
         task_overhead_s=cal.overhead.task_overhead_s(cores) if cal.overhead is not None else spec.task_overhead_s,
         op_overhead_s=cal.overhead.op_overhead_s(cores) if cal.overhead is not None else spec.op_overhead_s,
         fork_join_s=cal.overhead.fork_join_s(cores) if cal.overhead is not None else spec.fork_join_s,
@@ -234,7 +238,9 @@ def apply_calibration(
     kernel = implementation.embedding_kernel if implementation is not None else "framework"
     inter_kernel = implementation.interaction_kernel if implementation is not None else "framework"
     return topology.with_specs(
-        compute=lambda spec: calibrated_compute(spec, cal, distribution, threads_by_kind, kernel, inter_kernel),
+        compute=lambda spec: calibrated_compute(
+            spec, cal, distribution, threads_by_kind, kernel, inter_kernel, sharing_ranks=topology.num_ranks
+        ),
         link=lambda link: calibrated_link(link, cal) if link.kind == SHM_LINK_KIND else link,
         source=f"{topology.source} + calibration {cal.host.name} ({cal.host.date})",
     )

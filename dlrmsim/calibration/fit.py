@@ -310,7 +310,9 @@ def reuse_in_cycle(m: Measurement, host: HostInfo) -> tuple[float | None, float,
     widths = tuple(int(v) for v in str(m.params["mlp"]).split("-"))
     layer = next(i for i in range(len(widths) - 1) if (widths[i], widths[i + 1]) == (m.params["fan_in"], m.params["fan_out"]))
     g = cycle_gemms(int(m.params["batch"]), widths, flush)[(str(m.params["pass"]), layer)]
-    llc = host.llc_bytes * m.cores / host.cores  # the rank's share, as calibration.apply gives it
+    # The benchmark process ran alone, so its GEMMs had the whole cache whatever their thread count (as a one-rank
+    # step has: calibration.apply); a thread count's share of it was wrong for a 1-thread row on a 2-core host.
+    llc = float(host.llc_bytes)
     operands = inputs_traffic_share(g.reuse.operands, flush, llc)
     return traffic_share(g.reuse.kernel_traffic, flush, llc), operands, g.prev_bytes
 
@@ -320,7 +322,7 @@ def first_op_dispatch_s(overhead: OverheadFit | None, cores: int, prev_bytes: fl
     if overhead is None:
         return 0.0
     after = float(FLUSH_LLC_MULTIPLE * host.llc_bytes)
-    llc = host.llc_bytes * cores / host.cores  # the rank's share, as calibration.apply gives it
+    llc = float(host.llc_bytes)  # the benchmark process's: all of it (reuse_in_cycle)
     return first_op_time_s(overhead.task_overhead_s(cores), overhead.op_overhead_s(cores), prev_bytes, after, llc)
 
 

@@ -512,8 +512,8 @@ def test_apply_gives_embedding_kinds_their_fixed_and_row_times(quick_cal: Calibr
     assert spec.walk_time_s_by_kind == pytest.approx({"embedding": 25e-9, "update": 70e-9})
     assert spec.reload_time_s_by_kind == pytest.approx({"update": 90e-9})
     assert (spec.page_bytes, spec.l2_bytes) == (quick_cal.host.page_bytes, quick_cal.host.l2_bytes)
-    # the tiny host's rank has one core: its share of the cache all the host's cores share
-    assert spec.llc_bytes == pytest.approx(quick_cal.host.llc_bytes / quick_cal.host.cores)
+    # the tiny host runs two ranks: each has half the cache they share
+    assert spec.llc_bytes == pytest.approx(quick_cal.host.llc_bytes / 2)
     assert spec.fixed_time_s_by_kind["embedding"] == pytest.approx(120e-6)
     assert spec.fixed_time_s_by_kind["embedding_bwd"] == pytest.approx(150e-6)
     assert "update" not in spec.fixed_time_s_by_kind  # a zero term is left out, not stored as 0
@@ -607,6 +607,19 @@ def test_apply_calibration_uses_fitted_rates_consistently(quick_cal: Calibration
     assert topo.compute(0).peak_flops["fp32"] == 1e9 and topo.link("r0", "r1").bandwidth_Bps == 1e9
     assert cal_topo.route(0, 1) == ["r0", "r1"] and cal_topo.num_ranks == 2
     assert all(lk.kind != "shm" or lk.bandwidth_Bps != 1e9 for lk in cal_topo.links)
+
+
+@pytest.mark.parametrize(("ranks", "threads"), [(1, 1), (1, 2), (2, 1)])
+def test_a_rank_shares_the_last_level_cache_only_with_the_other_ranks(quick_cal: Calibration, ranks: int, threads: int) -> None:
+    from dlrmsim.training.simulate import TrainingConfig, load_training_topology
+
+    # Because the cache is shared by the processes that run, not by cores: a lone rank on one thread of a 2-core
+    # host has all of it (the idle core evicts nothing, and the calibration's benchmarks ran that way), two ranks
+    # half each.
+    topo = load_training_topology(TrainingConfig(topology="host", ranks=ranks, threads_per_rank=threads))
+    spec = apply_calibration(topo, quick_cal).compute(0)
+    assert spec.cores == threads
+    assert spec.llc_bytes == pytest.approx(quick_cal.host.llc_bytes / ranks)
 
 
 def test_apply_works_with_the_host_topology_builder_when_present(quick_cal: Calibration) -> None:
