@@ -4,8 +4,9 @@ The fluid solver, the collectives' bookkeeping and the hashed-ECMP route search 
 to their modules (``cache=True``). The first simulation after a fresh install would pay their compilation (about
 7 s on a 2-core machine) inside whatever the user ran first; ``make`` runs this module after installing instead,
 so ``make demo`` and the first ``dlrmsim simulate`` start warm. It simulates one small iteration on the
-fat-tree cluster twice, with and without per-flow records (without, collectives run ahead in compiled code),
-which calls every kernel, and prints how long that took.
+fat-tree cluster three times: with and without per-flow records (without, collectives run ahead in compiled
+code), and under the lockstep approximation (its barrier is a kernel of its own on the Python path), which calls
+every kernel, and prints how long that took.
 
     python -m dlrmsim.warmup
 """
@@ -18,11 +19,13 @@ from dlrmsim.training.simulate import TrainingConfig, simulate_training
 
 
 def warm_up() -> float:
-    """Run one small hashed-ECMP, multi-collective iteration twice (every compiled kernel); return the wall time (s)."""
+    """Run one small hashed-ECMP, multi-collective iteration three times (every compiled kernel); return the wall
+    time (s)."""
     t0 = time.perf_counter()
     cfg = TrainingConfig(topology="clx-64s-opa", workload="small", ranks=8, placement={"strategy": "column_wise"})
     simulate_training(cfg)
     simulate_training(cfg, record_flows=False)
+    simulate_training(cfg.model_copy(update={"lockstep_collectives": True}))
     return time.perf_counter() - t0
 
 
