@@ -32,6 +32,7 @@ def calibrated_compute(
     embedding_kernel: str = "framework",
     interaction_kernel: str = "framework",
     sharing_ranks: int = 1,
+    optimizer_object: bool = False,
 ) -> ComputeSpec:
     """``spec`` with the host's fitted fp32 GEMM, memory bandwidth and saturation, embedding costs for the
     workload's index ``distribution``, interaction costs (TorchRec's kernel for ``interaction_kernel``
@@ -42,13 +43,18 @@ def calibrated_compute(
     runs those tasks on that many cores (a fit at the rank's cores would already hold the other cores' share).
     ``embedding_kernel`` "tbe": the embedding kinds take the fits of fbgemm's table-batched embedding (``cal.tbe``)
     where the calibration measured it, the framework's embedding-bag fits elsewhere. ``sharing_ranks``: how many
-    rank processes share the host's last-level cache (the topology's ranks)."""
+    rank processes share the host's last-level cache (the topology's ranks). ``optimizer_object``: the
+    implementation steps parameters with a torch.optim object, whose fitted cost per call and per tensor (``cal.optimizer``)
+    the optimizer task then pays."""
     host = cal.host
     cores = max(1, min(spec.cores, host.cores))
     inter = interaction_costs(cal, cores, interaction_kernel)
     emb = embedding_costs(cal, distribution, cores, threads_by_kind, embedding_kernel)
     table = cal.gemm.table(cores)
     evicted = table.evicted_call_us is not None
+    opt = cal.optimizer_fit(cores) if optimizer_object else None
+    opt_fixed = {"optimizer": opt.call_us * 1e-6} if opt is not None and opt.call_us > 0 else {}
+    opt_rows = {"optimizer": opt.per_tensor_us * 1e-6} if opt is not None and opt.per_tensor_us > 0 else {}
     peak = cores * host.clock_GHz * 1e9 * host.flops_per_cycle_fp32
     return dataclasses.replace(
         spec,
@@ -70,12 +76,13 @@ def calibrated_compute(
         memory_efficiency=EfficiencyTable.constant(1.0),
         saturation_cores=float(cal.memory.saturation_cores),
         bandwidth_fraction_by_kind={**emb.bandwidth_fraction_by_kind, **inter.bandwidth_fraction_by_kind},
-        row_time_s_by_kind={**emb.row_time_s_by_kind, **inter.row_time_s_by_kind},
+        row_time_s_by_kind={**emb.row_time_s_by_kind, **inter.row_time_s_by_kind, **opt_rows},
         flop_rate_by_kind=inter.flop_rate_by_kind,
         # Without that, a training step's GEMM pays its cold-call time (measured in step order) as a fixed time of its kind.
         fixed_time_s_by_kind={
             **emb.fixed_time_s_by_kind,
             **inter.fixed_time_s_by_kind,
+            **opt_fixed,
             "gemm": 0.0 if evicted else table.cold_call_us * 1e-6,
         },
         walk_time_s_by_kind=emb.walk_time_s_by_kind,
@@ -237,9 +244,17 @@ def apply_calibration(
     threads_by_kind = implementation.threads_by_kind() if implementation is not None else None
     kernel = implementation.embedding_kernel if implementation is not None else "framework"
     inter_kernel = implementation.interaction_kernel if implementation is not None else "framework"
+    optimizer_object = implementation is not None and implementation.optimizer_object != "none"
     return topology.with_specs(
         compute=lambda spec: calibrated_compute(
-            spec, cal, distribution, threads_by_kind, kernel, inter_kernel, sharing_ranks=topology.num_ranks
+            spec,
+            cal,
+            distribution,
+            threads_by_kind,
+            kernel,
+            inter_kernel,
+            sharing_ranks=topology.num_ranks,
+            optimizer_object=optimizer_object,
         ),
         link=lambda link: calibrated_link(link, cal) if link.kind == SHM_LINK_KIND else link,
         source=f"{topology.source} + calibration {cal.host.name} ({cal.host.date})",

@@ -23,6 +23,7 @@ from dlrmsim.calibration.fit import (
     fit_gemm,
     fit_interaction,
     fit_memory,
+    fit_optimizer,
     fit_overhead,
     fit_tbe,
     peak_bound_host,
@@ -174,7 +175,8 @@ def fit_calibration(host: HostInfo, measurements: list[Measurement]) -> Calibrat
     interaction = fit_interaction(measurements, memory, host, overhead)
     interaction_torchrec = fit_interaction(measurements, memory, host, overhead, benchmark="interaction_torchrec")
     tbe = fit_tbe(measurements, memory, overhead, host)
-    fitted = FittedModel(gemm, memory, embedding, collectives, overhead, interaction, host, tbe, interaction_torchrec)
+    optimizer = fit_optimizer(measurements, overhead)
+    fitted = FittedModel(gemm, memory, embedding, collectives, overhead, interaction, host, tbe, interaction_torchrec, optimizer)
     return Calibration(
         host=host,
         gemm=gemm,
@@ -185,6 +187,7 @@ def fit_calibration(host: HostInfo, measurements: list[Measurement]) -> Calibrat
         interaction=interaction,
         tbe=tbe,
         interaction_torchrec=interaction_torchrec,
+        optimizer=optimizer,
         measurements=measurements,
         fit_quality=fit_quality(measurements, fitted),
         eq_check=eq_check(measurements, collectives),

@@ -38,7 +38,9 @@ from dlrmsim.calibration.schema import (
     InteractionFit,
     Measurement,
     MemoryFit,
+    OptimizerFit,
     OverheadFit,
+    nearest_cores,
     select_embedding_fit,
     select_interaction_fit,
 )
@@ -594,6 +596,31 @@ def fit_overhead(measurements: Sequence[Measurement], backend: str | None = None
     )
 
 
+def optimizer_updates_s(overhead: OverheadFit | None, cores: int, tensors: float) -> float:
+    """The dispatch the simulator already charges an optimizer step's updates: its task's ops (sgd: one per tensor),
+    the first cold as the task follows the backward, as the benchmark's call follows its flush (0 without a dispatch
+    fit)."""
+    return dispatch_s(overhead, cores, tensors)
+
+
+def fit_optimizer(measurements: Sequence[Measurement], overhead: OverheadFit | None) -> list[OptimizerFit]:
+    """Per (optimizer, cores): a torch.optim object's cost per step and per tensor beyond its updates' dispatch,
+    non-negative least squares on the relative error over the benchmark's tensor counts (benchmarks/optimizer.py);
+    empty when the calibration ran no optimizer benchmark."""
+    groups: dict[tuple[str, int], list[Measurement]] = defaultdict(list)
+    for m in measurements:
+        if m.benchmark == "optimizer":
+            groups[(str(m.params["optimizer"]), m.cores)].append(m)
+    out = []
+    for (name, cores), rows in sorted(groups.items()):
+        n = np.array([float(m.params["tensors"]) for m in rows])
+        t = np.array([m.time_s for m in rows])
+        excess = np.maximum(t - np.array([optimizer_updates_s(overhead, cores, x) for x in n]), 0.0)
+        call, per = nonnegative_least_squares(np.column_stack([np.ones_like(n), n]) / t[:, None], excess / t)
+        out.append(OptimizerFit(optimizer=name, cores=cores, call_us=_sig(call * 1e6), per_tensor_us=_sig(per * 1e6)))  # type: ignore[arg-type]
+    return out
+
+
 def fork_join_table(
     measurements: Sequence[Measurement], default_grain: float = math.inf
 ) -> tuple[list[tuple[int, float]], float | None]:
@@ -812,6 +839,7 @@ class FittedModel:
     host: HostInfo | None = None  # page and cache sizes for the embedding walk and reload terms
     tbe: Sequence[EmbeddingFit] = ()  # fbgemm's table-batched embedding, per table
     interaction_torchrec: Sequence[InteractionFit] = ()
+    optimizer: Sequence[OptimizerFit] = ()  # torch.optim's step and zero_grad
 
 
 def predict_s(m: Measurement, model: FittedModel) -> float | None:
@@ -844,6 +872,12 @@ def predict_s(m: Measurement, model: FittedModel) -> float | None:
         return predict_interaction_s(fit, m, memory, overhead) if fit is not None else None
     if m.benchmark == "dispatch":
         return None
+    if m.benchmark == "optimizer":
+        if not model.optimizer:
+            return None
+        o = nearest_cores(list(model.optimizer), m.cores)
+        n = float(m.params["tensors"])
+        return optimizer_updates_s(overhead, m.cores, n) + (o.call_us + n * o.per_tensor_us) * 1e-6
     for c in model.collectives:
         if c.op == m.benchmark:
             return predict_collective_s(c, m.bytes)

@@ -165,6 +165,18 @@ class InteractionFit(StrictModel):
     )
 
 
+class OptimizerFit(StrictModel):
+    """A ``torch.optim`` optimizer object's software cost per step (its ``step()`` and ``zero_grad()``) at one core
+    count, beyond the per-op dispatch of its updates (benchmarks/optimizer.py): t = call + tensors x per_tensor."""
+
+    optimizer: Literal["sgd"]
+    cores: Annotated[int, Field(gt=0)]
+    call_us: Annotated[float, Field(ge=0)] = Field(description="per step: the object's own Python, whatever its tensors")
+    per_tensor_us: Annotated[float, Field(ge=0)] = Field(
+        description="per parameter tensor it steps, beyond that tensor's update op"
+    )
+
+
 class OverheadFit(StrictModel):
     """Fixed cost of framework ops (dispatch, output allocation, thread-pool fork/join), per core count: a
     task's first op (cold private caches) and each further op of the task (warm dispatch)."""
@@ -233,6 +245,7 @@ class Measurement(StrictModel):
         "tbe",
         "fork",
         "gemm_columns",
+        "optimizer",
     ]
     name: str
     cores: Annotated[int, Field(gt=0)]
@@ -304,6 +317,12 @@ class Calibration(StrictModel):
         description="TorchRec's InteractionArch with autograd's backward (benchmarks/interaction.py), for an "
         "implementation whose interaction_kernel is torchrec; empty without TorchRec",
     )
+    optimizer: list[OptimizerFit] = Field(
+        default_factory=list,
+        description="torch.optim's step and zero_grad (benchmarks/optimizer.py), for an implementation that steps its "
+        "parameters with an optimizer object (ImplementationProfile.optimizer_object); empty: not measured (NumPy, "
+        "older files)",
+    )
     measurements: list[Measurement] = []
     fit_quality: list[FitRow] = []
     eq_check: list[EqCheckRow] = []
@@ -317,6 +336,10 @@ class Calibration(StrictModel):
     def embedding_fit(self, op: str, distribution: str = "uniform", cores: int | None = None) -> EmbeddingFit:
         """The embedding fit of ``op`` at the core count nearest ``cores`` (None: the most cores measured)."""
         return select_embedding_fit(self.embedding, op, distribution, cores)
+
+    def optimizer_fit(self, cores: int) -> OptimizerFit | None:
+        """The optimizer fit at the core count nearest ``cores`` (None: not measured)."""
+        return nearest_cores(self.optimizer, cores, of=lambda f: f.cores) if self.optimizer else None
 
     def interaction_fit(self, direction: str, cores: int, kernel: str = "framework") -> InteractionFit | None:
         """The interaction fit of ``direction`` at the core count nearest ``cores`` (None: not measured), of

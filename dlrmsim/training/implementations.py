@@ -78,6 +78,12 @@ class ImplementationProfile(StrictModel):
         "backward (the output exchange's, then the tables') before the bottom MLP's, the sparse optimizer step after "
         "it; false: the hybrid-parallel schedule, lookups first so their exchange overlaps the bottom MLP",
     )
+    optimizer_object: Literal["none", "dense", "all"] = Field(
+        "none",
+        description="which parameters the step hands to a torch.optim optimizer object (step and zero_grad each "
+        "iteration), whose software cost per call and per tensor the calibration measures (benchmarks/optimizer.py): "
+        "none (each tensor updated by hand), dense (the MLPs; tables updated elsewhere), all (the MLPs and the tables)",
+    )
     interaction_kernel: Literal["framework", "torchrec"] = Field(
         "framework",
         description="which calibrated dot interaction the interaction kinds run: the project runner's, or TorchRec's "

@@ -60,6 +60,9 @@ class IterationSettings:
     fuse_backward_update: bool = False
     input_dist: InputDist | None = None  # the implementation sends the local batch's indices to the owners
     dense_first: bool = False  # bottom MLP before the lookups, its backward after the embeddings' (RankProgram.build)
+    # Which parameters a torch.optim object steps (ImplementationProfile.optimizer_object): the optimizer task's
+    # rows are those tensors, each paying ComputeSpec.row_time_s_by_kind["optimizer"]
+    optimizer_object: str = "none"
     # Follow each GEMM input's traffic since its last touch (operand_traffic): only where the ranks' specs charge
     # evicted inputs (a calibrated host), as it costs build time on every rank's program.
     track_operands: bool = False
@@ -785,6 +788,9 @@ class RankProgram:
         sizes = [float(n) for layer in model.mlp_layers(w) for n in (layer.fan_in * layer.fan_out, layer.fan_out)]
         sizes += [float(w.table_rows[t] * w.embedding_dim) for t in self.placement.replicated_tables]
         per_tensor = s.optimizer.ops_per_tensor
+        # An optimizer object walks every tensor it holds in Python: the dense ones, and with "all" the rank's
+        # table shards too (their sparse updates are tasks of their own; their walk is paid here).
+        walked = {"none": 0, "dense": len(sizes), "all": len(sizes) + len(self.shards)}[s.optimizer_object]
         self.add(
             Task(
                 "optimizer",
@@ -792,6 +798,7 @@ class RankProgram:
                 flops=2.0 * dense_params,
                 bytes=s.optimizer.bytes_per_param * dense_params,
                 ops=per_tensor * len(sizes),
+                rows=float(walked),
                 op_elements=tuple(n for n in sizes for _ in range(int(per_tensor))),
             ),
             Touches(writes=tuple(f"{t}:{layer.name}" for layer in model.mlp_layers(w) for t in ("w", "dw"))),
