@@ -513,6 +513,9 @@ class FluidScheduler:
             j += k
         counts = np.zeros(4, dtype=np.int64)
         fin = np.zeros(RUNNERS_MAX, dtype=np.int64)
+        # A cycle the kernel observed counted this call's activities: the next call starts observing afresh.
+        for runner in self._ahead_tuple[: len(oids)]:
+            runner.snap_i[0] = -1
         F, I, E, EW, n, m, t, _t_next, outcome, t_at, QF, QI, nq, seq = self._ahead_kernel(  # noqa: E741
             self._F, self._I, self._E, self._EW, self._n, self._m, self.res_cap, self.n_ranks, now, t_next, t_ext,
             QF, QI, nq, self._seq, self._ahead_tuple, self._ahead_oid_array, counts, fin,

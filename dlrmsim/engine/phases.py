@@ -22,6 +22,7 @@ import numpy as np
 
 from dlrmsim.engine.fluid import (
     _OWNER,
+    _REM,
     _TAG,
     DONE_ULPS,
     RUNNERS_MAX,
@@ -182,7 +183,10 @@ class Ahead(NamedTuple):
     and ``in_reduction`` are ``_CollectiveRun``'s own arrays (updated in place); ``last_busy`` from
     :func:`last_busy_phase`; per (phase, rank) key ``k * p + r`` the reduction's work (bytes, 0: none), cap (B/s)
     and memory resource, reduced with ``red_share`` cores; with ``lockstep``, ``held``/``n_held`` are the collective's
-    per-step barrier (:func:`lockstep_barrier`)."""
+    per-step barrier (:func:`lockstep_barrier`). In lockstep, repeated steps are skipped as
+    ``_CollectiveRun._try_skip`` skips them (:func:`_skip_cycles`): ``own[k]`` activities phase k starts, ``run[k]``
+    phases from k on equal to it, and the last all-ranks entry's snapshot (``snap_i``: phase or -1, activities
+    started and finished by then, running activities; ``snap_f``: its time; ``snap_rem``: their remaining work)."""
 
     oid: int
     p: int
@@ -209,6 +213,11 @@ class Ahead(NamedTuple):
     lockstep: bool
     held: np.ndarray
     n_held: np.ndarray
+    own: np.ndarray
+    run: np.ndarray
+    snap_i: np.ndarray
+    snap_f: np.ndarray
+    snap_rem: np.ndarray
 
 
 _E0 = np.zeros(0, dtype=np.int64)
@@ -216,7 +225,7 @@ _F0 = np.zeros(0)
 # An unused runner slot: no activity has this owner id (ids are >= 0; -1 is a Batch's default).
 NO_COLLECTIVE = Ahead(-(1 << 62), 0, 0, False, 1.0, _E0, _E0, _E0, _E0, _F0, _E0, _E0, _E0, _E0, _E0, _E0,
                       np.zeros(0, dtype=np.bool_), _E0, _F0, _F0, _E0, _E0, False, np.zeros(0, dtype=np.bool_),
-                      np.zeros(1, dtype=np.int64))  # fmt: skip
+                      np.zeros(1, dtype=np.int64), _E0, _E0, np.full(4, -1, dtype=np.int64), np.zeros(1), _F0)  # fmt: skip
 
 
 @njit(cache=True)
@@ -306,8 +315,8 @@ def run_ahead(
                     if owners[j] == c.oid:
                         mine[k] = tags[j]
                         k += 1
-                F, I, E, EW, n, m, QF, QI, nq, seq = _on_done(  # noqa: E741
-                    F, I, E, EW, n, m, t, mine, ci, c, QF, QI, nq, seq, pt, rendezvous, comm_slow, counts
+                F, I, E, EW, n, m, QF, QI, nq, seq, t = _on_done(  # noqa: E741
+                    F, I, E, EW, n, m, t, t_ext, mine, ci, c, QF, QI, nq, seq, pt, rendezvous, comm_slow, counts, fin
                 )
         # re-solve, as FluidScheduler._solve
         t_next = np.inf
@@ -439,9 +448,11 @@ def _start_due(F, I, E, EW, n, m, t, QF, QI, nq, colls, pt, comm_slow, counts): 
 
 
 @njit(cache=True)
-def _on_done(F, I, E, EW, n, m, t, tags, ci, c, QF, QI, nq, seq, pt, rendezvous, comm_slow, counts):  # noqa: E741
+def _on_done(F, I, E, EW, n, m, t, t_ext, tags, ci, c, QF, QI, nq, seq, pt, rendezvous, comm_slow, counts, fin):  # noqa: E741
     """``_CollectiveRun.on_done`` and ``_advance`` for collective ``c`` (index ``ci``): reductions done free their
-    ranks, flows done may complete ranks' phases; ranks advance, start their next flows and reductions."""
+    ranks, flows done may complete ranks' phases; ranks advance, start their next flows and reductions. In lockstep,
+    when all ranks enter a phase that repeats the last one, the repeats are skipped (:func:`_skip_cycles`): the
+    time returned is then later than ``t``."""
     n_red = 0
     for tg in tags:
         if tg < 0:
@@ -476,6 +487,13 @@ def _on_done(F, I, E, EW, n, m, t, tags, ci, c, QF, QI, nq, seq, pt, rendezvous,
                 raise RuntimeError("run_ahead would finish a rank: last_busy is wrong")
             if ks[j] != ks[0]:
                 same = False
+        if c.lockstep and same and rs.size == p:
+            t, skipped = _skip_cycles(F, n, t, t_ext, c, ks[0], nq, counts)
+            if skipped:
+                fin[ci] += skipped * c.own[ks[0]]  # activities of the skipped phases: never started, expected no more
+                for j in range(rs.size):
+                    c.cur[rs[j]] += skipped
+                    ks[j] += skipped
         ks_s, rs_s = ks, rs
         if not same:
             o = np.argsort(ks, kind="mergesort")
@@ -498,7 +516,50 @@ def _on_done(F, I, E, EW, n, m, t, tags, ci, c, QF, QI, nq, seq, pt, rendezvous,
         F, I, E, EW, n, m, rs = _flows_complete(F, I, E, EW, n, m, t, ready, c, counts)  # noqa: E741
         if c.lockstep:
             rs = lockstep_barrier(rs, c.held, c.n_held)
-    return F, I, E, EW, n, m, QF, QI, nq, seq
+    return F, I, E, EW, n, m, QF, QI, nq, seq, t
+
+
+@njit(cache=True)
+def _skip_cycles(F, n, t, t_ext, c, k, nq, counts):  # noqa: ANN001, ANN202
+    """All ranks of lockstep collective ``c`` enter phase ``k`` at ``t``: skip the phases that would only repeat the
+    last cycle, as ``_CollectiveRun._try_skip`` does on the Python path, and return (time after them, phases
+    skipped); otherwise record this entry as the next cycle's start and return (``t``, 0).
+
+    Phase k-1 ran as one undisturbed cycle when, from its all-ranks entry to this one, exactly its own activities
+    started and finished (``counts``: this kernel call's), none of the collectives' flows waits out a start delay
+    (``nq``) and the running activities are the same. Then phases k, k+1, ... with its flows and reductions
+    (``run``) repeat it exactly: the clock jumps N periods and every running activity loses N times its work of one
+    period, for the N that fit before any of them could finish, before ``t_ext`` (anyone else's next event) and
+    without passing the collective's last busy phase."""
+    sn = c.snap_i
+    skipped = 0
+    if k >= 1 and sn[0] == k - 1 and nq == 0 and c.run[k - 1] >= 2 and n == sn[3]:
+        own = c.own[k - 1]
+        period = t - c.snap_f[0]
+        if counts[0] - sn[1] == own and counts[1] - sn[2] == own and period > 0:
+            n_skip = min(c.run[k], c.last_busy[0] - k)
+            for a in range(n):
+                dec = c.snap_rem[a] - F[_REM, a]
+                if dec > 0:
+                    n_skip = min(n_skip, int(np.floor(F[_REM, a] / dec)) - 1)
+            if t_ext < np.inf:
+                n_skip = min(n_skip, int((t_ext - t) / period) - 1)
+            if n_skip >= 2:
+                for a in range(n):
+                    F[_REM, a] -= n_skip * (c.snap_rem[a] - F[_REM, a])
+                t = t + n_skip * period
+                skipped = n_skip
+    if skipped or nq != 0 or n > c.snap_rem.shape[0]:
+        sn[0] = -1  # the next entry starts a new cycle's observation (Python: _try_skip's snapshot after a skip)
+        return t, skipped
+    sn[0] = k
+    sn[1] = counts[0]
+    sn[2] = counts[1]
+    sn[3] = n
+    c.snap_f[0] = t
+    for a in range(n):
+        c.snap_rem[a] = F[_REM, a]
+    return t, 0
 
 
 @njit(cache=True)

@@ -790,7 +790,9 @@ class _CollectiveRun:
             self.oid, p, K, self.reduce_on, float(cores), self.fsrc, self.fdst, self.fk, fpid, self.fnb, self.s_ptr,
             self.s_order, self.d_ptr, self.d_order, self.cur, self.remaining, self.in_reduction,
             last_busy_phase(p, K, self.s_ptr, self.red, self.reduce_on, self.lockstep), red_work, red_cap, red_res, g,
-            self.lockstep, self.held, self.n_held,
+            self.lockstep, self.held, self.n_held, self.own.astype(np.int64), self.run,
+            # the kernel's cycle snapshot (phases._skip_cycles): room for the activities that run beside the collective
+            np.full(4, -1, dtype=np.int64), np.zeros(1), np.empty(8 * p + 256),
         )  # fmt: skip
         return self._ahead
 

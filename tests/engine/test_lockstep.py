@@ -95,3 +95,16 @@ def test_cli_flag_reaches_the_engine(cli) -> None:  # noqa: ANN001
     lock = json.loads(cli(*base, "--lockstep-collectives").out)["iteration_s"]
     assert lock != exact
     assert abs(lock / exact - 1) < 0.005
+
+
+@pytest.mark.parametrize("run_ahead", [False, True])
+def test_repeated_steps_are_skipped_on_both_paths_with_the_same_result(run_ahead: bool) -> None:
+    # Because under the barrier every step of a ring allreduce on a symmetric ring repeats the one before, both the
+    # Python path (_CollectiveRun._try_skip) and the compiled one (phases._skip_cycles) jump over the repeats: far
+    # fewer than the 2(p-1) p flows start, and the time is still the closed form.
+    p, s = 8, 8e6
+    sim = Simulation(ring(p, bw=B, lat=LAT), comm=NO_REDUCE, record_flows=False, run_ahead=run_ahead, lockstep_collectives=True)
+    sim.collective("allreduce", list(range(p)), s, algorithm="ring", name="ar")
+    sim.run()
+    assert sim.now == pytest.approx(costs.ring_allreduce_time(p, s, B, LAT), rel=1e-9)
+    assert sim.stats["activities"] < p * (p - 1)  # at most half the steps' flows ever started
