@@ -70,12 +70,11 @@ def cycle_program(batch: int, widths: Sequence[int], flush_bytes: float) -> tupl
 def cycle_gemms(batch: int, widths: tuple[int, ...], flush_bytes: float) -> dict[tuple[str, int], CycleGemm]:
     """Each GEMM of the cycle, keyed (pass, layer index) as time_mlp_cycle keys its times."""
     program, touches = cycle_program(batch, widths, flush_bytes)
-    reuse = operand_traffic(program, touches)
+    # each GEMM task's key, from the layers and passes cycle_program names its tasks after
+    keys = {f"{layer.name}.{which.value}": (which.value, layer.index) for layer in mlp_layers_of(widths) for which in Pass}
     out: dict[tuple[str, int], CycleGemm] = {}
-    for i, r in reuse.items():
-        task = program[i]
+    for i, r in operand_traffic(program, touches).items():
+        task, prev = program[i], program[i - 1]
         assert isinstance(task, Task)
-        name, which = task.name.rsplit(".", 1)
-        prev = program[i - 1]
-        out[(which, int(name.removeprefix("bot")))] = CycleGemm(r, prev.bytes if isinstance(prev, Task) else 0.0)
+        out[keys[task.name]] = CycleGemm(r, prev.bytes if isinstance(prev, Task) else 0.0)
     return out

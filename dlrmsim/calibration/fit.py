@@ -596,13 +596,6 @@ def fit_overhead(measurements: Sequence[Measurement], backend: str | None = None
     )
 
 
-def optimizer_updates_s(overhead: OverheadFit | None, cores: int, tensors: float) -> float:
-    """The dispatch the simulator already charges an optimizer step's updates: its task's ops (sgd: one per tensor),
-    the first cold as the task follows the backward, as the benchmark's call follows its flush (0 without a dispatch
-    fit)."""
-    return dispatch_s(overhead, cores, tensors)
-
-
 def fit_optimizer(measurements: Sequence[Measurement], overhead: OverheadFit | None) -> list[OptimizerFit]:
     """Per (optimizer, cores): a torch.optim object's cost per step and per tensor beyond its updates' dispatch,
     non-negative least squares on the relative error over the benchmark's tensor counts (benchmarks/optimizer.py);
@@ -615,7 +608,9 @@ def fit_optimizer(measurements: Sequence[Measurement], overhead: OverheadFit | N
     for (name, cores), rows in sorted(groups.items()):
         n = np.array([float(m.params["tensors"]) for m in rows])
         t = np.array([m.time_s for m in rows])
-        excess = np.maximum(t - np.array([optimizer_updates_s(overhead, cores, x) for x in n]), 0.0)
+        # The simulator already charges the updates' dispatch, one op per tensor (sgd), the first cold: the optimizer
+        # task follows the backward as the benchmark's call follows its flush.
+        excess = np.maximum(t - np.array([dispatch_s(overhead, cores, x) for x in n]), 0.0)
         call, per = nonnegative_least_squares(np.column_stack([np.ones_like(n), n]) / t[:, None], excess / t)
         out.append(OptimizerFit(optimizer=name, cores=cores, call_us=_sig(call * 1e6), per_tensor_us=_sig(per * 1e6)))  # type: ignore[arg-type]
     return out
@@ -877,7 +872,7 @@ def predict_s(m: Measurement, model: FittedModel) -> float | None:
             return None
         o = nearest_cores(list(model.optimizer), m.cores)
         n = float(m.params["tensors"])
-        return optimizer_updates_s(overhead, m.cores, n) + (o.call_us + n * o.per_tensor_us) * 1e-6
+        return dispatch_s(overhead, m.cores, n) + (o.call_us + n * o.per_tensor_us) * 1e-6
     for c in model.collectives:
         if c.op == m.benchmark:
             return predict_collective_s(c, m.bytes)

@@ -206,7 +206,7 @@ def evicted_share(spec: ComputeSpec, traffic_bytes: float) -> float:
 
 def evicted_operand_share(spec: ComputeSpec, operands: Sequence[tuple[float, float]]) -> float:
     """Byte-weighted :func:`evicted_share` of a GEMM's inputs, ``operands`` = ((bytes, traffic since it was last
-    touched, bytes), ...): :func:`inputs_traffic_share` with the spec's flush and cache."""
+    touched), ...) in bytes: :func:`inputs_traffic_share` with the spec's flush and cache."""
     return inputs_traffic_share(operands, spec.gemm_evicted_after_bytes, spec.llc_bytes)
 
 

@@ -520,6 +520,22 @@ def _on_done(F, I, E, EW, n, m, t, t_ext, tags, ci, c, QF, QI, nq, seq, pt, rend
 
 
 @njit(cache=True)
+def cycles_to_skip(rem0: np.ndarray, rem: np.ndarray, repeats: int, period: float, room_s: float) -> int:
+    """How many repeats of a cycle of ``period`` s can be jumped over at once, on the Python path
+    (``_CollectiveRun._try_skip``) and the compiled one (:func:`_skip_cycles`) alike: at most ``repeats``, fewer
+    than any running activity (remaining work ``rem0`` at the cycle's start, ``rem`` at its end) needs to finish,
+    and all within ``room_s`` s, the time before anyone else's next event (inf: none)."""
+    n_skip = repeats
+    for a in range(rem.shape[0]):
+        dec = rem0[a] - rem[a]
+        if dec > 0:
+            n_skip = min(n_skip, int(np.floor(rem[a] / dec)) - 1)
+    if room_s < np.inf:
+        n_skip = min(n_skip, int(room_s / period) - 1)
+    return n_skip
+
+
+@njit(cache=True)
 def _skip_cycles(F, n, t, t_ext, c, k, nq, counts):  # noqa: ANN001, ANN202
     """All ranks of lockstep collective ``c`` enter phase ``k`` at ``t``: skip the phases that would only repeat the
     last cycle, as ``_CollectiveRun._try_skip`` does on the Python path, and return (time after them, phases
@@ -537,13 +553,8 @@ def _skip_cycles(F, n, t, t_ext, c, k, nq, counts):  # noqa: ANN001, ANN202
         own = c.own[k - 1]
         period = t - c.snap_f[0]
         if counts[0] - sn[1] == own and counts[1] - sn[2] == own and period > 0:
-            n_skip = min(c.run[k], c.last_busy[0] - k)
-            for a in range(n):
-                dec = c.snap_rem[a] - F[_REM, a]
-                if dec > 0:
-                    n_skip = min(n_skip, int(np.floor(F[_REM, a] / dec)) - 1)
-            if t_ext < np.inf:
-                n_skip = min(n_skip, int((t_ext - t) / period) - 1)
+            # entering at most the last busy phase: run_ahead never finishes a rank
+            n_skip = cycles_to_skip(c.snap_rem[:n], F[_REM, :n], min(c.run[k], c.last_busy[0] - k), period, t_ext - t)
             if n_skip >= 2:
                 for a in range(n):
                     F[_REM, a] -= n_skip * (c.snap_rem[a] - F[_REM, a])

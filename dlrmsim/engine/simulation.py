@@ -32,6 +32,7 @@ from dlrmsim.engine.network import Network
 from dlrmsim.engine.phases import (
     NO_COLLECTIVE,
     Ahead,
+    cycles_to_skip,
     last_busy_phase,
     lockstep_barrier,
     ranks_with_flows_done,
@@ -678,17 +679,11 @@ class _CollectiveRun:
         period = now - t0
         if k0 != k - 1 or self.run[k0] < 2 or acts - a0 != own or fins - f0 != own or fl.n_active != n0 or not period > 0:
             return False
-        n_skip = int(self.run[k])
-        dec = rem0 - rem
-        moving = dec > 0
-        if moving.any():
-            n_skip = min(n_skip, int(np.floor(np.min(rem[moving] / dec[moving]))) - 1)
         t_next = min((t for t, _, _, ev in self.env._queue if not fl.is_own_event(ev)), default=np.inf)
-        if t_next < np.inf:
-            n_skip = min(n_skip, int((t_next - now) / period) - 1)
+        n_skip = cycles_to_skip(rem0, rem, int(self.run[k]), period, t_next - now)
         if n_skip < 2:
             return False
-        fl.hold(n_skip * dec)
+        fl.hold(n_skip * (rem0 - rem))
         fl.expect(self.oid, -n_skip * own)  # the skipped phases' activities never start
         self.cur[:] = k + n_skip - 1  # _resume's _advance enters phase k + n_skip
         self._snap = None

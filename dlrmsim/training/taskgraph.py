@@ -97,7 +97,7 @@ class Task:
     # Elements of each of its element-wise framework ops whose thread-pool fork no calibration benchmark times
     # (activations, the dense optimizer); an op above the grain pays ComputeSpec.fork_join_s (costs.fork_join_time_s).
     op_elements: tuple[float, ...] = ()
-    # A GEMM's inputs: (bytes, traffic through the rank's caches since the input was last touched, bytes) each,
+    # A GEMM's inputs: (bytes, traffic through the rank's caches since the input was last touched in bytes) each,
     # and the traffic since the rank's previous GEMM, which last warmed the kernel's code and packing buffers
     # (operand_traffic); their evicted shares cost ComputeSpec.gemm_evicted_* (costs.evicted_operand_time_s).
     operands: tuple[tuple[float, float], ...] = ()
