@@ -339,7 +339,7 @@ class Calibration(StrictModel):
 
     def optimizer_fit(self, cores: int) -> OptimizerFit | None:
         """The optimizer fit at the core count nearest ``cores`` (None: not measured)."""
-        return nearest_cores(self.optimizer, cores, of=lambda f: f.cores) if self.optimizer else None
+        return nearest_cores(self.optimizer, cores) if self.optimizer else None
 
     def interaction_fit(self, direction: str, cores: int, kernel: str = "framework") -> InteractionFit | None:
         """The interaction fit of ``direction`` at the core count nearest ``cores`` (None: not measured), of

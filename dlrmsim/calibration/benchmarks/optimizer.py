@@ -76,8 +76,3 @@ def optimizer_task(k: Ops, cores: int, policy: TimingPolicy) -> BenchTask:
             return rows
 
     return BenchTask("torch.optim step", name, run, repeat=True)
-
-
-def optimizer_ops(k: Ops) -> bool:
-    """Whether the backend's training steps can use a ``torch.optim`` object (the torch backend)."""
-    return k.name == "torch"
