@@ -175,9 +175,24 @@ def validate(
     ),
     no_results: bool = typer.Option(False, "--no-results", help="do not write the results CSV"),
     list_cases: bool = typer.Option(False, "--list-cases", help="list the validation cases and exit"),
+    threads: str | None = typer.Option(
+        None, "--threads", help="run each case at these thread counts per rank (e.g. 1,2,4,8,16), named <case>@t<n>"
+    ),
+    repredict_csv: Path | None = typer.Option(
+        None, "--repredict", help="run nothing: predict the cases of a kept results CSV again with this calibration"
+    ),
 ) -> None:
     """Run small DLRM training iterations for real and compare them with the calibrated simulator."""
-    from dlrmsim.calibration.validate import case_names, check_case_names, run_validation, write_results_csv
+    from dlrmsim.calibration.validate import (
+        case_names,
+        check_case_names,
+        check_fits_host,
+        load_cases,
+        parse_thread_counts,
+        repredict,
+        run_validation,
+        write_results_csv,
+    )
 
     if list_cases:
         if json_out:
@@ -187,12 +202,20 @@ def validate(
                 console.print(name, highlight=False)
         return
     check_case_names(case)  # before the calibration is read: a misspelt case fails at once
+    thread_counts = parse_thread_counts(threads)
+    if thread_counts:  # an oversubscribed count fails before the calibration is read, like a misspelt case
+        check_fits_host(load_cases(only=case or None, threads=thread_counts))
     if calibration is None:
         raise DlrmsimError(
             "validate needs a calibration",
             field="--calibration",
             fix="pass --calibration calibration/host-<name>.yaml (from `dlrmsim calibrate`)",
         )
+    if repredict_csv is not None:
+        # Kept evidence against this calibration: the measured columns as they were, nothing run or written.
+        report = repredict(repredict_csv, calibration)
+        _print_target(report, calibration, json_out, title=f"Kept measurements ({repredict_csv.name}) predicted again")
+        return
     report = run_validation(
         calibration,
         backend=backend,
@@ -203,6 +226,7 @@ def validate(
         rounds=rounds,
         against=against,
         reference=reference,
+        threads=thread_counts,
     )
     if results_dir is not None and not no_results:
         saved = write_results_csv(report, results_dir)
@@ -262,7 +286,7 @@ def validate(
     console.print(f"median |error| {100 * report.median_abs_error:.1f}%, max |error| {100 * report.max_abs_error:.1f}%")
 
 
-def _print_target(report: ValidationReport, calibration: Path, json_out: bool) -> None:
+def _print_target(report: ValidationReport, calibration: Path, json_out: bool, title: str | None = None) -> None:
     """Another implementation's measured steps beside dlrmsim's prediction (and TorchRec's planner estimate)."""
     if json_out:
         data = report.to_json()
@@ -272,7 +296,7 @@ def _print_target(report: ValidationReport, calibration: Path, json_out: bool) -
         return
     planner = report.backend == "torchrec"
     print_table(
-        f"Validation against {report.backend} on this host, calibration {calibration}",
+        f"{title or f'Validation against {report.backend} on this host'}, calibration {calibration}",
         [
             "case",
             "threads",

@@ -158,9 +158,13 @@ def check_case_names(only: list[str] | None, path: Path = CASES_FILE) -> None:
             )
 
 
-def load_cases(path: Path = CASES_FILE, only: list[str] | None = None) -> list[ValidationCase]:
+def load_cases(path: Path = CASES_FILE, only: list[str] | None = None, threads: list[int] | None = None) -> list[ValidationCase]:
     """Validation cases from YAML: ``base`` workload fields, each case's overrides on top; an unknown name in
-    ``only`` is a one-line error listing the cases."""
+    ``only`` is a one-line error listing the cases.
+
+    ``threads`` sweeps the thread count: each case runs once per count (named ``<case>@t<n>``), in place of its
+    own count. Cases are built whatever this host's cores (a kept result from a larger host can be predicted
+    again here); :func:`check_fits_host` refuses to *run* one that would oversubscribe it."""
     check_case_names(only, path)
     spec = _cases_file(path)
     cores = usable_cores()
@@ -170,9 +174,37 @@ def load_cases(path: Path = CASES_FILE, only: list[str] | None = None) -> list[V
             continue
         data = {**spec.base, **c.workload, "name": c.name}
         w = config.validate(Workload, data, f"{path.name}: cases.{i}")
-        threads = c.threads or max(1, cores // c.ranks)
-        out.append(ValidationCase(c.name, w, c.batch, c.ranks, threads))
+        if not threads:
+            out.append(ValidationCase(c.name, w, c.batch, c.ranks, c.threads or max(1, cores // c.ranks)))
+            continue
+        out += [ValidationCase(f"{c.name}@t{n}", w, c.batch, c.ranks, n) for n in threads]
     return out
+
+
+def check_fits_host(cases: list[ValidationCase], cores: int | None = None) -> None:
+    """A one-line error for the first case whose ranks x threads exceed this host's usable cores: oversubscribed
+    threads time the OS scheduler's sharing of cores, which the model does not describe."""
+    cores = cores or usable_cores()
+    for c in cases:
+        if c.ranks * c.threads > cores:
+            raise DlrmsimError(
+                f"case {c.name}: {c.ranks} rank(s) x {c.threads} threads need {c.ranks * c.threads} cores, this host has {cores}",
+                field="--threads",
+                fix=f"use counts up to {cores // c.ranks} for this case, or leave it out with --case",
+            )
+
+
+def parse_thread_counts(text: str | None) -> list[int] | None:
+    """``--threads``: a comma-separated list of positive thread counts (``1,2,4``); None when not given."""
+    if not text:
+        return None
+    try:
+        counts = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise DlrmsimError(f"--threads '{text}' is not a list of positive counts", field="--threads", fix="e.g. 1,2,4,8")
+    return sorted(set(counts))
 
 
 # Simulator task names -> the runner's phase names (see dlrm_runner.PHASES).
@@ -306,6 +338,7 @@ def run_validation(
     rounds: int = 3,
     against: str = "project",
     reference: Path | None = None,
+    threads: list[int] | None = None,
 ) -> ValidationReport:
     """Run every case for real and in the simulator; the report holds both and the relative errors.
 
@@ -319,10 +352,11 @@ def run_validation(
     if against not in TARGETS:
         raise DlrmsimError(f"unknown validation target '{against}'", field="--against", fix=f"use one of: {', '.join(TARGETS)}")
     if against != "project":
-        return _validate_target(cal, calibration_path, against, reference, only, rounds, progress)
+        return _validate_target(cal, calibration_path, against, reference, only, rounds, progress, threads)
     # The fitted rates describe the calibration's kernels; compare against runs of the same kernels.
     backend = backend or cal.host.backend
-    cases = load_cases(only=only)
+    cases = load_cases(only=only, threads=threads)
+    check_fits_host(cases)
     runs: dict[str, list[tuple[float, dict[str, float]]]] = {c.name: [] for c in cases}
     predictions: dict[str, tuple[float, dict[str, float]]] = {}
     drift_rounds: list[list[DriftSample]] = []
@@ -366,13 +400,21 @@ SAMPLES_PER_ROUND = 5  # samples of whole steps per case and round, each of at l
 
 
 def _validate_target(
-    cal: Calibration, path: Path, against: str, reference: Path | None, only: list[str] | None, rounds: int, progress: bool
+    cal: Calibration,
+    path: Path,
+    against: str,
+    reference: Path | None,
+    only: list[str] | None,
+    rounds: int,
+    progress: bool,
+    threads: list[int] | None = None,
 ) -> ValidationReport:
     """Each case run by another implementation against the prediction: ``rounds`` rounds, round-robin over the
     cases, each a median of samples of whole steps; the fastest round is kept, as for the project's runner (other
     jobs on a shared host only slow a run down, and a slow spell then lands on one round of every case instead of
     on every round of one case)."""
-    cases = load_cases(only=only)
+    cases = load_cases(only=only, threads=threads)
+    check_fits_host(cases)
     if against == "torchrec":
         # TorchRec's DLRM feeds the bottom MLP's output into the dot interaction with the embeddings
         cases = [c for c in cases if c.workload.bottom_mlp[-1] == c.workload.embedding_dim]
@@ -451,6 +493,53 @@ RESULT_COLUMNS = (
     "planner_error",
     "host_drift",
 )
+
+
+def repredict(results_csv: Path, calibration_path: Path) -> ValidationReport:
+    """The cases of a kept results CSV (:func:`write_results_csv`) predicted again with ``calibration_path``, their
+    measured medians and samples as kept: a model or fit change is checked against evidence from any host (a
+    16-core one's, here on a laptop) without running anything. Each row's case is rebuilt from its name (``base``
+    or ``base@t8``) with the row's ranks, threads and batch; the implementation is the row's target. A multi-rank
+    TorchRec row ran TorchRec's own sharding plan, which the CSV does not keep: it is refused, not guessed."""
+    cal = load_calibration(calibration_path)
+    try:
+        rows = list(csv.DictReader(results_csv.open(newline="")))
+    except OSError as e:
+        raise DlrmsimError(f"{results_csv}: cannot read file ({e.strerror})", field="--repredict", fix="check the path") from None
+    missing = [c for c in ("case", "ranks", "threads", "batch", "target", "measured_median_s") if rows and c not in rows[0]]
+    if not rows or missing:
+        raise DlrmsimError(
+            f"{results_csv}: not a validation results CSV" + (f" (no column {missing[0]})" if missing else " (no rows)"),
+            field="--repredict",
+            fix="pass a file that `dlrmsim validate` wrote under validation/results/",
+        )
+    results = []
+    target = rows[0]["target"]
+    for row in rows:
+        name, ranks, threads = row["case"], int(row["ranks"]), int(row["threads"])
+        against = row["target"] if row["target"] in TARGETS else "project"  # the runner's rows name their backend
+        if against == "torchrec" and ranks > 1:
+            raise DlrmsimError(
+                f"{results_csv}: case {name} ran TorchRec's sharding plan on {ranks} ranks, which the CSV does not keep",
+                field="--repredict",
+                fix="validate it again with --against torchrec",
+            )
+        base = load_cases(only=[name.partition("@t")[0]])[0]
+        case = ValidationCase(name, base.workload, int(row["batch"]), ranks, threads)
+        predicted, pphases = predict(case, cal, TARGET_IMPLEMENTATIONS[against])
+        samples = [float(x) for x in row.get("measured_samples_s", "").split(";") if x]
+        results.append(
+            CaseResult.of(
+                case,
+                float(row["measured_median_s"]),
+                predicted,
+                predicted_phases_s=pphases,
+                measured_rounds_s=samples,
+                target=against,
+                drift_ratio=float(row["host_drift"]) if row.get("host_drift") else None,
+            )
+        )
+    return ValidationReport(results, str(calibration_path), target, [], cal.host.libraries)
 
 
 def write_results_csv(report: ValidationReport, directory: Path) -> Path:

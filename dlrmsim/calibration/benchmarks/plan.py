@@ -153,8 +153,12 @@ def _first_pass(k: Ops, quick: bool, cores: int, implementation: str, ranks: int
     # A torch.optim object's Python cost (the reference DLRM's and TorchRec's dense step): both ends of the range.
     if k.name == "torch":
         tasks += [optimizer_task(k, c, policy) for c in sorted({1, cores})]
-    # Both ends of the core range: the sparse update's per-row work is split over threads.
-    emb_cores = sorted({1, cores})
+    # Every core count of the GEMMs: the simulator takes the fit of the nearest measured count, and with only the two
+    # ends measured a 16-core host predicted 2-8 threads from the 1-core fit. There the sparse update barely sped up
+    # past 2 threads while the 1-core fit kept its full cost: the project runner's lookups-64 case at 8 threads
+    # measured 19.5 and 21.2 ms on two machines against 25.1 predicted, and 21.3 with fits at 2, 4 and 8 cores
+    # (validation/results/20261126-emr16/). On a 2-core host this is the same two counts as before.
+    emb_cores = counts
     for cfg in embedding_configs(quick):
         tasks += [embedding_task(k, cfg, c, policy) for c in emb_cores]
     for icfg in interaction_configs(quick):

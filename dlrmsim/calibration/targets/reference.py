@@ -31,6 +31,7 @@ _MS_PER_IT = re.compile(r"Finished training it (\d+)/(\d+) of epoch \d+, ([0-9.]
 
 def find_script(path: Path) -> Path:
     """``dlrm_s_pytorch.py`` inside ``path`` (a checkout) or ``path`` itself; a one-line error otherwise."""
+    path = path.expanduser().resolve()  # the script runs from inside its checkout: a relative path would not
     script = path / SCRIPT if path.is_dir() else path
     if script.name != SCRIPT or not script.is_file():
         raise DlrmsimError(

@@ -1,0 +1,135 @@
+"""`dlrmsim validate --threads` sweeps each case over thread counts; `--repredict` predicts kept evidence again."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from dlrmsim.calibration import validate as v
+from dlrmsim.calibration.benchmarks.plan import build_plan
+from dlrmsim.calibration.benchmarks.timing import core_counts
+from dlrmsim.calibration.ops import get_ops
+from dlrmsim.calibration.targets.reference import find_script
+from dlrmsim.errors import DlrmsimError
+
+EMR16 = Path(__file__).resolve().parents[2] / "validation" / "results" / "20261126-emr16"
+
+
+def test_a_thread_sweep_is_one_case_per_count_named_after_it() -> None:
+    cases = v.load_cases(only=["base", "ranks-2"], threads=[1, 2, 8])
+    # because a swept case keeps everything but its threads, and its name says which count it ran at
+    assert [c.name for c in cases] == ["base@t1", "base@t2", "base@t8", "ranks-2@t1", "ranks-2@t2", "ranks-2@t8"]
+    assert [c.threads for c in cases] == [1, 2, 8] * 2 and {c.ranks for c in cases[3:]} == {2}
+    assert cases[0].workload == cases[2].workload and cases[0].batch == v.load_cases(only=["base"])[0].batch
+
+
+def test_a_count_the_host_cannot_run_is_refused_before_anything_runs() -> None:
+    cases = v.load_cases(only=["ranks-2"], threads=[4])
+    # because 2 ranks x 4 threads oversubscribe a 4-core host: the OS would time-share cores the model gives each thread
+    with pytest.raises(DlrmsimError) as e:
+        v.check_fits_host(cases, cores=4)
+    assert e.value.field == "--threads" and "need 8 cores" in str(e.value) and "up to 2" in e.value.fix
+    v.check_fits_host(cases, cores=8)  # 8 cores hold it
+
+
+@pytest.mark.parametrize("text", ["1,x", "0,2", ","])
+def test_thread_counts_that_are_not_positive_integers_are_one_line(text: str) -> None:
+    with pytest.raises(DlrmsimError) as e:
+        v.parse_thread_counts(text)
+    assert e.value.field == "--threads"
+
+
+def test_thread_counts_are_sorted_and_unique() -> None:
+    assert v.parse_thread_counts("8,1,2,8") == [1, 2, 8] and v.parse_thread_counts(None) is None
+
+
+def test_the_cli_refuses_an_oversubscribed_sweep_in_one_line(cli) -> None:  # noqa: ANN001
+    r = cli("validate", "--case", "base", "--threads", "1,100000")
+    # because no host here has 100000 cores; the check runs before the calibration is even read
+    assert r.code == 2 and r.err.count("\n") == 1 and "--threads" in r.err and "Traceback" not in r.err
+
+
+def test_embedding_and_interaction_are_measured_at_every_core_count_of_the_gemms() -> None:
+    plan = build_plan(get_ops("numpy"), quick=True, cores=16, implementation="ccl")
+    counts: dict[str, set[int]] = {}
+    for t in plan:
+        if t.stage.startswith(("embedding bags", "dot interaction")):
+            counts.setdefault(t.stage.split(" (")[0], set()).add(int(t.id.split()[-1].removeprefix("c")))
+    # because the simulator takes the nearest measured count: with only 1 and 16 measured, 2-8 threads used the 1-core fit
+    assert counts == {"embedding bags": {1, 2, 3, 4, 8, 16}, "dot interaction": {1, 2, 3, 4, 8, 16}}
+    assert set(core_counts(16)) == {1, 2, 3, 4, 8, 16}
+
+
+def test_a_relative_reference_checkout_resolves_to_an_absolute_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "dlrm").mkdir()
+    (tmp_path / "dlrm" / "dlrm_s_pytorch.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    # because the script runs from inside its checkout: a relative path would then point below the checkout again
+    script = find_script(Path("dlrm"))
+    assert script.is_absolute() and script == tmp_path / "dlrm" / "dlrm_s_pytorch.py"
+
+
+def _kept_csv(tmp_path: Path, cal: Path, rows: list[tuple[str, int, int, float]], target: str = "numpy") -> Path:
+    """A results CSV as `dlrmsim validate` keeps it: (case, ranks, threads, measured seconds) per row."""
+    report = v.ValidationReport(
+        [
+            v.CaseResult.of(
+                v.ValidationCase(name, v.load_cases(only=[name.partition("@t")[0]])[0].workload, 1024, ranks, threads),
+                t,
+                1.0,  # a prediction the re-prediction must replace
+                measured_rounds_s=[t, 1.1 * t],
+            )
+            for name, ranks, threads, t in rows
+        ],
+        str(cal),
+        target,
+    )
+    return v.write_results_csv(report, tmp_path)
+
+
+def test_repredict_keeps_the_measurements_and_predicts_each_row_at_its_own_threads(quick_cal_path: Path, tmp_path: Path) -> None:
+    kept = _kept_csv(tmp_path, quick_cal_path, [("base@t1", 1, 1, 0.010), ("base@t8", 1, 8, 0.004), ("ranks-2", 2, 3, 0.009)])
+    report = v.repredict(kept, quick_cal_path)
+    by = {c.name: c for c in report.cases}
+    # because a re-prediction runs nothing: the measured medians and samples are the CSV's
+    assert [c.measured_s for c in report.cases] == [0.010, 0.004, 0.009] and by["base@t8"].measured_rounds_s == [0.004, 0.0044]
+    # because each row is predicted at the ranks and threads it ran with, not this host's cores (a 16-core host's
+    # evidence is re-predicted on a 2-core laptop)
+    assert (by["base@t8"].threads, by["ranks-2"].threads, by["ranks-2"].ranks) == (8, 3, 2)
+    assert by["base@t8"].predicted_s != by["base@t1"].predicted_s
+    # ... and the prediction is the simulator's, the same one a validation makes
+    case = v.ValidationCase("base@t8", v.load_cases(only=["base"])[0].workload, 1024, 1, 8)
+    from dlrmsim.calibration.schema import load_calibration
+
+    assert by["base@t8"].predicted_s == v.predict(case, load_calibration(quick_cal_path), "project-runner")[0]
+
+
+def test_repredict_from_the_cli_prints_json_and_writes_nothing(quick_cal_path: Path, tmp_path: Path) -> None:
+    from dlrmsim.cli import app
+
+    kept = _kept_csv(tmp_path, quick_cal_path, [("base", 1, 2, 0.010)])
+    before = sorted(tmp_path.iterdir())
+    res = CliRunner().invoke(app, ["validate", "-c", str(quick_cal_path), "--repredict", str(kept), "--json"])
+    assert res.exit_code == 0, res.output
+    (case,) = json.loads(res.output)["cases"]
+    assert case["measured_s"] == 0.010 and case["threads"] == 2 and case["predicted_s"] != 1.0
+    assert sorted(tmp_path.iterdir()) == before  # no new evidence file: nothing was measured
+
+
+def test_repredict_refuses_a_file_that_is_not_kept_evidence(quick_cal_path: Path, tmp_path: Path, cli) -> None:  # noqa: ANN001
+    bad = tmp_path / "x.csv"
+    bad.write_text("a,b\n1,2\n")
+    r = cli("validate", "-c", str(quick_cal_path), "--repredict", str(bad))
+    assert r.code == 2 and "not a validation results CSV" in r.err and "Traceback" not in r.err
+
+
+def test_the_16_core_evidence_is_kept_with_its_calibration() -> None:
+    # because the 16-core host is lent only now and then: its measurements and calibration stay in the repository,
+    # so a model change can be checked against them on any machine with --repredict
+    rows = list(csv.DictReader((EMR16 / "20261126T020054-A-project-threads.csv").open()))
+    assert {int(r["threads"]) for r in rows} == {1, 2, 4, 8, 16} and {r["cores"] for r in rows} == {"16"}
+    assert (EMR16 / "calibration-A.yaml").is_file() and (EMR16 / "calibration-AB-every-count.yaml").is_file()
