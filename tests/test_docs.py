@@ -28,7 +28,7 @@ SHELL_LANGUAGES = {"console", "bash", "sh", "shell"}
 SKIP = re.compile(r"^<!--\s*doc-test:\s*skip\s*\((?P<reason>.+)\)\s*-->$")
 FENCE = re.compile(r"^```(?P<lang>[\w-]*)\s*$")
 # Top-level folders of the checkout: an argument under one of them names a repository file.
-REPO_DIRS = ("dlrmsim/", "tests/", "docs/", "notebooks/", "benchmarks/")
+REPO_DIRS = ("dlrmsim/", "tests/", "docs/", "notebooks/", "benchmarks/", "validation/")
 TABLE_CHARS = re.compile(r"[│┃║|┏┓┗┛┡┩━─╇╈┳┻┼└┘┌┐├┤]")
 
 
