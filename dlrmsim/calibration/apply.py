@@ -71,6 +71,7 @@ def calibrated_compute(
         gemm_memory_overlap=1.0 if evicted else table.memory_overlap,
         gemm_evicted_call_s=(table.evicted_call_us or 0.0) * 1e-6,
         gemm_evicted_traffic_factor=table.evicted_traffic_factor or 0.0,
+        gemm_evicted_compute_factor=table.evicted_compute_factor or 0.0,
         gemm_evicted_after_bytes=FLUSH_LLC_MULTIPLE * host.llc_bytes if evicted else math.inf,
         memory_bandwidth_Bps=cal.memory.bandwidth_GBps * 1e9,
         memory_efficiency=EfficiencyTable.constant(1.0),

@@ -246,8 +246,14 @@ def fit_gemm(
             table = table.model_copy(update={"cold_call_us": _sig(call_s * 1e6, 4), "memory_overlap": _sig(overlap, 3)})
         evicted = [m for m in usable if with_evicted_operands(m) and m.cores == table.cores]
         if evicted:
-            call_s, factor = fit_evicted_gemm(evicted, step, fit, memory, overhead, host)
-            table = table.model_copy(update={"evicted_call_us": _sig(call_s * 1e6, 4), "evicted_traffic_factor": _sig(factor, 3)})
+            call_s, factor, compute = fit_evicted_gemm(evicted, step, fit, memory, overhead, host)
+            table = table.model_copy(
+                update={
+                    "evicted_call_us": _sig(call_s * 1e6, 4),
+                    "evicted_traffic_factor": _sig(factor, 3),
+                    "evicted_compute_factor": _sig(compute, 3),
+                }
+            )
         cold.append(table)
     return fit.model_copy(update={"tables": cold})
 
@@ -278,10 +284,13 @@ def fit_evicted_gemm(
     memory: MemoryFit,
     overhead: OverheadFit | None,
     host: HostInfo,
-) -> tuple[float, float]:
-    """(fixed time per call in s, traffic factor) of what eviction adds to a GEMM beyond its warm roofline and its
-    first op's dispatch, in the form the simulator charges it (costs.evicted_operand_time_s): kernel share x call +
-    inputs' share x factor x traffic time (compulsory bytes at the stream bandwidth of the GEMM's cores). GEMMs
+) -> tuple[float, float, float]:
+    """(fixed time per call in s, traffic factor, compute factor) of what eviction adds to a GEMM beyond its warm
+    roofline and its first op's dispatch, in the form the simulator charges it (costs.evicted_operand_time_s):
+    kernel share x call + inputs' share x (factor x traffic time (compulsory bytes at the stream bandwidth of the
+    GEMM's cores) + compute factor x arithmetic time at the warm efficiency). The third term is there because on a
+    16-core host the excess grew with a GEMM's flops, not its bytes (+20, +93 and +346 us for 67, 268 and 537 MFLOP
+    reading 1.5, 5.3 and 5 MB at 16 cores), which the first two could not fit (docs/calibration.md). GEMMs
     timed right after a flush of their own have both shares 1; GEMMs timed in a step-order cycle flushed once
     (with their MLP recorded) have the shares the simulator would give them in that cycle (cycle.cycle_gemms).
     Least squares on relative error, both terms non-negative. The factor is not capped at 1: operands the kernel
@@ -295,9 +304,9 @@ def fit_evicted_gemm(
     kernel = np.array([k for _, k, _, _ in rows])
     operands = np.array([o for _, _, o, _ in rows])
     excess = t - np.maximum(t_f, t_b) - first
-    x = np.column_stack([kernel, operands * t_b])
-    call_s, factor = nonnegative_least_squares(x / t[:, None], excess / t)
-    return float(call_s), float(factor)
+    x = np.column_stack([kernel, operands * t_b, operands * t_f])
+    call_s, factor, compute = nonnegative_least_squares(x / t[:, None], excess / t)
+    return float(call_s), float(factor), float(compute)
 
 
 def reuse_in_cycle(m: Measurement, host: HostInfo) -> tuple[float | None, float, float]:

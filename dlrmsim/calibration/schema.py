@@ -63,6 +63,12 @@ class GemmTable(StrictModel):
         description="GEMMs timed right after a cache flush: added time per second of compulsory traffic at stream "
         "bandwidth (operands fetched from memory in the kernel's packing order); None when not measured",
     )
+    evicted_compute_factor: Annotated[float, Field(ge=0)] | None = Field(
+        default=None,
+        description="GEMMs timed right after a cache flush: added time per second of arithmetic at the warm "
+        "efficiency (the kernel's tiles streamed from beyond its cores' L2 for the whole call, not only fetched "
+        "once); None when not measured (calibrations before it: 0)",
+    )
 
     @model_validator(mode="after")
     def _increasing(self) -> GemmTable:

@@ -221,25 +221,33 @@ def inputs_traffic_share(operands: Sequence[tuple[float, float]], after_bytes: f
 
 def charges_evicted_gemms(spec: ComputeSpec) -> bool:
     """Whether ``spec`` has a calibrated eviction cost for GEMMs (:func:`evicted_operand_time_s` is not 0)."""
-    return spec.gemm_evicted_call_s > 0.0 or spec.gemm_evicted_traffic_factor > 0.0
+    return spec.gemm_evicted_call_s > 0.0 or spec.gemm_evicted_traffic_factor > 0.0 or spec.gemm_evicted_compute_factor > 0.0
 
 
 def evicted_operand_time_s(
-    spec: ComputeSpec, nbytes: float, cores: float, operands: Sequence[tuple[float, float]], kernel_traffic: float
+    spec: ComputeSpec,
+    nbytes: float,
+    cores: float,
+    operands: Sequence[tuple[float, float]],
+    kernel_traffic: float,
+    arithmetic_s: float = 0.0,
 ) -> float:
     """Time (s) a GEMM moving ``nbytes`` of compulsory traffic on ``cores`` cores pays beyond its warm roofline for
     what the traffic since its last use evicted. The calibration's fit of GEMMs timed right after a flush splits
     that cost in a part that grows with the GEMM's bytes, ``spec.gemm_evicted_traffic_factor`` x its traffic time
     at :func:`task_bandwidth_cap`, charged at its inputs' :func:`evicted_operand_share`, and one that does not,
     ``spec.gemm_evicted_call_s`` (the kernel's code and packing buffers), charged at the :func:`evicted_share` of
-    ``kernel_traffic``, the traffic since the rank's previous GEMM. A fixed time of the task: it holds the cores
-    but does not draw on the shared memory domain beside other tasks."""
+    ``kernel_traffic``, the traffic since the rank's previous GEMM. A third part grows with the GEMM's arithmetic,
+    ``spec.gemm_evicted_compute_factor`` x ``arithmetic_s`` (its flops at the warm efficiency), at the inputs'
+    share: a kernel whose tiles stream from beyond its cores' caches for the whole call. A fixed time of the task:
+    it holds the cores but does not draw on the shared memory domain beside other tasks."""
     if not charges_evicted_gemms(spec):
         return 0.0
     call, factor = spec.gemm_evicted_call_s, spec.gemm_evicted_traffic_factor
     traffic_s = nbytes / task_bandwidth_cap(spec, nbytes, cores) if nbytes > 0 and factor > 0 else 0.0
     kernel = evicted_share(spec, kernel_traffic) if call > 0 else 0.0
-    return kernel * call + evicted_operand_share(spec, operands) * factor * traffic_s
+    inputs = evicted_operand_share(spec, operands)
+    return kernel * call + inputs * (factor * traffic_s + spec.gemm_evicted_compute_factor * arithmetic_s)
 
 
 PAGE_TABLE_ENTRY_BYTES = 8  # one last-level page-table entry (x86-64, AArch64)

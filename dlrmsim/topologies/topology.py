@@ -160,6 +160,10 @@ class ComputeSpec:
     # no cited figure); a host calibration times GEMMs right after a flush of their own (fit.fit_evicted_gemm).
     gemm_evicted_call_s: float = 0.0
     gemm_evicted_traffic_factor: float = 0.0
+    # ... plus gemm_evicted_compute_factor x its arithmetic time at the warm efficiency, at the same share: a cold
+    # GEMM's excess that grows with its flops rather than its bytes (a 16-core host: +20, +93 and +346 us for 67,
+    # 268 and 537 MFLOP reading 1.5, 5.3 and 5 MB; docs/calibration.md). 0 = not modelled (built-in presets).
+    gemm_evicted_compute_factor: float = 0.0
     gemm_evicted_after_bytes: float = math.inf
 
     def flops_rate(self, precision: str) -> float:

@@ -26,6 +26,7 @@ from dlrmsim.engine.costs import (
     fixed_time_s,
     fork_join_time_s,
     progress_thread_interference,
+    task_flop_rate,
 )
 from dlrmsim.engine.records import Record
 from dlrmsim.engine.resources import CommSettings
@@ -465,9 +466,10 @@ def _rank_process(
                 prev_bytes,
             ) + fork_join_time_s(sim.rank_resources[rank].spec, step.op_elements, cores)
             if step.operands:
-                overhead += evicted_operand_time_s(
-                    sim.rank_resources[rank].spec, step.bytes, cores, step.operands, step.kernel_traffic
-                )
+                spec = sim.rank_resources[rank].spec
+                rate = task_flop_rate(spec, step.flops, cores, prec, kind=kind, nbytes=step.bytes, columns=step.columns)
+                arithmetic = step.flops / rate if step.flops > 0 and spec.gemm_evicted_compute_factor > 0 else 0.0
+                overhead += evicted_operand_time_s(spec, step.bytes, cores, step.operands, step.kernel_traffic, arithmetic)
             prev_bytes = step.bytes
             yield sim.compute(
                 rank,

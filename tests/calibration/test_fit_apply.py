@@ -208,13 +208,17 @@ def test_gemm_rows_are_predicted_with_the_simulators_roofline(quick_cal: Calibra
         assert predict_s(m, model) == pytest.approx(fixed + task_time(m.flops, g.bytes_moved(4.0), spec, kind="gemm"), rel=1e-3)
 
 
-@pytest.mark.parametrize("call_us,factor", [(0.0, 0.0), (40.0, 0.0), (0.0, 1.7), (25.0, 0.6)])
+@pytest.mark.parametrize(
+    "call_us,factor,compute",
+    [(0.0, 0.0, 0.0), (40.0, 0.0, 0.0), (0.0, 1.7, 0.0), (25.0, 0.6, 0.0), (30.0, 0.0, 0.5), (20.0, 0.4, 0.3)],
+)
 def test_evicted_gemm_fit_recovers_call_and_factor_as_the_simulator_charges_them(
-    quick_cal: Calibration, call_us: float, factor: float
+    quick_cal: Calibration, call_us: float, factor: float, compute: float
 ) -> None:
-    """GEMMs timed right after a flush of their own, made up as roofline + dispatch + call + factor x traffic time:
-    the fit recovers both terms, and the simulator charges a GEMM whose inputs are all evicted (share 1) exactly
-    the measured time, because its fixed time is the same dispatch plus costs.evicted_operand_time_s."""
+    """GEMMs timed right after a flush of their own, made up as roofline + dispatch + call + factor x traffic time +
+    compute x arithmetic time: the fit recovers the three terms, and the simulator charges a GEMM whose inputs are
+    all evicted (share 1) exactly the measured time, because its fixed time is the same dispatch plus
+    costs.evicted_operand_time_s."""
     from dlrmsim.calibration.fit import first_op_dispatch_s, fit_gemm, gemm_parts_s, reuse_in_cycle
     from dlrmsim.engine.costs import evicted_operand_time_s, fixed_time_s
 
@@ -225,7 +229,7 @@ def test_evicted_gemm_fit_recovers_call_and_factor_as_the_simulator_charges_them
         params = {"batch": batch, "fan_in": fi, "fan_out": fo, "pass": which, "context": "evicted"}
         m = _m("linear", 1, 1.0, flops=2.0 * batch * fi * fo, params=params)
         t_f, t_b = gemm_parts_s(warm, memory, m)
-        t = max(t_f, t_b) + dispatch_s(overhead, 1, 1.0) + call_us * 1e-6 + factor * t_b
+        t = max(t_f, t_b) + dispatch_s(overhead, 1, 1.0) + call_us * 1e-6 + factor * t_b + compute * t_f
         rows.append(m.model_copy(update={"time_s": t}))
     # The same GEMMs in a step-order cycle flushed once: each pays the call at its kernel's share and the traffic
     # term at its inputs' share, the shares the simulator's cost model gives it in that cycle (cycle.cycle_gemms).
@@ -237,7 +241,8 @@ def test_evicted_gemm_fit_recovers_call_and_factor_as_the_simulator_charges_them
             kernel, inputs, prev = reuse_in_cycle(m, host)
             assert kernel is not None and 0.0 <= kernel <= 1.0 and 0.0 <= inputs <= 1.0
             t_f, t_b = gemm_parts_s(warm, memory, m)
-            t = max(t_f, t_b) + first_op_dispatch_s(overhead, 1, prev, host) + kernel * call_us * 1e-6 + inputs * factor * t_b
+            cold = kernel * call_us * 1e-6 + inputs * (factor * t_b + compute * t_f)
+            t = max(t_f, t_b) + first_op_dispatch_s(overhead, 1, prev, host) + cold
             step.append(m.model_copy(update={"time_s": t}))
     # The chained forward input of the second layer is fresh, so its share is below a flushed GEMM's.
     assert reuse_in_cycle(step[3], host)[1] < 1.0
@@ -246,6 +251,7 @@ def test_evicted_gemm_fit_recovers_call_and_factor_as_the_simulator_charges_them
         table = fit_gemm([*cubes, *measured], host, memory, overhead).table(1)
         assert table.evicted_call_us == pytest.approx(call_us, abs=1e-3)
         assert table.evicted_traffic_factor == pytest.approx(factor, abs=1e-3)
+        assert table.evicted_compute_factor == pytest.approx(compute, abs=1e-3)
     one_core = quick_cal.model_copy(update={"host": host.model_copy(update={"cores": 1})})
     fitted = one_core.model_copy(update={"gemm": warm.model_copy(update={"tables": [table]})})
     base = ComputeSpec(
@@ -257,7 +263,7 @@ def test_evicted_gemm_fit_recovers_call_and_factor_as_the_simulator_charges_them
         inputs = ((1.0, math.inf),)  # inputs and kernel state evicted by infinite traffic: share 1
         simulated = (
             fixed_time_s(spec, "gemm", 1.0, 0.0)
-            + evicted_operand_time_s(spec, g.bytes_moved(4.0), 1.0, inputs, math.inf)
+            + evicted_operand_time_s(spec, g.bytes_moved(4.0), 1.0, inputs, math.inf, gemm_parts_s(warm, memory, m)[0])
             + task_time(m.flops, g.bytes_moved(4.0), spec, kind="gemm")
         )
         assert simulated == pytest.approx(m.time_s, rel=1e-3)

@@ -59,6 +59,12 @@ def test_the_evicted_share_is_byte_weighted_and_full_after_the_calibrations_flus
     assert evicted_operand_time_s(cal, 1e6, 2.0, cold, 0.0) == pytest.approx(0.5 * 1e6 / 1e10)  # kernel just ran
     assert evicted_operand_time_s(cal, 1e6, 2.0, ((1.0, 0.0),), math.inf) == pytest.approx(20e-6)  # inputs fresh
     assert evicted_operand_time_s(spec, 1e6, 2.0, cold, math.inf) == 0.0  # not calibrated
+    # The arithmetic part: the inputs' share x compute factor x the GEMM's arithmetic time, beside the others.
+    both = _spec(gemm_evicted_call_s=20e-6, gemm_evicted_traffic_factor=0.5, gemm_evicted_compute_factor=0.3)
+    assert evicted_operand_time_s(both, 1e6, 2.0, cold, math.inf, 1e-3) == pytest.approx(20e-6 + 0.5 * 1e6 / 1e10 + 0.3e-3)
+    fresh = ((1.0, 0.0),)  # because an input just written is not evicted, nor is the part that scales with its flops
+    assert evicted_operand_time_s(both, 1e6, 2.0, fresh, math.inf, 1e-3) == pytest.approx(20e-6)
+    assert evicted_operand_time_s(_spec(gemm_evicted_compute_factor=0.3), 1e6, 2.0, cold, 0.0, 1e-3) == pytest.approx(0.3e-3)
 
 
 def _iteration(call_s: float = 0.0, factor: float = 0.0) -> tuple[float, list[Task], ComputeSpec]:
