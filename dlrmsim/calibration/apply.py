@@ -53,6 +53,9 @@ def calibrated_compute(
     table = cal.gemm.table(cores)
     evicted = table.evicted_call_us is not None
     opt = cal.optimizer_fit(cores) if optimizer_object else None
+    cold = cal.cold_output_fit(cores)
+    per_KiB = 1e-9 / 1024.0  # ns per KiB -> s per byte
+    cold_out = {"gemm": cold.gemm_ns_per_KiB * per_KiB, "elementwise": cold.elementwise_ns_per_KiB * per_KiB} if cold else {}
     opt_fixed = {"optimizer": opt.call_us * 1e-6} if opt is not None and opt.call_us > 0 else {}
     opt_rows = {"optimizer": opt.per_tensor_us * 1e-6} if opt is not None and opt.per_tensor_us > 0 else {}
     peak = cores * host.clock_GHz * 1e9 * host.flops_per_cycle_fp32
@@ -72,6 +75,8 @@ def calibrated_compute(
         gemm_evicted_call_s=(table.evicted_call_us or 0.0) * 1e-6,
         gemm_evicted_traffic_factor=table.evicted_traffic_factor or 0.0,
         gemm_evicted_compute_factor=table.evicted_compute_factor or 0.0,
+        cold_output_s_per_byte_by_kind=cold_out,
+        cold_output_after_bytes=FLUSH_LLC_MULTIPLE * host.llc_bytes if cold else math.inf,
         gemm_evicted_after_bytes=FLUSH_LLC_MULTIPLE * host.llc_bytes if evicted else math.inf,
         memory_bandwidth_Bps=cal.memory.bandwidth_GBps * 1e9,
         memory_efficiency=EfficiencyTable.constant(1.0),

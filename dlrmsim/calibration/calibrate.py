@@ -18,6 +18,7 @@ from dlrmsim.calibration.collectives_host import implementation_for
 from dlrmsim.calibration.compare import eq_check, fit_quality
 from dlrmsim.calibration.fit import (
     FittedModel,
+    fit_cold_output,
     fit_collectives,
     fit_embedding,
     fit_gemm,
@@ -176,6 +177,7 @@ def fit_calibration(host: HostInfo, measurements: list[Measurement]) -> Calibrat
     interaction_torchrec = fit_interaction(measurements, memory, host, overhead, benchmark="interaction_torchrec")
     tbe = fit_tbe(measurements, memory, overhead, host)
     optimizer = fit_optimizer(measurements, overhead)
+    cold_output = fit_cold_output(measurements)
     fitted = FittedModel(gemm, memory, embedding, collectives, overhead, interaction, host, tbe, interaction_torchrec, optimizer)
     return Calibration(
         host=host,
@@ -188,6 +190,7 @@ def fit_calibration(host: HostInfo, measurements: list[Measurement]) -> Calibrat
         tbe=tbe,
         interaction_torchrec=interaction_torchrec,
         optimizer=optimizer,
+        cold_output=cold_output,
         measurements=measurements,
         fit_quality=fit_quality(measurements, fitted),
         eq_check=eq_check(measurements, collectives),

@@ -116,6 +116,13 @@ def calibrate(
                 if cal.gemm.vector_block
                 else []
             ),
+            *[
+                (
+                    f"result written into evicted memory at {c.cores} cores: ns/KiB GEMM, element-wise",
+                    f"{c.gemm_ns_per_KiB:g} / {c.elementwise_ns_per_KiB:g}",
+                )
+                for c in cal.cold_output
+            ],
             ("memory bandwidth GB/s (triad, saturated)", cal.memory.bandwidth_GBps),
             ("memory GB/s per core", cal.memory.per_core_GBps),
             ("memory saturation cores", cal.memory.saturation_cores),

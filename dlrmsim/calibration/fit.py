@@ -26,10 +26,12 @@ from typing import Literal
 
 import numpy as np
 
+from dlrmsim.calibration.benchmarks.outputs import OUTPUT_KINDS
 from dlrmsim.calibration.cycle import cycle_gemms
 from dlrmsim.calibration.host import peak_gflops, raise_peak_to
 from dlrmsim.calibration.ops.base import FLUSH_LLC_MULTIPLE, TORCH_GRAIN_ELEMENTS
 from dlrmsim.calibration.schema import (
+    ColdOutputFit,
     CollectiveFit,
     EmbeddingFit,
     GemmFit,
@@ -603,6 +605,21 @@ def fit_overhead(measurements: Sequence[Measurement], backend: str | None = None
         fork_join_us_by_cores=forks,
         parallel_grain_elements=grain,
     )
+
+
+def fit_cold_output(measurements: Sequence[Measurement]) -> list[ColdOutputFit]:
+    """Per core count: (cold - warm) / output bytes of each op kind of the cold-output benchmark, at least 0; empty
+    without the benchmark."""
+    rows: dict[tuple[int, str, str], float] = {}
+    for m in measurements:
+        if m.benchmark == "cold_output":
+            rows[(m.cores, str(m.params["op"]), str(m.params["position"]))] = m.time_s / (m.bytes / 1024.0) * 1e9
+    out = []
+    for cores in sorted({c for c, _, _ in rows}):
+        per = {op: max(0.0, rows.get((cores, op, "cold"), 0.0) - rows.get((cores, op, "warm"), 0.0)) for op in OUTPUT_KINDS}
+        gemm, elementwise = _sig(per["gemm"]), _sig(per["elementwise"])
+        out.append(ColdOutputFit(cores=cores, gemm_ns_per_KiB=gemm, elementwise_ns_per_KiB=elementwise))
+    return out
 
 
 def fit_optimizer(measurements: Sequence[Measurement], overhead: OverheadFit | None) -> list[OptimizerFit]:

@@ -183,6 +183,17 @@ class OptimizerFit(StrictModel):
     )
 
 
+class ColdOutputFit(StrictModel):
+    """What writing an op's result into memory evicted since its last use adds per byte, at one core count
+    (benchmarks/outputs.py): cold minus warm time of the same op, over its output's bytes."""
+
+    cores: Annotated[int, Field(gt=0)]
+    gemm_ns_per_KiB: Annotated[float, Field(ge=0)] = Field(description="a GEMM's output (C of A @ B), ns per KiB written")
+    elementwise_ns_per_KiB: Annotated[float, Field(ge=0)] = Field(
+        description="an element-wise op's output (ReLU), ns per KiB written"
+    )
+
+
 class OverheadFit(StrictModel):
     """Fixed cost of framework ops (dispatch, output allocation, thread-pool fork/join), per core count: a
     task's first op (cold private caches) and each further op of the task (warm dispatch)."""
@@ -252,6 +263,7 @@ class Measurement(StrictModel):
         "fork",
         "gemm_columns",
         "optimizer",
+        "cold_output",
     ]
     name: str
     cores: Annotated[int, Field(gt=0)]
@@ -329,6 +341,11 @@ class Calibration(StrictModel):
         "parameters with an optimizer object (ImplementationProfile.optimizer_object); empty: not measured (NumPy, "
         "older files)",
     )
+    cold_output: list[ColdOutputFit] = Field(
+        default_factory=list,
+        description="writing a result into memory evicted since its last use (benchmarks/outputs.py), per core "
+        "count; empty: not measured (older files), not charged",
+    )
     measurements: list[Measurement] = []
     fit_quality: list[FitRow] = []
     eq_check: list[EqCheckRow] = []
@@ -342,6 +359,10 @@ class Calibration(StrictModel):
     def embedding_fit(self, op: str, distribution: str = "uniform", cores: int | None = None) -> EmbeddingFit:
         """The embedding fit of ``op`` at the core count nearest ``cores`` (None: the most cores measured)."""
         return select_embedding_fit(self.embedding, op, distribution, cores)
+
+    def cold_output_fit(self, cores: int) -> ColdOutputFit | None:
+        """The cold-output fit at the core count nearest ``cores``; None when not measured."""
+        return nearest_cores(self.cold_output, cores) if self.cold_output else None
 
     def optimizer_fit(self, cores: int) -> OptimizerFit | None:
         """The optimizer fit at the core count nearest ``cores`` (None: not measured)."""

@@ -250,6 +250,17 @@ def evicted_operand_time_s(
     return kernel * call + inputs * (factor * traffic_s + spec.gemm_evicted_compute_factor * arithmetic_s)
 
 
+def cold_output_time_s(spec: ComputeSpec, kind: str, out_bytes: float, traffic_bytes: float) -> float:
+    """Time (s) a task of ``kind`` ("gemm" or "elementwise") pays to write ``out_bytes`` of result into memory that
+    ``traffic_bytes`` of traffic went through since its last use: ``spec.cold_output_s_per_byte_by_kind[kind]`` x
+    bytes, at :func:`traffic_share` of that traffic against the calibration's cold buffers
+    (``spec.cold_output_after_bytes``) in the rank's last-level cache. 0 where not calibrated."""
+    per = spec.cold_output_s_per_byte_by_kind.get(kind, 0.0)
+    if per <= 0.0 or out_bytes <= 0.0:
+        return 0.0
+    return per * out_bytes * traffic_share(traffic_bytes, spec.cold_output_after_bytes, spec.llc_bytes)
+
+
 PAGE_TABLE_ENTRY_BYTES = 8  # one last-level page-table entry (x86-64, AArch64)
 
 

@@ -164,6 +164,14 @@ class ComputeSpec:
     # GEMM's excess that grows with its flops rather than its bytes (a 16-core host: +20, +93 and +346 us for 67,
     # 268 and 537 MFLOP reading 1.5, 5.3 and 5 MB; docs/calibration.md). 0 = not modelled (built-in presets).
     gemm_evicted_compute_factor: float = 0.0
+    # What writing a task's result costs per byte when its memory was evicted since its last use (the stores read
+    # each line back first), by kind ("gemm", "elementwise"), at a share traffic_share(traffic since, of
+    # cold_output_after_bytes, the flush the calibration's cold buffers had seen); empty = not modelled (built-in
+    # presets: no cited figure). A host calibration times it (benchmarks/outputs.py). The traffic since an output's
+    # memory was last used is taken as one iteration of the rank's: a step allocates the same tensors in the same
+    # order each iteration, so the allocator hands each output its counterpart's block of the iteration before.
+    cold_output_s_per_byte_by_kind: dict[str, float] = field(default_factory=dict)
+    cold_output_after_bytes: float = math.inf
     gemm_evicted_after_bytes: float = math.inf
 
     def flops_rate(self, precision: str) -> float:

@@ -22,6 +22,7 @@ from dlrmsim.engine.backends import Backend, load_backend
 from dlrmsim.engine.costs import (
     MATRIX_KINDS,
     charges_evicted_gemms,
+    cold_output_time_s,
     evicted_operand_time_s,
     fixed_time_s,
     fork_join_time_s,
@@ -447,6 +448,8 @@ def _rank_process(
     # The traffic before a task's first op (costs.first_op_s): its predecessor's bytes; the iteration's first task
     # follows the previous iteration's last one.
     prev_bytes = next((s.bytes for s in reversed(program) if isinstance(s, Task)), 0.0)
+    # A new output's memory was last used one iteration of this rank's traffic ago (ComputeSpec.cold_output_*).
+    iteration_bytes = sum(s.bytes for s in program if isinstance(s, Task))
     for step in program:
         if isinstance(step, Task):
             t0 = env.now
@@ -465,6 +468,9 @@ def _rank_process(
                 step.visit,
                 prev_bytes,
             ) + fork_join_time_s(sim.rank_resources[rank].spec, step.op_elements, cores)
+            if step.out_bytes > 0.0:
+                out_kind = "gemm" if kind == "gemm" else "elementwise"
+                overhead += cold_output_time_s(sim.rank_resources[rank].spec, out_kind, step.out_bytes, iteration_bytes)
             if step.operands:
                 spec = sim.rank_resources[rank].spec
                 rate = task_flop_rate(spec, step.flops, cores, prec, kind=kind, nbytes=step.bytes, columns=step.columns)

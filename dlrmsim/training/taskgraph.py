@@ -103,6 +103,7 @@ class Task:
     operands: tuple[tuple[float, float], ...] = ()
     kernel_traffic: float = math.inf
     columns: int = 0  # a GEMM's output columns, n of C[m, n] (costs.vector_block_efficiency); 0 = not a GEMM
+    out_bytes: float = 0.0  # the new tensor the task returns (an MLP layer's GEMM and activation; costs.cold_output_time_s)
 
 
 @dataclass(frozen=True)
@@ -244,7 +245,8 @@ def gemm_task(w: Workload, layer: Layer, batch: int, which: Pass) -> Task | None
     g = model.layer_gemm(layer, batch, which)
     # Framework ops: one GEMM call; the weight gradient also reduces the bias gradient (dz.sum(0)).
     ops = 2.0 if which is Pass.BACKWARD_WEIGHTS else 1.0
-    return Task(f"{layer.name}.{which.value}", "gemm", flops, g.bytes_moved(w.element_bytes), ops=ops, columns=g.n)
+    out = g.m * g.n * w.element_bytes
+    return Task(f"{layer.name}.{which.value}", "gemm", flops, g.bytes_moved(w.element_bytes), ops=ops, columns=g.n, out_bytes=out)
 
 
 def activation_task(w: Workload, layer: Layer, batch: int, backward: bool = False) -> Task:
@@ -263,6 +265,7 @@ def activation_task(w: Workload, layer: Layer, batch: int, backward: bool = Fals
         nbytes,
         ops=ops,
         op_elements=(elements,) * int(ops),
+        out_bytes=elements * w.element_bytes,
     )
 
 

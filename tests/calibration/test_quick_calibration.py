@@ -40,15 +40,22 @@ def test_file_written_valid_and_round_trips(quick_cal_path: Path, quick_cal: Cal
         "alltoall",
         "dispatch",
         "fork",
+        "cold_output",
     }
+    # because the cold-output benchmark times a warm and a cold write of each op kind, whose difference is not negative
+    assert [f.cores for f in quick_cal.cold_output] == [quick_cal.host.cores]
+    assert all(f.gemm_ns_per_KiB >= 0 and f.elementwise_ns_per_KiB >= 0 for f in quick_cal.cold_output)
     assert {(f.direction, f.cores) for f in quick_cal.interaction} == {
         (d, c) for d in ("forward", "backward") for c in {1, quick_cal.host.cores}
     }
     assert quick_cal.overhead is not None and all(us > 0 for _, us in quick_cal.overhead.task_overhead_us_by_cores)
     # Every non-Eq. measurement a fitted parameter predicts has a fit-quality row (the dispatch timings are the
-    # per-op overhead itself, not predicted by another parameter; the fork timings are recorded, not fitted).
+    # per-op overhead itself, not predicted by another parameter; the fork and cold-output timings are the fitted
+    # quantities themselves).
     assert len(quick_cal.fit_quality) == sum(
-        1 for m in quick_cal.measurements if not m.name.startswith("eq ") and m.benchmark not in ("dispatch", "fork")
+        1
+        for m in quick_cal.measurements
+        if not m.name.startswith("eq ") and m.benchmark not in ("dispatch", "fork", "cold_output")
     )
     # The repeated kernels record how far apart their passes were; the fit keeps the faster one.
     repeated = [m for m in quick_cal.measurements if m.passes > 1]

@@ -24,6 +24,7 @@ from dlrmsim.calibration.benchmarks.gemm import (
 from dlrmsim.calibration.benchmarks.interaction import interaction_configs, interaction_task, torchrec_interaction_available
 from dlrmsim.calibration.benchmarks.memory import STREAM_STAGE, stream_elements, stream_task
 from dlrmsim.calibration.benchmarks.optimizer import optimizer_task
+from dlrmsim.calibration.benchmarks.outputs import cold_output_task
 from dlrmsim.calibration.benchmarks.overhead import dispatch_task, fork_task
 from dlrmsim.calibration.benchmarks.tbe import tbe_available, tbe_configs, tbe_task
 from dlrmsim.calibration.benchmarks.timing import BenchTask, TimingPolicy, core_counts, policy_for
@@ -150,6 +151,7 @@ def _first_pass(k: Ops, quick: bool, cores: int, implementation: str, ranks: int
         tasks += [stream_task(k, kind, c, elements, policy) for c in counts]
     tasks += [dispatch_task(k, c, policy) for c in counts]
     tasks += [fork_task(k, c, policy) for c in counts]
+    tasks += [cold_output_task(k, c, policy) for c in counts]
     # A torch.optim object's Python cost (the reference DLRM's and TorchRec's dense step): both ends of the range.
     if k.name == "torch":
         tasks += [optimizer_task(k, c, policy) for c in sorted({1, cores})]
@@ -186,6 +188,7 @@ def _tiny_plan(k: Ops, cores: int, implementation: str, ranks: int, policy: Timi
         tasks += [stream_task(k, kind, c, stream_elements(True), policy) for c in counts]
     tasks += [dispatch_task(k, c, policy) for c in counts]
     tasks += [fork_task(k, c, policy) for c in counts]
+    tasks.append(cold_output_task(k, cores, policy))
     if k.name == "torch":
         tasks.append(optimizer_task(k, cores, policy))
     configs = embedding_configs(True)

@@ -111,6 +111,21 @@ class Ops(ABC):
         a = np.full(elements, 1.0, dtype=np.float32)
         return lambda: np.multiply(a, a)
 
+    def make_into(self, kind: str, rows: int, cols: int, outputs: int) -> Callable[[int], None]:
+        """An op writing a fresh ``rows`` x ``cols`` fp32 result into the i-th of ``outputs`` preallocated buffers:
+        ``kind`` "gemm" (A[rows, 64] @ B[64, cols], a GEMM's output tiles) or "elementwise" (ReLU of a
+        ``rows`` x ``cols`` input). Called with one index it writes a buffer in cache; cycled over buffers that
+        together exceed the last-level cache, each write meets a buffer evicted since its last use, as a step's
+        allocator hands back memory the rest of the step evicted."""
+        rng = np.random.default_rng(0)
+        bufs = [np.zeros((rows, cols), dtype=np.float32) for _ in range(outputs)]
+        if kind == "gemm":
+            a = rng.random((rows, 64), dtype=np.float32)
+            b = rng.random((64, cols), dtype=np.float32)
+            return lambda i: np.matmul(a, b, out=bufs[i])
+        x = rng.standard_normal((rows, cols)).astype(np.float32)
+        return lambda i: np.maximum(x, np.float32(0.0), out=bufs[i])
+
     def make_multiply_into(self, elements: int) -> Op:
         """An element-wise multiply of an ``elements``-long fp32 vector into a preallocated output: an op with no
         allocation, so that its time is its arithmetic and the framework's threading alone."""

@@ -105,6 +105,15 @@ class TorchOps(Ops):
         a = torch.full((elements,), 1.0)
         return lambda: torch.mul(a, a)
 
+    def make_into(self, kind: str, rows: int, cols: int, outputs: int) -> Any:
+        g = torch.Generator().manual_seed(0)
+        bufs = [torch.zeros(rows, cols) for _ in range(outputs)]
+        if kind == "gemm":
+            a, b = torch.rand(rows, 64, generator=g), torch.rand(64, cols, generator=g)
+            return lambda i: torch.mm(a, b, out=bufs[i])
+        x = torch.randn(rows, cols, generator=g)
+        return lambda i: torch.clamp_min(x, 0.0, out=bufs[i])  # torch.relu's kernel, with an out= argument
+
     def make_multiply_into(self, elements: int) -> Op:
         a = torch.full((elements,), 1.0)
         out = torch.empty_like(a)
