@@ -448,8 +448,10 @@ def _rank_process(
     # The traffic before a task's first op (costs.first_op_s): its predecessor's bytes; the iteration's first task
     # follows the previous iteration's last one.
     prev_bytes = next((s.bytes for s in reversed(program) if isinstance(s, Task)), 0.0)
-    # A new output's memory was last used one iteration of this rank's traffic ago (ComputeSpec.cold_output_*).
-    iteration_bytes = sum(s.bytes for s in program if isinstance(s, Task))
+    # A new output's memory was last used one iteration of this rank's traffic ago (ComputeSpec.cold_output_*);
+    # only a calibrated spec charges it.
+    cold_outputs = bool(sim.rank_resources[rank].spec.cold_output_s_per_byte_by_kind)
+    iteration_bytes = sum(s.bytes for s in program if isinstance(s, Task)) if cold_outputs else 0.0
     for step in program:
         if isinstance(step, Task):
             t0 = env.now
@@ -468,7 +470,7 @@ def _rank_process(
                 step.visit,
                 prev_bytes,
             ) + fork_join_time_s(sim.rank_resources[rank].spec, step.op_elements, cores)
-            if step.out_bytes > 0.0:
+            if cold_outputs and step.out_bytes > 0.0:
                 out_kind = "gemm" if kind == "gemm" else "elementwise"
                 overhead += cold_output_time_s(sim.rank_resources[rank].spec, out_kind, step.out_bytes, iteration_bytes)
             if step.operands:
