@@ -126,6 +126,7 @@ def test_plan_repeats_single_process_kernels_in_later_passes_only() -> None:
         "memory streams",
         "op dispatch",
         "thread-pool fork",
+        "cold outputs",
         "embedding bags",
         "dot interaction",
     }
