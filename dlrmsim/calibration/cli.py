@@ -223,6 +223,8 @@ def validate(
         # Kept evidence against this calibration: the measured columns as they were, nothing run or written.
         report = repredict(repredict_csv, calibration)
         _print_target(report, calibration, json_out, title=f"Kept measurements ({repredict_csv.name}) predicted again")
+        if phases and not json_out:
+            _print_phases(report)
         return
     report = run_validation(
         calibration,
@@ -283,15 +285,20 @@ def validate(
         ],
     )
     if phases:
-        for c in report.cases:
-            names = sorted(set(c.measured_phases_s) | set(c.predicted_phases_s))
-            print_table(
-                f"{c.name}: per phase",
-                ["phase", "measured ms", "predicted ms"],
-                [(n, c.measured_phases_s.get(n, 0.0) * 1e3, c.predicted_phases_s.get(n, 0.0) * 1e3) for n in names],
-            )
+        _print_phases(report)
     _print_drift(report.drift_rounds)
     console.print(f"median |error| {100 * report.median_abs_error:.1f}%, max |error| {100 * report.max_abs_error:.1f}%")
+
+
+def _print_phases(report: ValidationReport) -> None:
+    """Each case's measured and predicted time per phase (measured 0 where the run kept no phases)."""
+    for c in report.cases:
+        names = sorted(set(c.measured_phases_s) | set(c.predicted_phases_s))
+        print_table(
+            f"{c.name}: per phase",
+            ["phase", "measured ms", "predicted ms"],
+            [(n, c.measured_phases_s.get(n, 0.0) * 1e3, c.predicted_phases_s.get(n, 0.0) * 1e3) for n in names],
+        )
 
 
 def _print_target(report: ValidationReport, calibration: Path, json_out: bool, title: str | None = None) -> None:

@@ -492,7 +492,24 @@ RESULT_COLUMNS = (
     "planner_s",
     "planner_error",
     "host_drift",
+    "measured_phases_s",
+    "predicted_phases_s",
 )
+
+
+def phases_cell(phases: dict[str, float]) -> str:
+    """A phase dict as one CSV cell, ``name=seconds;...`` in name order (empty when none were measured)."""
+    return ";".join(f"{k}={v:.6g}" for k, v in sorted(phases.items()))
+
+
+def parse_phases_cell(cell: str | None) -> dict[str, float]:
+    """The inverse of :func:`phases_cell`; an absent column (older files) or an empty cell is no phases."""
+    out = {}
+    for item in (cell or "").split(";"):
+        name, _, value = item.partition("=")
+        if name and value:
+            out[name] = float(value)
+    return out
 
 
 def repredict(results_csv: Path, calibration_path: Path) -> ValidationReport:
@@ -533,6 +550,7 @@ def repredict(results_csv: Path, calibration_path: Path) -> ValidationReport:
                 case,
                 float(row["measured_median_s"]),
                 predicted,
+                measured_phases_s=parse_phases_cell(row.get("measured_phases_s")),
                 predicted_phases_s=pphases,
                 measured_rounds_s=samples,
                 target=against,
@@ -584,6 +602,8 @@ def write_results_csv(report: ValidationReport, directory: Path) -> Path:
                     "" if c.planner_s is None else f"{c.planner_s:.6g}",
                     "" if c.planner_error is None else f"{c.planner_error:.4f}",
                     "" if c.drift_ratio is None else f"{c.drift_ratio:.3f}",
+                    phases_cell(c.measured_phases_s),
+                    phases_cell(c.predicted_phases_s),
                 ]
             )
     return path

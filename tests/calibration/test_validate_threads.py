@@ -133,3 +133,20 @@ def test_the_16_core_evidence_is_kept_with_its_calibration() -> None:
     rows = list(csv.DictReader((EMR16 / "20261126T020054-A-project-threads.csv").open()))
     assert {int(r["threads"]) for r in rows} == {1, 2, 4, 8, 16} and {r["cores"] for r in rows} == {"16"}
     assert (EMR16 / "calibration-A.yaml").is_file() and (EMR16 / "calibration-AB-every-count.yaml").is_file()
+
+
+def test_the_evidence_keeps_each_cases_phases_and_repredict_reads_them_back(quick_cal_path: Path, tmp_path: Path) -> None:
+    case = v.ValidationCase("base", v.load_cases(only=["base"])[0].workload, 1024, 1, 2)
+    measured = {"embedding_update": 0.004, "top_mlp_fwd": 0.0005}
+    report = v.ValidationReport(
+        [v.CaseResult.of(case, 0.01, 0.009, measured_phases_s=measured, predicted_phases_s={"top_mlp_fwd": 0.0004})],
+        str(quick_cal_path),
+        "numpy",
+    )
+    kept = v.write_results_csv(report, tmp_path)
+    row = next(csv.DictReader(kept.open()))
+    assert row["measured_phases_s"] == "embedding_update=0.004;top_mlp_fwd=0.0005"
+    # because a re-prediction compares phase by phase too: the measured phases come back as they were kept
+    (again,) = v.repredict(kept, quick_cal_path).cases
+    assert again.measured_phases_s == measured and again.predicted_phases_s
+    assert v.parse_phases_cell(None) == {} and v.parse_phases_cell("") == {}  # files from before the column
