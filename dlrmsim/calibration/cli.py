@@ -189,6 +189,9 @@ def validate(
     repredict_csv: Path | None = typer.Option(
         None, "--repredict", help="run nothing: predict the cases of a kept results CSV again with this calibration"
     ),
+    html: Path | None = typer.Option(
+        None, "--html", help="also write measured against predicted time (per thread count when swept) as a plotly page"
+    ),
 ) -> None:
     """Run small DLRM training iterations for real and compare them with the calibrated simulator."""
     from dlrmsim.calibration.validate import (
@@ -225,6 +228,7 @@ def validate(
         _print_target(report, calibration, json_out, title=f"Kept measurements ({repredict_csv.name}) predicted again")
         if phases and not json_out:
             _print_phases(report)
+        _write_plot(report, html, f"{repredict_csv.name} predicted again with {calibration.name}", json_out)
         return
     report = run_validation(
         calibration,
@@ -242,6 +246,7 @@ def validate(
         saved = write_results_csv(report, results_dir)
         if not json_out:
             console.print(f"results kept in {saved}")
+    _write_plot(report, html, f"validation against {against}, calibration {calibration.name}", json_out)
     if against != "project":
         _print_target(report, calibration, json_out)
         return
@@ -288,6 +293,22 @@ def validate(
         _print_phases(report)
     _print_drift(report.drift_rounds)
     console.print(f"median |error| {100 * report.median_abs_error:.1f}%, max |error| {100 * report.max_abs_error:.1f}%")
+
+
+def _write_plot(report: ValidationReport, html: Path | None, title: str, quiet: bool) -> None:
+    """``--html``: the report's plot (calibration/plot.py); an unwritable path is a one-line error."""
+    if html is None:
+        return
+    from dlrmsim.calibration.plot import write_html
+
+    try:
+        write_html(report, html, title)
+    except OSError as exc:
+        raise DlrmsimError(
+            f"cannot write the plot ({exc.strerror})", field="--html", fix="check the folder exists and is writable"
+        ) from None
+    if not quiet:
+        console.print(f"wrote {html}")
 
 
 def _print_phases(report: ValidationReport) -> None:

@@ -150,3 +150,28 @@ def test_the_evidence_keeps_each_cases_phases_and_repredict_reads_them_back(quic
     (again,) = v.repredict(kept, quick_cal_path).cases
     assert again.measured_phases_s == measured and again.predicted_phases_s
     assert v.parse_phases_cell(None) == {} and v.parse_phases_cell("") == {}  # files from before the column
+
+
+def test_a_swept_report_plots_one_measured_and_one_predicted_line_per_case(tmp_path: Path) -> None:
+    from dlrmsim.calibration.plot import figure, thread_series, write_html
+
+    w = v.load_cases(only=["base"])[0].workload
+    cases = [
+        v.CaseResult.of(v.ValidationCase(f"{name}@t{t}", w, 1024, 1, t), 0.01 / t**0.5, 0.01 / t)
+        for name in ("base", "wide-mlp")
+        for t in (4, 1, 2)
+    ]
+    report = v.ValidationReport(
+        [*cases, v.CaseResult.of(v.ValidationCase("ranks-2", w, 1024, 2, 1), 0.01, 0.01)], "c.yaml", "torch"
+    )
+    series = thread_series(report)
+    # because only a case run at several thread counts has a curve, in thread order
+    assert list(series) == ["base", "wide-mlp"] and [c.threads for c in series["base"]] == [1, 2, 4]
+    fig = figure(report, "t")
+    assert [tr.name for tr in fig.data] == ["base measured", "base predicted", "wide-mlp measured", "wide-mlp predicted"]
+    assert list(fig.data[1].y) == pytest.approx([10.0, 5.0, 2.5])  # ms, predicted 0.01 s / threads
+    page = write_html(report, tmp_path / "sub" / "p.html", "t")
+    assert page.is_file() and "plotly" in page.read_text()[:5000].lower()
+    # a report without a sweep: measured and predicted bars per case
+    flat = figure(v.ValidationReport(cases[:1], "c.yaml", "torch"), "t")
+    assert [tr.type for tr in flat.data] == ["bar", "bar"]
