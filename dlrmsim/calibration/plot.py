@@ -6,19 +6,14 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-from dlrmsim.calibration.validate import CaseResult, ValidationReport
-
-
-def base_name(case: str) -> str:
-    """A swept case's name without its thread count: ``base@t8`` -> ``base``."""
-    return case.partition("@t")[0]
+from dlrmsim.calibration.validate import CaseResult, ValidationReport, base_case_name
 
 
 def thread_series(report: ValidationReport) -> dict[str, list[CaseResult]]:
     """Per base case with more than one thread count, its results in thread order (the swept cases)."""
     groups: dict[str, list[CaseResult]] = defaultdict(list)
     for c in report.cases:
-        groups[base_name(c.name)].append(c)
+        groups[base_case_name(c.name)].append(c)
     return {k: sorted(v, key=lambda c: c.threads) for k, v in groups.items() if len({c.threads for c in v}) > 1}
 
 

@@ -194,6 +194,11 @@ def check_fits_host(cases: list[ValidationCase], cores: int | None = None) -> No
             )
 
 
+def base_case_name(name: str) -> str:
+    """A swept case's name without its thread count (``base@t8`` -> ``base``); other names as they are."""
+    return name.partition("@t")[0]
+
+
 def parse_thread_counts(text: str | None) -> list[int] | None:
     """``--threads``: a comma-separated list of positive thread counts (``1,2,4``); None when not given."""
     if not text:
@@ -541,7 +546,7 @@ def repredict(results_csv: Path, calibration_path: Path) -> ValidationReport:
                 field="--repredict",
                 fix="validate it again with --against torchrec",
             )
-        base = load_cases(only=[name.partition("@t")[0]])[0]
+        base = load_cases(only=[base_case_name(name)])[0]
         case = ValidationCase(name, base.workload, int(row["batch"]), ranks, threads)
         predicted, pphases = predict(case, cal, TARGET_IMPLEMENTATIONS[against])
         samples = [float(x) for x in row.get("measured_samples_s", "").split(";") if x]
