@@ -30,26 +30,21 @@ def figure(report: ValidationReport, title: str):  # noqa: ANN201 (plotly's Figu
             colour = qualitative.Plotly[i % len(qualitative.Plotly)]
             threads = [c.threads for c in cs]
             errors = [f"{100 * c.error:+.1f} %" for c in cs]
-            fig.add_trace(
-                go.Scatter(
-                    x=threads,
-                    y=[c.measured_s * 1e3 for c in cs],
-                    name=f"{name} measured",
-                    mode="lines+markers",
-                    line={"color": colour},
+            for label, times, dash in (
+                ("measured", [c.measured_s for c in cs], "solid"),
+                ("predicted", [c.predicted_s for c in cs], "dash"),
+            ):
+                fig.add_trace(
+                    go.Scatter(
+                        x=threads,
+                        y=[t * 1e3 for t in times],
+                        name=f"{name} {label}",
+                        mode="lines+markers",
+                        line={"color": colour, "dash": dash},
+                        text=errors,
+                        hovertemplate=f"%{{x}} threads: %{{y:.2f}} ms {label} (error %{{text}})",
+                    )
                 )
-            )
-            fig.add_trace(
-                go.Scatter(
-                    x=threads,
-                    y=[c.predicted_s * 1e3 for c in cs],
-                    name=f"{name} predicted",
-                    mode="lines+markers",
-                    line={"color": colour, "dash": "dash"},
-                    text=errors,
-                    hovertemplate="%{x} threads: %{y:.2f} ms (error %{text})",
-                )
-            )
         fig.update_xaxes(type="log", title="threads per rank", tickvals=sorted({c.threads for cs in series.values() for c in cs}))
         fig.update_yaxes(type="log", title="step time (ms)")
     else:
