@@ -537,6 +537,8 @@ def repredict(results_csv: Path, calibration_path: Path) -> ValidationReport:
         )
     results = []
     target = rows[0]["target"]
+    # every base case the rows name, read from the cases file once (an unknown one is a one-line error)
+    bases = {c.name: c for c in load_cases(only=sorted({base_case_name(row["case"]) for row in rows}))}
     for row in rows:
         name, ranks, threads = row["case"], int(row["ranks"]), int(row["threads"])
         against = row["target"] if row["target"] in TARGETS else "project"  # the runner's rows name their backend
@@ -546,8 +548,7 @@ def repredict(results_csv: Path, calibration_path: Path) -> ValidationReport:
                 field="--repredict",
                 fix="validate it again with --against torchrec",
             )
-        base = load_cases(only=[base_case_name(name)])[0]
-        case = ValidationCase(name, base.workload, int(row["batch"]), ranks, threads)
+        case = ValidationCase(name, bases[base_case_name(name)].workload, int(row["batch"]), ranks, threads)
         predicted, pphases = predict(case, cal, TARGET_IMPLEMENTATIONS[against])
         samples = [float(x) for x in row.get("measured_samples_s", "").split(";") if x]
         results.append(

@@ -448,9 +448,10 @@ def _rank_process(
     # The traffic before a task's first op (costs.first_op_s): its predecessor's bytes; the iteration's first task
     # follows the previous iteration's last one.
     prev_bytes = next((s.bytes for s in reversed(program) if isinstance(s, Task)), 0.0)
+    spec = sim.rank_resources[rank].spec  # the rank's compute spec: fixed for the whole iteration
     # A new output's memory was last used one iteration of this rank's traffic ago (ComputeSpec.cold_output_*);
     # only a calibrated spec charges it.
-    cold_outputs = bool(sim.rank_resources[rank].spec.cold_output_s_per_byte_by_kind)
+    cold_outputs = bool(spec.cold_output_s_per_byte_by_kind)
     iteration_bytes = sum(s.bytes for s in program if isinstance(s, Task)) if cold_outputs else 0.0
     for step in program:
         if isinstance(step, Task):
@@ -460,7 +461,7 @@ def _rank_process(
             cores = task_cores(op_threads, kind, rank_cores)
             prec = precision if kind in MATRIX_KINDS else "fp32"
             overhead = fixed_time_s(
-                sim.rank_resources[rank].spec,
+                spec,
                 kind,
                 step.ops,
                 step.rows,
@@ -469,14 +470,16 @@ def _rank_process(
                 step.run_start,
                 step.visit,
                 prev_bytes,
-            ) + fork_join_time_s(sim.rank_resources[rank].spec, step.op_elements, cores)
+            ) + fork_join_time_s(spec, step.op_elements, cores)
             if cold_outputs and step.out_bytes > 0.0:
                 out_kind = "gemm" if kind == "gemm" else "elementwise"
-                overhead += cold_output_time_s(sim.rank_resources[rank].spec, out_kind, step.out_bytes, iteration_bytes)
+                overhead += cold_output_time_s(spec, out_kind, step.out_bytes, iteration_bytes)
             if step.operands:
-                spec = sim.rank_resources[rank].spec
-                rate = task_flop_rate(spec, step.flops, cores, prec, kind=kind, nbytes=step.bytes, columns=step.columns)
-                arithmetic = step.flops / rate if step.flops > 0 and spec.gemm_evicted_compute_factor > 0 else 0.0
+                # The arithmetic time at the warm efficiency, only where the spec charges a share of it.
+                arithmetic = 0.0
+                if step.flops > 0 and spec.gemm_evicted_compute_factor > 0:
+                    rate = task_flop_rate(spec, step.flops, cores, prec, kind=kind, nbytes=step.bytes, columns=step.columns)
+                    arithmetic = step.flops / rate
                 overhead += evicted_operand_time_s(spec, step.bytes, cores, step.operands, step.kernel_traffic, arithmetic)
             prev_bytes = step.bytes
             yield sim.compute(
