@@ -401,6 +401,22 @@ def run_validation(
     return ValidationReport(results, str(calibration_path), backend, drift_rounds, cal.host.libraries)
 
 
+def warn_if_uncalibrated_kernel(cal: Calibration, source: str, against: str) -> bool:
+    """Warn on stderr when ``against``'s implementation runs fbgemm's table-batched embedding and the calibration
+    measured none (fbgemm was not installed when it ran): its embedding tasks then take the framework's
+    EmbeddingBag fits, a different kernel, so the predictions stand on a substitute. True when it warned."""
+    implementation = load_implementation(TARGET_IMPLEMENTATIONS.get(against, TARGET_IMPLEMENTATIONS["project"]))
+    if implementation.embedding_kernel != "tbe" or cal.tbe:
+        return False
+    err_console.print(
+        f"[bold yellow]warning:[/] {source}: calibration has no fbgemm TBE measurements (tbe: []), so {against}'s fused "
+        "embedding is predicted from the EmbeddingBag fits (fix: install the torchrec extra, then run dlrmsim calibrate)",
+        highlight=False,
+        soft_wrap=True,
+    )
+    return True
+
+
 SAMPLES_PER_ROUND = 5  # samples of whole steps per case and round, each of at least 50 ms (targets/measurement.py)
 
 
@@ -420,6 +436,7 @@ def _validate_target(
     on every round of one case)."""
     cases = load_cases(only=only, threads=threads)
     check_fits_host(cases)
+    warn_if_uncalibrated_kernel(cal, str(path), against)
     if against == "torchrec":
         # TorchRec's DLRM feeds the bottom MLP's output into the dot interaction with the embeddings
         cases = [c for c in cases if c.workload.bottom_mlp[-1] == c.workload.embedding_dim]
@@ -537,6 +554,7 @@ def repredict(results_csv: Path, calibration_path: Path) -> ValidationReport:
         )
     results = []
     target = rows[0]["target"]
+    warn_if_uncalibrated_kernel(cal, str(calibration_path), target if target in TARGETS else "project")
     # every base case the rows name, read from the cases file once (an unknown one is a one-line error)
     bases = {c.name: c for c in load_cases(only=sorted({base_case_name(row["case"]) for row in rows}))}
     for row in rows:

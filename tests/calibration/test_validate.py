@@ -71,7 +71,7 @@ def test_validate_json_has_the_issue_keys(quick_cal_path: Path, fake_runner: lis
         app, ["validate", "--no-results", "-c", str(quick_cal_path), "--case", "base", "--rounds", "2", "--json"]
     )
     assert res.exit_code == 0, res.output
-    data = json.loads(res.output)
+    data = json.loads(res.stdout)
     assert set(data) >= {"cases", "median_abs_error", "max_abs_error"}
     (case,) = data["cases"]
     assert set(case) >= {"name", "measured_s", "predicted_s", "error"} and case["measured_rounds_s"] == ROUND_TIMES[:2]

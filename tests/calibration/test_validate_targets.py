@@ -51,7 +51,7 @@ def test_torchrec_report_has_dlrmsim_and_planner_errors(quick_cal_path: Path, fa
         app, ["validate", "--no-results", "-c", str(quick_cal_path), "--against", "torchrec", "--case", "base", "--json"]
     )
     assert res.exit_code == 0, res.output
-    (case,) = json.loads(res.output)["cases"]
+    (case,) = json.loads(res.stdout)["cases"]
     # Because the kept measurement is the median of the samples, and each error is (estimate - measured) / measured.
     assert case["measured_s"] == pytest.approx(0.011) and case["measured_rounds_s"] == SAMPLES
     assert case["error"] == pytest.approx((case["predicted_s"] - 0.011) / 0.011)

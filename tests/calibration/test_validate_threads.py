@@ -115,7 +115,7 @@ def test_repredict_from_the_cli_prints_json_and_writes_nothing(quick_cal_path: P
     before = sorted(tmp_path.iterdir())
     res = CliRunner().invoke(app, ["validate", "-c", str(quick_cal_path), "--repredict", str(kept), "--json"])
     assert res.exit_code == 0, res.output
-    (case,) = json.loads(res.output)["cases"]
+    (case,) = json.loads(res.stdout)["cases"]
     assert case["measured_s"] == 0.010 and case["threads"] == 2 and case["predicted_s"] != 1.0
     assert sorted(tmp_path.iterdir()) == before  # no new evidence file: nothing was measured
 
@@ -175,3 +175,17 @@ def test_a_swept_report_plots_one_measured_and_one_predicted_line_per_case(tmp_p
     # a report without a sweep: measured and predicted bars per case
     flat = figure(v.ValidationReport(cases[:1], "c.yaml", "torch"), "t")
     assert [tr.type for tr in flat.data] == ["bar", "bar"]
+
+
+def test_torchrec_predictions_from_a_calibration_without_tbe_fits_say_so(capsys) -> None:  # noqa: ANN001
+    from dlrmsim.calibration.schema import load_calibration
+
+    no_tbe = load_calibration(EMR16 / "calibration-A.yaml")  # measured where fbgemm was not installed
+    assert no_tbe.tbe == []
+    # because TorchRec's fused embedding is fbgemm's TBE kernel: without its fits the prediction stands on the
+    # EmbeddingBag fits, and the user must hear it; the project's runner uses EmbeddingBag, so nothing to say
+    assert v.warn_if_uncalibrated_kernel(no_tbe, "cal.yaml", "torchrec")
+    assert "no fbgemm TBE measurements" in capsys.readouterr().err
+    assert not v.warn_if_uncalibrated_kernel(no_tbe, "cal.yaml", "project")
+    with_tbe = no_tbe.model_copy(update={"tbe": no_tbe.embedding[:1]})
+    assert not v.warn_if_uncalibrated_kernel(with_tbe, "cal.yaml", "torchrec")
