@@ -263,6 +263,7 @@ def validate(
             "measured_rounds_s",
             "kept_round",
             "drift_ratio",
+            "drift_by_kind",
         )
         data["cases"] = [
             {k: c[k] for k in keys}
@@ -374,7 +375,7 @@ def _print_target(report: ValidationReport, calibration: Path, json_out: bool, t
 
 def _print_drift(rounds: list[list[DriftSample]]) -> None:
     """The probe table, and a warning when the host drifted far enough to count in the errors."""
-    from dlrmsim.calibration.drift import DRIFT_WARN, worst
+    from dlrmsim.calibration.drift import DRIFT_WARN, by_kind, worst
 
     if not rounds:
         return
@@ -384,7 +385,10 @@ def _print_drift(rounds: list[list[DriftSample]]) -> None:
         ["benchmark", *[f"round {i + 1}" for i in range(len(rounds))]],
         [(n, *[next((d.ratio for d in r if d.name == n), float("nan")) for r in rounds]) for n in names],
     )
-    w = worst([d for r in rounds for d in r])
+    everything = [d for r in rounds for d in r]
+    kinds = ", ".join(f"{k} {v:.2f}x" for k, v in by_kind(everything).items())
+    console.print(f"host drift by probe family (median over rounds): {kinds}", highlight=False)
+    w = worst(everything)
     if w is not None and abs(w.ratio - 1) > DRIFT_WARN:
         err_console.print(
             f"[bold yellow]warning:[/] the host drifted since calibration ({w.name} ran at {w.ratio:.2f}x its "

@@ -14,6 +14,7 @@ Nothing here feeds a prediction; it is a diagnostic printed beside the errors.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 
 from dlrmsim.calibration.benchmarks.embedding import EmbeddingConfig, clear_table_cache, embedding_task
@@ -105,6 +106,24 @@ def measure_drift(cal: Calibration, ops: Ops) -> list[DriftSample]:
         return compare(cal, combine_passes([m for _ in range(passes) for t in tasks for m in t.run()]))
     finally:
         clear_table_cache()
+
+
+def kind(name: str) -> str:
+    """A probe's family, the first word of its benchmark's name: gemm, stream, dispatch, fork or embedding."""
+    return name.split(maxsplit=1)[0]
+
+
+def by_kind(samples: list[DriftSample]) -> dict[str, float]:
+    """The median now / calibrated ratio of each probe family, in the probe's order.
+
+    The worst single probe (:func:`worst`) says *whether* the host moved; this says *what* moved, which is what
+    tells an error's part apart: on the 16-core hosts of 2026-11-26 a calibration that had caught a fast spell of
+    its 16-core GEMMs read gemm 1.58 during the validation that missed the GEMM-heavy case by -32 %, and another
+    machine read embedding 1.15-1.54 and dispatch 1.2-1.7 with gemm 1.0 while every case there ran 15-25 % slow."""
+    groups: dict[str, list[float]] = {}
+    for s in samples:
+        groups.setdefault(kind(s.name), []).append(s.ratio)
+    return {k: statistics.median(v) for k, v in groups.items()}
 
 
 def worst(samples: list[DriftSample]) -> DriftSample | None:

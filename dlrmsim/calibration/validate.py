@@ -84,6 +84,8 @@ class CaseResult:
     # The drift probe's worst ratio (drift.worst) just before the kept round; None without a probe. Far from 1,
     # the case ran on a host other than the calibrated one, and that much of its error is not the model's.
     drift_ratio: float | None = None
+    # The same round's median ratio per probe family (drift.by_kind): which of the host's rates moved
+    drift_by_kind: dict[str, float] = field(default_factory=dict)
     target: str = "project"  # the implementation measured: project runner, torchrec/fused, reference
     # TorchRec's own planner estimate of the same step (EmbeddingPerfEstimator; tables only) and its error
     planner_s: float | None = None
@@ -132,6 +134,7 @@ class ValidationReport:
             "median_abs_error": self.median_abs_error,
             "max_abs_error": self.max_abs_error,
             "host_drift": [[{**asdict(d), "ratio": d.ratio} for d in r] for r in self.drift_rounds],
+            "host_drift_by_kind": drift.by_kind([d for r in self.drift_rounds for d in r]),
         }
 
 
@@ -396,6 +399,7 @@ def run_validation(
                 measured_rounds_s=[t for t, _ in runs[case.name]],
                 kept_round=kept,
                 drift_ratio=_kept_drift(drift_rounds, kept),
+                drift_by_kind=drift.by_kind(drift_rounds[kept]) if drift_rounds else {},
             )
         )
     return ValidationReport(results, str(calibration_path), backend, drift_rounds, cal.host.libraries)
@@ -474,6 +478,7 @@ def _validate_target(
                 target=against,
                 planner_s=run.planner_s,
                 drift_ratio=_kept_drift(drift_rounds, kept),
+                drift_by_kind=drift.by_kind(drift_rounds[kept]) if drift_rounds else {},
             )
         )
     return ValidationReport(results, str(path), against, drift_rounds, cal.host.libraries)
@@ -516,11 +521,13 @@ RESULT_COLUMNS = (
     "host_drift",
     "measured_phases_s",
     "predicted_phases_s",
+    "host_drift_by_kind",
 )
 
 
 def phases_cell(phases: dict[str, float]) -> str:
-    """A phase dict as one CSV cell, ``name=seconds;...`` in name order (empty when none were measured)."""
+    """A phase dict (or any name -> number dict, such as the drift per probe family) as one CSV cell,
+    ``name=value;...`` in name order (empty when there is none)."""
     return ";".join(f"{k}={v:.6g}" for k, v in sorted(phases.items()))
 
 
@@ -579,6 +586,7 @@ def repredict(results_csv: Path, calibration_path: Path) -> ValidationReport:
                 measured_rounds_s=samples,
                 target=against,
                 drift_ratio=float(row["host_drift"]) if row.get("host_drift") else None,
+                drift_by_kind=parse_phases_cell(row.get("host_drift_by_kind")),
             )
         )
     return ValidationReport(results, str(calibration_path), target, [], cal.host.libraries)
@@ -628,6 +636,7 @@ def write_results_csv(report: ValidationReport, directory: Path) -> Path:
                     "" if c.drift_ratio is None else f"{c.drift_ratio:.3f}",
                     phases_cell(c.measured_phases_s),
                     phases_cell(c.predicted_phases_s),
+                    phases_cell(c.drift_by_kind),
                 ]
             )
     return path

@@ -77,6 +77,10 @@ def test_validate_json_has_the_issue_keys(quick_cal_path: Path, fake_runner: lis
     assert set(case) >= {"name", "measured_s", "predicted_s", "error"} and case["measured_rounds_s"] == ROUND_TIMES[:2]
     assert case["kept_round"] == 1 and case["drift_ratio"] == pytest.approx(1.0)
     assert [r[0]["ratio"] for r in data["host_drift"]] == [pytest.approx(1.5), 1.0]
+    # because the kept round (the second) ran after a probe at 1.0, and over both rounds the gemm probe's median
+    # is (1.5 + 1.0) / 2
+    assert case["drift_by_kind"] == {"gemm": pytest.approx(1.0)}
+    assert data["host_drift_by_kind"] == {"gemm": pytest.approx(1.25)}
 
 
 def test_validate_warns_when_the_host_drifted(quick_cal_path: Path, fake_runner: list[str]) -> None:
@@ -86,6 +90,28 @@ def test_validate_warns_when_the_host_drifted(quick_cal_path: Path, fake_runner:
     assert res.exit_code == 0, res.output
     assert "Host drift" in res.output and "1.5" in res.output
     assert "host drifted since calibration" in res.output
+    assert "by probe family (median over rounds): gemm 1.25x" in res.output
+
+
+def test_drift_by_kind_is_the_median_ratio_of_each_probe_family() -> None:
+    samples = [
+        DriftSample("gemm 512x512x512 c16", 1.0, 1.6),
+        DriftSample("embedding update r1 c1", 1.0, 1.1),
+        DriftSample("embedding update r1 c16", 1.0, 1.5),
+        DriftSample("embedding forward r1 c16", 2.0, 2.0),
+    ]
+    # because what moved matters more than the worst single probe: the GEMMs ran 1.6x slower, the embedding probes
+    # 1.0-1.5x (median 1.1), in the probe's order
+    assert drift.by_kind(samples) == {"gemm": pytest.approx(1.6), "embedding": pytest.approx(1.1)}
+    assert list(drift.by_kind(samples)) == ["gemm", "embedding"] and drift.by_kind([]) == {}
+
+
+def test_kept_evidence_keeps_the_drift_by_family(quick_cal_path: Path, fake_runner: list[str], tmp_path: Path) -> None:
+    report = v.run_validation(quick_cal_path, backend="numpy", only=["base"], rounds=2, progress=False)
+    path = v.write_results_csv(report, tmp_path)
+    # because --repredict reads the CSV back: the drift beside each kept case must survive the round trip
+    (case,) = v.repredict(path, quick_cal_path).cases
+    assert case.drift_by_kind == {"gemm": pytest.approx(1.0)} == report.cases[0].drift_by_kind
 
 
 def test_drift_probe_reruns_the_calibrations_own_benchmarks(quick_cal: Calibration) -> None:
