@@ -100,7 +100,8 @@ def calibrated_compute(
         # The last-level cache is shared by the processes that run: one rank has all of it whatever its thread count
         # (the idle cores evict nothing; the calibration's benchmarks ran that way, see calibration.fit), and
         # ``sharing_ranks`` rank processes get an equal share each (two ranks: half each).
-        llc_bytes=host.llc_bytes / max(sharing_ranks, 1),
+        # The capacity is the measured one where the calibration measured it (fit.fit_effective_llc).
+        llc_bytes=host.model_llc_bytes / max(sharing_ranks, 1),
         task_overhead_s=cal.overhead.task_overhead_s(cores) if cal.overhead is not None else spec.task_overhead_s,
         op_overhead_s=cal.overhead.op_overhead_s(cores) if cal.overhead is not None else spec.op_overhead_s,
         fork_join_s=cal.overhead.fork_join_s(cores) if cal.overhead is not None else spec.fork_join_s,

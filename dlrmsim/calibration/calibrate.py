@@ -18,6 +18,7 @@ from dlrmsim.calibration.collectives_host import implementation_for
 from dlrmsim.calibration.compare import eq_check, fit_quality
 from dlrmsim.calibration.fit import (
     FittedModel,
+    cache_bound_host,
     fit_cold_output,
     fit_collectives,
     fit_embedding,
@@ -167,7 +168,7 @@ def run_calibration(quick: bool, backend: str | None, out: Path | None, progress
 
 def fit_calibration(host: HostInfo, measurements: list[Measurement]) -> Calibration:
     """Fit every part of the cost model to ``measurements`` taken on ``host``; the calibration they make."""
-    host = peak_bound_host(measurements, host)
+    host = cache_bound_host(measurements, peak_bound_host(measurements, host))
     memory = fit_memory(measurements, host)
     overhead = fit_overhead(measurements, host.backend)
     gemm = fit_gemm(measurements, host, memory, overhead)

@@ -85,6 +85,10 @@ def calibrate(
         "Fitted parameters",
         ["parameter", "value"],
         [
+            (
+                "last-level cache the model uses, MiB (reported)",
+                f"{h.model_llc_bytes / 2**20:.3g} ({h.llc_bytes / 2**20:.3g})",
+            ),
             ("GEMM peak efficiency (all cores)", cal.gemm.peak_efficiency),
             *[(f"GEMM best GFLOP/s at {c} cores", v) for c, v in cal.gemm.achieved_GFLOPs_by_cores],
             *[

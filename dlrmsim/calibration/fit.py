@@ -105,6 +105,41 @@ def peak_bound_host(measurements: Sequence[Measurement], host: HostInfo) -> Host
     return raise_peak_to(host, best.flops / best.time_s / best.cores / 1e9, best.name)
 
 
+def fit_effective_llc(measurements: Sequence[Measurement], host: HostInfo) -> int | None:
+    """The capacity C (bytes) for which the model's miss share, costs.cache_miss_share(F, C), best explains the
+    cache-reuse benchmark (benchmarks/cache.py); None without its rows or where missing costs no measurable time.
+
+    A gather's time is a hit's plus the share that misses times a miss's extra cost: t(F) = a + b x share(F, C).
+    For each C on a grid from an eighth of the smallest footprint to twice the reported cache, a and b are the
+    least-squares line of the times on the shares; the C with the smallest residual is the capacity, at most the
+    reported cache. (Fitting the times, not shares normalised by a hit and a miss footprint, keeps the model's
+    form, whose share only nears 1.)"""
+    rows = sorted((m for m in measurements if m.benchmark == "cache_reuse"), key=lambda m: float(m.params["footprint_bytes"]))
+    if len(rows) < 4:
+        return None
+    f = np.array([float(m.params["footprint_bytes"]) for m in rows])
+    t = np.array([m.time_s for m in rows])
+    if t.max() <= 1.05 * t.min():  # no visible step from cache to memory: nothing to fit
+        return None
+    reported = float(rows[0].params.get("llc_bytes", host.llc_bytes))
+    best: tuple[float, float] | None = None
+    for c in np.geomspace(f[0] / 8, 2 * reported, 400):
+        share = np.array([cache_miss_share(x, c) for x in f])
+        a = np.column_stack([np.ones_like(share), share])
+        coef = np.linalg.lstsq(a, t, rcond=None)[0]
+        residual = float(np.sum((a @ coef - t) ** 2))
+        if coef[1] > 0 and (best is None or residual < best[0]):
+            best = (residual, float(c))
+    # A process gets at most the cache the CPU has; a fit above it reads noise, not capacity.
+    return int(min(best[1], reported)) if best is not None else None
+
+
+def cache_bound_host(measurements: Sequence[Measurement], host: HostInfo) -> HostInfo:
+    """``host`` with the last-level cache capacity the cache-reuse benchmark measured (``effective_llc_bytes``)."""
+    c = fit_effective_llc(measurements, host)
+    return host.model_copy(update={"effective_llc_bytes": c}) if c is not None else host
+
+
 def in_step_order(m: Measurement) -> bool:
     """A GEMM timed inside an MLP cycle in training-step order, the cycle flushed once at its start
     (benchmarks.gemm.time_mlp_cycle), not in a warm loop."""
@@ -325,7 +360,7 @@ def reuse_in_cycle(m: Measurement, host: HostInfo) -> tuple[float | None, float,
     g = cycle_gemms(int(m.params["batch"]), widths, flush)[(str(m.params["pass"]), layer)]
     # The benchmark process ran alone, so its GEMMs had the whole cache whatever their thread count (as a one-rank
     # step has: calibration.apply); a thread count's share of it was wrong for a 1-thread row on a 2-core host.
-    llc = float(host.llc_bytes)
+    llc = float(host.model_llc_bytes)
     operands = inputs_traffic_share(g.reuse.operands, flush, llc)
     return traffic_share(g.reuse.kernel_traffic, flush, llc), operands, g.prev_bytes
 
@@ -335,7 +370,7 @@ def first_op_dispatch_s(overhead: OverheadFit | None, cores: int, prev_bytes: fl
     if overhead is None:
         return 0.0
     after = float(FLUSH_LLC_MULTIPLE * host.llc_bytes)
-    llc = float(host.llc_bytes)  # the benchmark process's: all of it (reuse_in_cycle)
+    llc = float(host.model_llc_bytes)  # the benchmark process's: all of it (reuse_in_cycle)
     return first_op_time_s(overhead.task_overhead_s(cores), overhead.op_overhead_s(cores), prev_bytes, after, llc)
 
 
@@ -475,7 +510,7 @@ def reload_lookups(m: Measurement, host: HostInfo | None, sorted_rows: bool = Fa
     per_table = (float(p["unique_rows"]) + _lookups(m)) * float(p["dim"]) * 4.0
     reuse = float(p["tables"]) * per_table + float(p.get("between_bytes", 0.0))
     reloads = _sorted_visits(m, host)[1] if sorted_rows else _lookups(m)
-    return reloads * cache_miss_share(reuse, host.llc_bytes)
+    return reloads * cache_miss_share(reuse, host.model_llc_bytes)
 
 
 def embedding_features(m: Measurement, host: HostInfo | None, sorted_rows: bool = False) -> np.ndarray:

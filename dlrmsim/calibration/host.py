@@ -56,6 +56,11 @@ class HostInfo(StrictModel):
         1 << 20, description="a core's level-2 cache (bytes): where page-table walks hit or miss"
     )
     llc_bytes: Annotated[int, Field(gt=0)] = Field(32 << 20, description="the last-level cache all cores share (bytes)")
+    effective_llc_bytes: Annotated[int, Field(gt=0)] | None = Field(
+        None,
+        description="the capacity the cost model's cache miss share uses, fitted to the cache-reuse benchmark "
+        "(fit.fit_effective_llc; a shared or virtualised cache keeps less than it reports); None: llc_bytes",
+    )
     libraries: dict[str, str]
     backend: Literal["numpy", "torch"]
     date: str = Field(description="ISO 8601 time the calibration finished")
@@ -63,6 +68,12 @@ class HostInfo(StrictModel):
         0.0, description="highest 1-minute load average seen at the start and end of the run (above cores: shared, noisy)"
     )
     quick: bool
+
+    @property
+    def model_llc_bytes(self) -> int:
+        """The last-level cache capacity for the model's miss shares: measured where the calibration measured it,
+        else as reported. (Flushes and swept buffers are sized from ``llc_bytes``: those are bytes moved.)"""
+        return self.effective_llc_bytes or self.llc_bytes
 
 
 def probe_fp32_GFLOPs_per_core(seconds: float = 0.15) -> float:

@@ -264,6 +264,7 @@ class Measurement(StrictModel):
         "gemm_columns",
         "optimizer",
         "cold_output",
+        "cache_reuse",
     ]
     name: str
     cores: Annotated[int, Field(gt=0)]

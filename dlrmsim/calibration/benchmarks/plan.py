@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from dlrmsim.calibration.benchmarks.cache import cache_reuse_task
 from dlrmsim.calibration.benchmarks.collectives import collective_sizes, collective_task
 from dlrmsim.calibration.benchmarks.embedding import embedding_configs, embedding_task
 from dlrmsim.calibration.benchmarks.eq_check import eq_check_task
@@ -30,7 +31,7 @@ from dlrmsim.calibration.benchmarks.tbe import tbe_available, tbe_configs, tbe_t
 from dlrmsim.calibration.benchmarks.timing import BenchTask, TimingPolicy, core_counts, policy_for
 from dlrmsim.calibration.ops import Ops
 from dlrmsim.calibration.schema import Measurement
-from dlrmsim.host import last_level_cache_bytes
+from dlrmsim.host import l2_cache_bytes, last_level_cache_bytes
 from dlrmsim.workloads import load_workload
 
 # The tiny plan (notebooks, smoke tests): every fit gets the fewest points it needs, in a few seconds.
@@ -152,6 +153,8 @@ def _first_pass(k: Ops, quick: bool, cores: int, implementation: str, ranks: int
     tasks += [dispatch_task(k, c, policy) for c in counts]
     tasks += [fork_task(k, c, policy) for c in counts]
     tasks += [cold_output_task(k, c, policy) for c in counts]
+    # The last-level cache capacity a process gets (a shared or virtualised cache keeps less than it reports).
+    tasks.append(cache_reuse_task(l2_cache_bytes(), last_level_cache_bytes(), policy))
     # A torch.optim object's Python cost (the reference DLRM's and TorchRec's dense step): both ends of the range.
     if k.name == "torch":
         tasks += [optimizer_task(k, c, policy) for c in sorted({1, cores})]
