@@ -127,7 +127,6 @@ def test_plan_repeats_single_process_kernels_in_later_passes_only() -> None:
         "op dispatch",
         "thread-pool fork",
         "cold outputs",
-        "cache reuse",
         "embedding bags",
         "dot interaction",
     }
