@@ -28,13 +28,15 @@ LINE_FLOATS = 16  # a 64-byte row of float32: one cache line per access
 ACCESSES = 1 << 18  # per timed gather: long enough to reach steady state, ~5-30 ms
 ROUNDS = 3  # interleaved passes over the footprints; the fastest is kept
 MISS_MULTIPLE = 4  # footprints up to this many times the reported last-level cache: those all miss
+MAX_FOOTPRINT = 2 << 30  # but no table above 2 GiB (a 1 GiB-cache server): the fit needs the curve's bend, not its end
 
 
 def reuse_footprints(l2_bytes: int, llc_bytes: int) -> list[int]:
     """Footprints (bytes) from twice a core's L2 (where the last-level cache starts to matter: below, the L2 serves
-    the rows) to :data:`MISS_MULTIPLE` x the reported last-level cache, in steps of sqrt(2)."""
+    the rows) to :data:`MISS_MULTIPLE` x the reported last-level cache (at most :data:`MAX_FOOTPRINT`), in steps
+    of sqrt(2)."""
     out, f = [], 2.0 * l2_bytes
-    while f <= MISS_MULTIPLE * llc_bytes * 1.001:
+    while f <= min(MISS_MULTIPLE * llc_bytes, MAX_FOOTPRINT) * 1.001:
         out.append(int(f) // 64 * 64)
         f *= 2**0.5
     return out
