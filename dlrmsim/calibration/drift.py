@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dlrmsim.calibration.benchmarks.embedding import EmbeddingConfig, clear_table_cache, embedding_task
@@ -46,16 +47,26 @@ class DriftSample:
         return self.now_s / self.calibrated_s
 
 
-def probe_tasks(cal: Calibration, ops: Ops) -> list[BenchTask]:
+def without_cores(name: str) -> str:
+    """A benchmark's name without its trailing core count (" c16"): the same configuration at every count."""
+    return name.rsplit(" c", 1)[0]
+
+
+def probe_tasks(cal: Calibration, ops: Ops, counts: Sequence[int] = ()) -> list[BenchTask]:
     """The calibration benchmarks to measure again, rebuilt from their recorded parameters, at all cores (and
-    the embedding configuration at one core before)."""
+    the embedding configuration at one core before); the GEMM and the embedding configuration also at each of
+    ``counts`` (the thread counts a validation runs) where the calibration measured them.
+
+    A probe only at the ends says nothing of the counts between: on a 16-core host a validation at 2-8 threads ran
+    15-39 % slower than predicted with no probe there to say whether the host or the model had moved."""
     cores = cal.host.cores
     mine = [m for m in cal.measurements if m.cores == cores]
     tasks: list[BenchTask] = []
     gemms = [m for m in mine if m.benchmark == "gemm" and int(m.params["m"]) <= PROBE_GEMM_MAX_DIM]
     if gemms:
         n = int(max(gemms, key=lambda m: int(m.params["m"])).params["m"])
-        tasks.append(gemm_task(ops, n, cores, QUICK_POLICY))
+        measured_at = {m.cores for m in cal.measurements if m.benchmark == "gemm" and int(m.params["m"]) == n}
+        tasks += [gemm_task(ops, n, c, QUICK_POLICY) for c in sorted({cores, *counts} & measured_at)]
     triad = [m for m in mine if m.benchmark == "stream" and m.params["kind"] == "triad"]
     if triad:
         tasks.append(stream_task(ops, "triad", cores, int(triad[0].params["elements"]), QUICK_POLICY))
@@ -74,11 +85,14 @@ def probe_tasks(cal: Calibration, ops: Ops) -> list[BenchTask]:
     # than in the plan (tables and thread pool as the one-core run leaves them), which is not drift.
     emb = [m for m in mine if m.benchmark == "embedding" and m.params["op"] == "update" and m.params["distribution"] == "uniform"]
     if emb:
-        p = min(emb, key=lambda m: (int(m.params["rows"]) * int(m.params["dim"]), int(m.params["pooling"]))).params
+        chosen = min(emb, key=lambda m: (int(m.params["rows"]) * int(m.params["dim"]), int(m.params["pooling"])))
+        p = chosen.params
         cfg = EmbeddingConfig(
             int(p["rows"]), int(p["dim"]), int(p["pooling"]), str(p["distribution"]), int(p["batch"]), int(p.get("tables", 0))
         )
-        tasks += [embedding_task(ops, cfg, c, QUICK_POLICY) for c in sorted({1, cores})]
+        stem = without_cores(chosen.name)
+        measured_at = {m.cores for m in cal.measurements if m.benchmark == "embedding" and without_cores(m.name) == stem}
+        tasks += [embedding_task(ops, cfg, c, QUICK_POLICY) for c in sorted({1, cores} | (set(counts) & measured_at))]
     return tasks
 
 
@@ -92,15 +106,15 @@ def compare(cal: Calibration, measured: list[Measurement]) -> list[DriftSample]:
 MAX_PROBE_PASSES = 3
 
 
-def measure_drift(cal: Calibration, ops: Ops) -> list[DriftSample]:
+def measure_drift(cal: Calibration, ops: Ops, counts: Sequence[int] = ()) -> list[DriftSample]:
     """Run the probe now (a few seconds) and compare it with the calibration.
 
     The probe takes as many passes over its benchmarks as the calibration took (up to
     :data:`MAX_PROBE_PASSES`) and keeps each one's pass as the calibration does (``combine_passes``: the fastest,
     the median for streams). One pass against the fastest of two is a biased comparison: this VM's dispatch
     benchmark measured 1.66 and 3.2 us in the two passes of one calibration, so a single probe pass read up to
-    1.7x "drift" on a host that had not changed."""
-    tasks = probe_tasks(cal, ops)
+    1.7x "drift" on a host that had not changed. ``counts``: see :func:`probe_tasks`."""
+    tasks = probe_tasks(cal, ops, counts)
     passes = min(MAX_PROBE_PASSES, max((m.passes for m in cal.measurements), default=1))
     try:
         return compare(cal, combine_passes([m for _ in range(passes) for t in tasks for m in t.run()]))

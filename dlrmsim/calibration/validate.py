@@ -379,7 +379,7 @@ def run_validation(
         for r in range(rounds):
             if probe is not None:
                 bar.update(task, description=f"host drift probe (round {r + 1}/{rounds})")
-                drift_rounds.append(drift.measure_drift(cal, probe))
+                drift_rounds.append(drift.measure_drift(cal, probe, sorted({c.threads for c in cases})))
             for case in cases:
                 bar.update(task, description=f"{case.name}: running (round {r + 1}/{rounds})")
                 runs[case.name].append(measure(case, backend, iterations, warmup))
@@ -454,7 +454,7 @@ def _validate_target(
         for r in range(rounds):
             if probe is not None:
                 bar.update(task, description=f"host drift probe (round {r + 1}/{rounds})")
-                drift_rounds.append(drift.measure_drift(cal, probe))
+                drift_rounds.append(drift.measure_drift(cal, probe, sorted({c.threads for c in cases})))
             for case in cases:
                 bar.update(task, description=f"{case.name}: {against} (round {r + 1}/{rounds})")
                 runs[case.name].append(measure_target(case, against, reference, SAMPLES_PER_ROUND))

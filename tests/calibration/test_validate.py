@@ -29,7 +29,7 @@ def fake_runner(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     # The host drift probe (tested on its own below): the first round finds the host 1.5x slower.
     probes: list[int] = []
 
-    def measure_drift(cal: object, kernels: object) -> list[DriftSample]:
+    def measure_drift(cal: object, kernels: object, counts: object = ()) -> list[DriftSample]:
         probes.append(1)
         return [DriftSample("gemm 512x512x512 c2", 1e-3, 1.5e-3 if len(probes) == 1 else 1e-3)]
 
@@ -129,6 +129,24 @@ def test_drift_probe_reruns_the_calibrations_own_benchmarks(quick_cal: Calibrati
         assert s.ratio == pytest.approx(s.now_s / s.calibrated_s)
     assert drift.worst([DriftSample("a", 1.0, 1.2), DriftSample("b", 1.0, 0.5)]).name == "b"  # type: ignore[union-attr]
     assert drift.worst([]) is None
+
+
+def test_the_probe_also_runs_at_the_thread_counts_a_validation_runs(quick_cal: Calibration) -> None:
+    from dlrmsim.calibration.ops import get_ops
+
+    ops = get_ops(quick_cal.host.backend)
+    cores = quick_cal.host.cores
+
+    def counts_of(tasks: list, family: str) -> set[int]:  # type: ignore[type-arg]
+        return {int(t.id.rsplit(" c", 1)[1]) for t in tasks if t.id.startswith(family)}
+
+    default = drift.probe_tasks(quick_cal, ops)
+    swept = drift.probe_tasks(quick_cal, ops, [1, 64])
+    # because a probe only at all cores says nothing of a 1-thread case's host; a count the calibration never
+    # measured (64) has no calibrated time to compare with, so it is not run
+    assert counts_of(default, "gemm") == {cores} and counts_of(swept, "gemm") == {1, cores}
+    assert counts_of(swept, "embedding") == counts_of(default, "embedding") == {1, cores}
+    assert drift.without_cores("embedding update r262144 d32 c16") == "embedding update r262144 d32"
 
 
 def test_an_unknown_case_is_one_line_listing_the_cases(cli, tmp_path: Path) -> None:  # noqa: ANN001
