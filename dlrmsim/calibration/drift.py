@@ -23,6 +23,7 @@ from dlrmsim.calibration.benchmarks.gemm import gemm_task
 from dlrmsim.calibration.benchmarks.memory import stream_task
 from dlrmsim.calibration.benchmarks.overhead import dispatch_task, fork_task
 from dlrmsim.calibration.benchmarks.plan import combine_passes
+from dlrmsim.calibration.benchmarks.tbe import TbeConfig, tbe_available, tbe_task
 from dlrmsim.calibration.benchmarks.timing import QUICK_POLICY, BenchTask
 from dlrmsim.calibration.ops import Ops
 from dlrmsim.calibration.schema import Calibration, Measurement
@@ -52,10 +53,27 @@ def without_cores(name: str) -> str:
     return name.rsplit(" c", 1)[0]
 
 
-def probe_tasks(cal: Calibration, ops: Ops, counts: Sequence[int] = ()) -> list[BenchTask]:
+def tbe_probe(cal: Calibration) -> BenchTask | None:
+    """fbgemm's TBE (TorchRec's fused embedding) at its smallest calibrated uniform configuration, back to back, on
+    the one thread its kernels run on; None where the calibration has no TBE rows or fbgemm is not installed.
+
+    TorchRec's base case on the VM spent 5.97 ms a step in the TBE backward where its calibration had timed the
+    same call at 4.58 ms, and 5.6-6.4 ms when timed alone again two hours later: the host had moved, and without
+    this probe nothing in the validation said so."""
+    rows = [m for m in cal.measurements if m.benchmark == "tbe" and m.params.get("op") == "update"]
+    rows = [m for m in rows if m.params.get("distribution") == "uniform" and not m.params.get("between_bytes")]
+    if not rows or not tbe_available():
+        return None
+    p = min(rows, key=lambda m: tuple(int(m.params[k]) for k in ("rows", "dim", "pooling", "batch"))).params
+    cfg = TbeConfig(int(p["rows"]), int(p["dim"]), int(p["pooling"]), int(p["batch"]), int(p["tables"]))
+    return tbe_task(cfg, QUICK_POLICY)
+
+
+def probe_tasks(cal: Calibration, ops: Ops, counts: Sequence[int] = (), tbe: bool = False) -> list[BenchTask]:
     """The calibration benchmarks to measure again, rebuilt from their recorded parameters, at all cores (and
     the embedding configuration at one core before); the GEMM and the embedding configuration also at each of
-    ``counts`` (the thread counts a validation runs) where the calibration measured them.
+    ``counts`` (the thread counts a validation runs) where the calibration measured them; with ``tbe``, fbgemm's
+    TBE too (:func:`tbe_probe`).
 
     A probe only at the ends says nothing of the counts between: on a 16-core host a validation at 2-8 threads ran
     15-39 % slower than predicted with no probe there to say whether the host or the model had moved."""
@@ -93,7 +111,8 @@ def probe_tasks(cal: Calibration, ops: Ops, counts: Sequence[int] = ()) -> list[
         stem = without_cores(chosen.name)
         measured_at = {m.cores for m in cal.measurements if m.benchmark == "embedding" and without_cores(m.name) == stem}
         tasks += [embedding_task(ops, cfg, c, QUICK_POLICY) for c in sorted({1, cores} | (set(counts) & measured_at))]
-    return tasks
+    probe = tbe_probe(cal) if tbe else None
+    return tasks + ([probe] if probe is not None else [])
 
 
 def compare(cal: Calibration, measured: list[Measurement]) -> list[DriftSample]:
@@ -106,15 +125,15 @@ def compare(cal: Calibration, measured: list[Measurement]) -> list[DriftSample]:
 MAX_PROBE_PASSES = 3
 
 
-def measure_drift(cal: Calibration, ops: Ops, counts: Sequence[int] = ()) -> list[DriftSample]:
+def measure_drift(cal: Calibration, ops: Ops, counts: Sequence[int] = (), tbe: bool = False) -> list[DriftSample]:
     """Run the probe now (a few seconds) and compare it with the calibration.
 
     The probe takes as many passes over its benchmarks as the calibration took (up to
     :data:`MAX_PROBE_PASSES`) and keeps each one's pass as the calibration does (``combine_passes``: the fastest,
     the median for streams). One pass against the fastest of two is a biased comparison: this VM's dispatch
     benchmark measured 1.66 and 3.2 us in the two passes of one calibration, so a single probe pass read up to
-    1.7x "drift" on a host that had not changed. ``counts``: see :func:`probe_tasks`."""
-    tasks = probe_tasks(cal, ops, counts)
+    1.7x "drift" on a host that had not changed. ``counts`` and ``tbe``: see :func:`probe_tasks`."""
+    tasks = probe_tasks(cal, ops, counts, tbe)
     passes = min(MAX_PROBE_PASSES, max((m.passes for m in cal.measurements), default=1))
     try:
         return compare(cal, combine_passes([m for _ in range(passes) for t in tasks for m in t.run()]))

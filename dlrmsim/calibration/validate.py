@@ -454,7 +454,8 @@ def _validate_target(
         for r in range(rounds):
             if probe is not None:
                 bar.update(task, description=f"host drift probe (round {r + 1}/{rounds})")
-                drift_rounds.append(drift.measure_drift(cal, probe, sorted({c.threads for c in cases})))
+                counts = sorted({c.threads for c in cases})
+                drift_rounds.append(drift.measure_drift(cal, probe, counts, tbe=against == "torchrec"))
             for case in cases:
                 bar.update(task, description=f"{case.name}: {against} (round {r + 1}/{rounds})")
                 runs[case.name].append(measure_target(case, against, reference, SAMPLES_PER_ROUND))

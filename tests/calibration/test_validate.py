@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from dlrmsim.calibration import drift
 from dlrmsim.calibration import validate as v
 from dlrmsim.calibration.drift import DriftSample
-from dlrmsim.calibration.schema import Calibration
+from dlrmsim.calibration.schema import Calibration, Measurement
 
 ROUND_TIMES = [0.030, 0.010, 0.020]  # what the fake runner measures in rounds 1, 2, 3
 
@@ -29,7 +29,7 @@ def fake_runner(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     # The host drift probe (tested on its own below): the first round finds the host 1.5x slower.
     probes: list[int] = []
 
-    def measure_drift(cal: object, kernels: object, counts: object = ()) -> list[DriftSample]:
+    def measure_drift(cal: object, kernels: object, counts: object = (), tbe: bool = False) -> list[DriftSample]:
         probes.append(1)
         return [DriftSample("gemm 512x512x512 c2", 1e-3, 1.5e-3 if len(probes) == 1 else 1e-3)]
 
@@ -147,6 +147,30 @@ def test_the_probe_also_runs_at_the_thread_counts_a_validation_runs(quick_cal: C
     assert counts_of(default, "gemm") == {cores} and counts_of(swept, "gemm") == {1, cores}
     assert counts_of(swept, "embedding") == counts_of(default, "embedding") == {1, cores}
     assert drift.without_cores("embedding update r262144 d32 c16") == "embedding update r262144 d32"
+
+
+def test_torchrec_validations_probe_fbgemms_tbe_at_its_smallest_calibrated_configuration(
+    quick_cal: Calibration, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dlrmsim.calibration.benchmarks.tbe import TbeConfig, TbeTiming, tbe_measurements
+    from dlrmsim.calibration.ops import get_ops
+
+    def rows(r: int, pooling: int, between: int = 0) -> list[Measurement]:
+        cfg = TbeConfig(r, 32, pooling, 1024, 4, "uniform", between)
+        return tbe_measurements(TbeTiming(cfg, 1, 1e-4, 4e-4, 1.0, 1.0, 7), 1000, (1.0, 1.0))
+
+    cal = quick_cal.model_copy(
+        update={"measurements": [*quick_cal.measurements, *rows(2**21, 4), *rows(2**18, 16), *rows(2**18, 4, 1 << 25)]}
+    )
+    monkeypatch.setattr(drift, "tbe_available", lambda: True)
+    ops = get_ops(quick_cal.host.backend)
+    # because TorchRec's step runs fbgemm's TBE, not the EmbeddingBag the other probes time: its drift is its own;
+    # the smallest configuration (fewest rows, then lookups) without a sweep between forward and backward, one thread
+    tasks = drift.probe_tasks(cal, ops, tbe=True)
+    assert [t.id for t in tasks if t.id.startswith("tbe")] == ["tbe r262144 d32 p16 uniform b1024 t4 c1"]
+    assert not any(t.id.startswith("tbe") for t in drift.probe_tasks(cal, ops))
+    monkeypatch.setattr(drift, "tbe_available", lambda: False)
+    assert drift.tbe_probe(cal) is None  # where fbgemm is not installed, nothing to run
 
 
 def test_an_unknown_case_is_one_line_listing_the_cases(cli, tmp_path: Path) -> None:  # noqa: ANN001

@@ -39,7 +39,7 @@ def _fake_drift(monkeypatch: pytest.MonkeyPatch) -> None:
     host 1.5x slower than calibrated, later rounds as calibrated."""
     probes: list[int] = []
 
-    def measure_drift(cal: object, kernels: object, counts: object = ()) -> list[DriftSample]:
+    def measure_drift(cal: object, kernels: object, counts: object = (), tbe: bool = False) -> list[DriftSample]:
         probes.append(1)
         return [DriftSample("gemm 512x512x512 c2", 1e-3, 1.5e-3 if len(probes) == 1 else 1e-3)]
 
