@@ -370,6 +370,7 @@ def run_validation(
     drift_rounds: list[list[DriftSample]] = []
     # The probe re-runs the calibration's kernels, so only when this validation runs the same backend.
     probe = get_ops(backend) if backend == cal.host.backend else None
+    counts = sorted({c.threads for c in cases})  # the probe also runs at the counts the cases run at
     with Progress(console=err_console, transient=True, disable=not progress) as bar:
         task = bar.add_task("validating", total=len(cases) * (rounds + 1))
         for case in cases:
@@ -379,7 +380,7 @@ def run_validation(
         for r in range(rounds):
             if probe is not None:
                 bar.update(task, description=f"host drift probe (round {r + 1}/{rounds})")
-                drift_rounds.append(drift.measure_drift(cal, probe, sorted({c.threads for c in cases})))
+                drift_rounds.append(drift.measure_drift(cal, probe, counts))
             for case in cases:
                 bar.update(task, description=f"{case.name}: running (round {r + 1}/{rounds})")
                 runs[case.name].append(measure(case, backend, iterations, warmup))
@@ -398,8 +399,7 @@ def run_validation(
                 predicted_phases_s=pphases,
                 measured_rounds_s=[t for t, _ in runs[case.name]],
                 kept_round=kept,
-                drift_ratio=_kept_drift(drift_rounds, kept),
-                drift_by_kind=drift.by_kind(drift_rounds[kept]) if drift_rounds else {},
+                **_kept_drift(drift_rounds, kept),
             )
         )
     return ValidationReport(results, str(calibration_path), backend, drift_rounds, cal.host.libraries)
@@ -449,12 +449,12 @@ def _validate_target(
     # The drift probe re-runs the calibration's own kernels (its backend's ops), as for the project's runner: the
     # evidence then says which measurements ran on a host that no longer matched its calibration.
     probe = _probe_ops(cal.host.backend)
+    counts = sorted({c.threads for c in cases})  # the probe also runs at the counts the cases run at
     with Progress(console=err_console, transient=True, disable=not progress) as bar:
         task = bar.add_task("validating", total=len(cases) * rounds)
         for r in range(rounds):
             if probe is not None:
                 bar.update(task, description=f"host drift probe (round {r + 1}/{rounds})")
-                counts = sorted({c.threads for c in cases})
                 drift_rounds.append(drift.measure_drift(cal, probe, counts, tbe=against == "torchrec"))
             for case in cases:
                 bar.update(task, description=f"{case.name}: {against} (round {r + 1}/{rounds})")
@@ -478,17 +478,19 @@ def _validate_target(
                 kept_round=kept,
                 target=against,
                 planner_s=run.planner_s,
-                drift_ratio=_kept_drift(drift_rounds, kept),
-                drift_by_kind=drift.by_kind(drift_rounds[kept]) if drift_rounds else {},
+                **_kept_drift(drift_rounds, kept),
             )
         )
     return ValidationReport(results, str(path), against, drift_rounds, cal.host.libraries)
 
 
-def _kept_drift(drift_rounds: list[list[DriftSample]], kept: int) -> float | None:
-    """The worst probe ratio (drift.worst) of the round a case kept; None without a probe."""
-    worst = drift.worst(drift_rounds[kept]) if drift_rounds else None
-    return worst.ratio if worst is not None else None
+def _kept_drift(drift_rounds: list[list[DriftSample]], kept: int) -> dict[str, Any]:
+    """The drift fields of a CaseResult for the round a case kept: the worst probe ratio (drift.worst) and the
+    median ratio per probe family (drift.by_kind); None and {} without a probe."""
+    if not drift_rounds:
+        return {"drift_ratio": None, "drift_by_kind": {}}
+    worst = drift.worst(drift_rounds[kept])
+    return {"drift_ratio": worst.ratio if worst is not None else None, "drift_by_kind": drift.by_kind(drift_rounds[kept])}
 
 
 def _probe_ops(backend: str) -> Ops | None:
@@ -542,6 +544,12 @@ def parse_phases_cell(cell: str | None) -> dict[str, float]:
     return out
 
 
+def kept_target(column: str) -> str:
+    """The validation target a results CSV's ``target`` column names: the project runner's rows name their
+    backend (torch, numpy) instead."""
+    return column if column in TARGETS else "project"
+
+
 def repredict(results_csv: Path, calibration_path: Path) -> ValidationReport:
     """The cases of a kept results CSV (:func:`write_results_csv`) predicted again with ``calibration_path``, their
     measured medians and samples as kept: a model or fit change is checked against evidence from any host (a
@@ -562,12 +570,12 @@ def repredict(results_csv: Path, calibration_path: Path) -> ValidationReport:
         )
     results = []
     target = rows[0]["target"]
-    warn_if_uncalibrated_kernel(cal, str(calibration_path), target if target in TARGETS else "project")
+    warn_if_uncalibrated_kernel(cal, str(calibration_path), kept_target(target))
     # every base case the rows name, read from the cases file once (an unknown one is a one-line error)
     bases = {c.name: c for c in load_cases(only=sorted({base_case_name(row["case"]) for row in rows}))}
     for row in rows:
         name, ranks, threads = row["case"], int(row["ranks"]), int(row["threads"])
-        against = row["target"] if row["target"] in TARGETS else "project"  # the runner's rows name their backend
+        against = kept_target(row["target"])
         if against == "torchrec" and ranks > 1:
             raise DlrmsimError(
                 f"{results_csv}: case {name} ran TorchRec's sharding plan on {ranks} ranks, which the CSV does not keep",
