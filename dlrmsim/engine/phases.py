@@ -283,13 +283,38 @@ def run_ahead(
         counts[3] += 1
         _integrate(F, n, tn - t)
         t = tn
-        F, I, E, EW, n, m, nq = _start_due(F, I, E, EW, n, m, t, QF, QI, nq, colls, pt, comm_slow, counts)  # noqa: E741
+        # No function below is passed the tuple of collectives: a call that takes it pays a reference count on each
+        # of its arrays, in and out (some 200), about 2 us a call, which at two calls an instant was a seventh of a
+        # 64-rank iteration. _nth, inlined, does not; the helpers get the one collective's arrays they read.
+        if nq:
+            due = _due(QF, QI, nq, t)
+            a = 0
+            while a < due.size:  # runs of one collective's flows, in the heap's order
+                ci = QI[Q_COLL, due[a]]
+                b = a + 1
+                while b < due.size and QI[Q_COLL, due[b]] == ci:
+                    b += 1
+                c = _nth(colls, ci)
+                F, I, E, EW, n, m = _start_due_flows(  # noqa: E741
+                    F, I, E, EW, n, m, QF, QI, due[a:b], c.oid, c.fpid, c.fnb, c.fsrc, c.fdst, c.g, pt, comm_slow
+                )
+                a = b
+            if due.size:
+                counts[0] += due.size
+                nq = _drop_due(QF, QI, nq, t)
         t_eps = DONE_ULPS * (np.nextafter(t, np.inf) - t)  # math.ulp(t), as FluidScheduler._step
         for _ in range(1000):
             done = _done_indices(F, n, t_eps)
             if not done.size:
                 break
-            if not _safe(I, done, colls, oids):
+            # Finishing these belongs to the collectives alone and cannot finish any of their ranks (a collective is
+            # fetched only when one of its activities is done)?
+            safe = _all_owned(I, done, oids)
+            for ci in range(oids.shape[0]):
+                if safe and _owns_any(I, done, oids[ci]):
+                    c = _nth(colls, ci)
+                    safe = _no_rank_ends(I, done, c.oid, c.fsrc, c.fdst, c.cur, c.last_busy)
+            if not safe:
                 return F, I, E, EW, n, m, t, t_next, STOPPED_AT, t, QF, QI, nq, seq
             tags = np.empty(done.size, dtype=np.int64)
             owners = np.empty(done.size, dtype=np.int64)
@@ -326,32 +351,44 @@ def run_ahead(
 
 
 @njit(cache=True)
-def _safe(I: np.ndarray, done: np.ndarray, colls, oids: np.ndarray) -> bool:  # noqa: E741
-    """Whether finishing ``done`` belongs to the collectives alone (owner ids ``oids``, one per entry of ``colls``)
-    and cannot finish any of their ranks. A collective is fetched from ``colls`` only when one of its activities is
-    done: a runtime index into that tuple copies the collective (a reference count per array)."""
+def _all_owned(I: np.ndarray, done: np.ndarray, oids: np.ndarray) -> bool:  # noqa: E741
+    """Whether every activity ``done`` belongs to one of the collectives ``oids``."""
     for a in done:
         if _slot(oids, I[_OWNER, a]) < 0:
             return False
-    for ci in range(oids.shape[0]):
-        has = False
-        for a in done:
-            if I[_OWNER, a] == oids[ci]:
-                has = True
-                break
-        if not has:
+    return True
+
+
+@njit(cache=True)
+def _owns_any(I: np.ndarray, done: np.ndarray, oid: int) -> bool:  # noqa: E741
+    for a in done:
+        if I[_OWNER, a] == oid:
+            return True
+    return False
+
+
+@njit(cache=True)
+def _no_rank_ends(
+    I: np.ndarray,  # noqa: E741
+    done: np.ndarray,
+    oid: int,
+    fsrc: np.ndarray,
+    fdst: np.ndarray,
+    cur: np.ndarray,
+    last_busy: np.ndarray,
+) -> bool:
+    """Whether finishing collective ``oid``'s activities among ``done`` leaves each of their ranks before its last busy
+    phase (finishing a rank fires a SimPy event others wait on)."""
+    for a in done:
+        if I[_OWNER, a] != oid:
             continue
-        c = _nth(colls, ci)
-        for a in done:
-            if I[_OWNER, a] != c.oid:
-                continue
-            tag = I[_TAG, a]
-            if tag >= 0:
-                r1, r2 = c.fsrc[tag], c.fdst[tag]
-                if c.cur[r1] >= c.last_busy[r1] or c.cur[r2] >= c.last_busy[r2]:
-                    return False
-            elif c.cur[-tag - 1] >= c.last_busy[-tag - 1]:
+        tag = I[_TAG, a]
+        if tag >= 0:
+            r1, r2 = fsrc[tag], fdst[tag]
+            if cur[r1] >= last_busy[r1] or cur[r2] >= last_busy[r2]:
                 return False
+        elif cur[-tag - 1] >= last_busy[-tag - 1]:
+            return False
     return True
 
 
@@ -389,16 +426,14 @@ def _slot(oids: np.ndarray, owner: int) -> int:
 
 
 @njit(cache=True)
-def _start_due(F, I, E, EW, n, m, t, QF, QI, nq, colls, pt, comm_slow, counts):  # noqa: E741
-    """Move the queued flows due at ``t`` into the tables in the heap's order (start time, then sequence number,
-    then batch order), as ``FluidScheduler._step`` pops them."""
-    thr = t * (1 + 1e-15) + 1e-18
+def _due(QF: np.ndarray, QI: np.ndarray, nq: int, t: float) -> np.ndarray:
+    """Indices of the queued flows due at ``t``, in the heap's order (start time, then sequence number, then batch
+    order), as ``FluidScheduler._step`` pops them."""
+    thr = t * (1 + 1e-15) + 1e-18  # as FluidScheduler._step pops the delayed heap (and _drop_due)
     n_due = 0
     for j in range(nq):
         if QF[Q_T, j] <= thr:
             n_due += 1
-    if not n_due:
-        return F, I, E, EW, n, m, nq
     due = np.empty(n_due, dtype=np.int64)
     k = 0
     for j in range(nq):
@@ -412,27 +447,26 @@ def _start_due(F, I, E, EW, n, m, t, QF, QI, nq, colls, pt, comm_slow, counts): 
             due[b + 1] = due[b]
             b -= 1
         due[b + 1] = x
-    # A runtime index into the tuple of collectives copies one (a reference count per array), so each run of
-    # items of one collective fetches it once.
+    return due
+
+
+@njit(cache=True)
+def _start_due_flows(F, I, E, EW, n, m, QF, QI, due, oid, fpid, fnb, fsrc, fdst, g, pt, comm_slow):  # noqa: E741
+    """Move the queued flows ``due`` (all of collective ``oid``, whose arrays these are) into the tables, in order."""
     m_add = 0
-    ci = -1
-    fpid = colls[0].fpid
     for j in due:
-        if QI[Q_COLL, j] != ci:
-            ci = QI[Q_COLL, j]
-            fpid = _nth(colls, ci).fpid
         pid = fpid[QI[Q_FLOW, j]]
         m_add += pt.ptr[pid + 1] - pt.ptr[pid]
-    F, I, E, EW = grow_tables(F, I, E, EW, n, m, n + n_due, m + m_add)  # noqa: E741
-    ci = -1
-    c = colls[0]
+    F, I, E, EW = grow_tables(F, I, E, EW, n, m, n + due.size, m + m_add)  # noqa: E741
     for j in due:
-        if QI[Q_COLL, j] != ci:
-            ci = QI[Q_COLL, j]
-            c = _nth(colls, ci)
-        n, m = _add_flow(F, I, E, EW, n, m, QI[Q_FLOW, j], QF[Q_ISSUE, j], c.oid, c.fpid, c.fnb, c.fsrc, c.fdst, c.g, pt,
-                         comm_slow)  # fmt: skip
-    counts[0] += n_due
+        n, m = _add_flow(F, I, E, EW, n, m, QI[Q_FLOW, j], QF[Q_ISSUE, j], oid, fpid, fnb, fsrc, fdst, g, pt, comm_slow)
+    return F, I, E, EW, n, m
+
+
+@njit(cache=True)
+def _drop_due(QF: np.ndarray, QI: np.ndarray, nq: int, t: float) -> int:
+    """Squeeze the flows due at ``t`` out of the queue, keeping the others' order; return how many are left."""
+    thr = t * (1 + 1e-15) + 1e-18  # as _due
     k = 0
     for j in range(nq):
         if not QF[Q_T, j] <= thr:
@@ -444,7 +478,7 @@ def _start_due(F, I, E, EW, n, m, t, QF, QI, nq, colls, pt, comm_slow, counts): 
                 for r in range(QI.shape[0]):
                     QI[r, k] = QI[r, j]
             k += 1
-    return F, I, E, EW, n, m, k
+    return k
 
 
 @njit(cache=True)
