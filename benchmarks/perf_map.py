@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import io
 import os
 import sys
@@ -30,9 +31,10 @@ from pathlib import Path
 from numba.core.registry import CPUDispatcher
 
 from dlrmsim.cli import main as cli_main
-from dlrmsim.engine import arrays, fluid, maxmin, network, phases, routes
+from dlrmsim.engine import jit
 
-KERNEL_MODULES = (arrays, fluid, maxmin, network, phases, routes)
+# the engine's kernel modules, as the kernel cache keys them (jit.py itself defines none)
+KERNEL_MODULES = tuple(importlib.import_module(f"dlrmsim.engine.{Path(f).stem}") for f in jit.KERNEL_MODULES if f != "jit.py")
 MAX_SIZE = 1 << 16  # bytes
 
 

@@ -142,7 +142,7 @@ def measure_drift(cal: Calibration, ops: Ops, counts: Sequence[int] = (), tbe: b
 
 
 def kind(name: str) -> str:
-    """A probe's family, the first word of its benchmark's name: gemm, stream, dispatch, fork or embedding."""
+    """A probe's family, the first word of its benchmark's name: gemm, stream, dispatch, fork, embedding or tbe."""
     return name.split(maxsplit=1)[0]
 
 

@@ -287,7 +287,8 @@ def run_ahead(
         # of its arrays, in and out (some 200), about 2 us a call, which at two calls an instant was a seventh of a
         # 64-rank iteration. _nth, inlined, does not; the helpers get the one collective's arrays they read.
         if nq:
-            due = _due(QF, QI, nq, t)
+            due_by = t * (1 + 1e-15) + 1e-18  # a queued flow starts now up to this time, as FluidScheduler._step pops
+            due = _due(QF, QI, nq, due_by)
             a = 0
             while a < due.size:  # runs of one collective's flows, in the heap's order
                 ci = QI[Q_COLL, due[a]]
@@ -301,7 +302,7 @@ def run_ahead(
                 a = b
             if due.size:
                 counts[0] += due.size
-                nq = _drop_due(QF, QI, nq, t)
+                nq = _drop_due(QF, QI, nq, due_by)
         t_eps = DONE_ULPS * (np.nextafter(t, np.inf) - t)  # math.ulp(t), as FluidScheduler._step
         for _ in range(1000):
             done = _done_indices(F, n, t_eps)
@@ -426,10 +427,9 @@ def _slot(oids: np.ndarray, owner: int) -> int:
 
 
 @njit(cache=True)
-def _due(QF: np.ndarray, QI: np.ndarray, nq: int, t: float) -> np.ndarray:
-    """Indices of the queued flows due at ``t``, in the heap's order (start time, then sequence number, then batch
-    order), as ``FluidScheduler._step`` pops them."""
-    thr = t * (1 + 1e-15) + 1e-18  # as FluidScheduler._step pops the delayed heap (and _drop_due)
+def _due(QF: np.ndarray, QI: np.ndarray, nq: int, thr: float) -> np.ndarray:
+    """Indices of the queued flows due by ``thr`` (s), in the heap's order (start time, then sequence number, then
+    batch order), as ``FluidScheduler._step`` pops them."""
     n_due = 0
     for j in range(nq):
         if QF[Q_T, j] <= thr:
@@ -464,9 +464,8 @@ def _start_due_flows(F, I, E, EW, n, m, QF, QI, due, oid, fpid, fnb, fsrc, fdst,
 
 
 @njit(cache=True)
-def _drop_due(QF: np.ndarray, QI: np.ndarray, nq: int, t: float) -> int:
-    """Squeeze the flows due at ``t`` out of the queue, keeping the others' order; return how many are left."""
-    thr = t * (1 + 1e-15) + 1e-18  # as _due
+def _drop_due(QF: np.ndarray, QI: np.ndarray, nq: int, thr: float) -> int:
+    """Squeeze the flows due by ``thr`` (s) out of the queue, keeping the others' order; return how many are left."""
     k = 0
     for j in range(nq):
         if not QF[Q_T, j] <= thr:
