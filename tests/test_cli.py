@@ -69,3 +69,24 @@ def test_usage_errors_exit_2(cli) -> None:  # noqa: ANN001
 
 def test_user_error_is_one_line_and_exit_2(cli) -> None:  # noqa: ANN001
     assert_one_line_error(cli("workload", "show", "no-such-workload"), "unknown workload 'no-such-workload'", "fix:")
+
+
+def _help_texts(cmd: object, path: str) -> list[tuple[str, str]]:
+    """(where, text) of a click command's own help and every option's, and of its sub-commands', recursively."""
+    out = [(path, getattr(cmd, "help", None) or "")]
+    out += [(f"{path} {p.name}", getattr(p, "help", None) or "") for p in getattr(cmd, "params", [])]
+    for name, sub in getattr(cmd, "commands", {}).items():
+        out += _help_texts(sub, f"{path} {name}")
+    return out
+
+
+def test_no_help_text_carries_printf_escapes() -> None:
+    # Because click prints help strings verbatim (it does not %-format them), a "%%" written for printf-style
+    # formatting shows doubled in `--help` (it did, in simulate's --lockstep-collectives).
+    texts = []
+    for module in root.MODULES:
+        sub = typer.Typer()
+        __import__(module, fromlist=["register"]).register(sub)
+        texts += _help_texts(typer.main.get_group(sub), "dlrmsim")
+    assert len(texts) > 50  # every command and option was reached
+    assert [where for where, text in texts if "%%" in text] == []

@@ -26,7 +26,7 @@ COMMON = {
 
 LOCKSTEP_HELP = (
     "approximation: a collective's ranks enter each step together (a barrier per step); several times faster at "
-    "64+ ranks, iteration time within 0.1 %% on the presets (docs/architecture.md)"
+    "64+ ranks, iteration time within 0.1 % on the presets (docs/architecture.md)"
 )
 
 
