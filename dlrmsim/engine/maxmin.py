@@ -18,8 +18,6 @@ from dlrmsim.engine.jit import njit
 
 # Levels within this relative distance of the current fill level saturate together.
 LEVEL_REL_EPS = 1e-9
-# Fast path: every resource's load at the activities' caps stays below this fraction of its capacity.
-UNSATURATED_MARGIN = 1.0 - 1e-6
 
 
 @njit(cache=True, error_model="numpy")
@@ -39,8 +37,10 @@ def maxmin_rates(
     cap (``act_cap``, may be ``inf``) or when a resource it uses saturates. Returns rates (units/s); an
     activity with neither a finite cap nor a resource gets ``inf``.
 
-    An activity at its cap that leaves every resource unsaturated needs no filling (the common case of compute
-    tasks); otherwise :func:`progressive_filling` does the rounds.
+    When every activity can run at its cap together (no resource's load at the caps exceeds its capacity), the
+    caps are the max-min rates: the allocation is feasible and no activity can rise. That is the common case of
+    compute tasks beside idle resources, and of a transfer alone on its NIC port at its lane rate, which loads
+    the port exactly to capacity. Otherwise :func:`progressive_filling` does the rounds.
 
     ``act_share`` (optional): a factor per activity on all its entries' weights, ``e_w[i] * act_share[e_act[i]]``,
     multiplied where the weights are first read instead of into a weighted copy of the entries (at 1024 ranks
@@ -56,20 +56,14 @@ def maxmin_rates(
         # order as before, so the rates are bit-identical; the loops over resources shrink to the touched ones.
         e_res, res_cap = _touched_resources(e_res, res_cap)
         n_res = res_cap.shape[0]
-    # Fast path: when every activity at its cap still leaves every resource unsaturated (with a margin far above
-    # rounding and LEVEL_REL_EPS), progressive filling ends with each activity at its cap. (A non-finite cap on a
+    # Fast path: when the caps fit every resource, progressive filling ends with each activity at its cap, up to
+    # rounding: where a resource is loaded exactly to capacity, the filling reaches an activity's cap as a level,
+    # (cap_r - used) / weight, which can differ from the cap in the last bits, or (levels within LEVEL_REL_EPS
+    # saturating together) by at most that much. No margin below capacity: a transfer at its lane rate alone on a
+    # NIC port loads it exactly, and a margin sent all of those through the rounds. (A non-finite cap on a
     # resource gives a load of inf or nan, which fails the test.)
     if m:
-        load = np.zeros(n_res)
-        for i in range(m):
-            w = e_w[i] if act_share is None else e_w[i] * act_share[e_act[i]]
-            load[e_res[i]] += w * act_cap[e_act[i]]
-        fits = True
-        for r in range(n_res):
-            if not load[r] <= res_cap[r] * UNSATURATED_MARGIN:
-                fits = False
-                break
-        if fits:
+        if caps_fit(e_act, e_res, e_w, res_cap, act_cap, act_share):
             return act_cap.copy()
     else:
         finite = True
@@ -80,6 +74,27 @@ def maxmin_rates(
         if finite:
             return act_cap.copy()
     return progressive_filling(n_act, e_act, e_res, e_w, res_cap, act_cap, act_share)
+
+
+@njit(cache=True, error_model="numpy")
+def caps_fit(
+    e_act: np.ndarray,
+    e_res: np.ndarray,
+    e_w: np.ndarray,
+    res_cap: np.ndarray,
+    act_cap: np.ndarray,
+    act_share: np.ndarray | None = None,
+) -> bool:
+    """Whether every activity can run at its cap at once: no resource's load at the caps (``e_w * act_share *
+    act_cap`` summed in entry order) exceeds its capacity. A load of exactly the capacity fits."""
+    load = np.zeros(res_cap.shape[0])
+    for i in range(e_act.shape[0]):
+        w = e_w[i] if act_share is None else e_w[i] * act_share[e_act[i]]
+        load[e_res[i]] += w * act_cap[e_act[i]]
+    for r in range(res_cap.shape[0]):
+        if not load[r] <= res_cap[r]:
+            return False
+    return True
 
 
 @njit(cache=True)

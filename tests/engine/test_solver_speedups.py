@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dlrmsim.engine import Simulation
-from dlrmsim.engine.maxmin import maxmin_rates, progressive_filling
+from dlrmsim.engine.maxmin import caps_fit, maxmin_rates, progressive_filling
 from tests.engine.handmade import two_node
 
 
@@ -29,6 +29,36 @@ def test_fast_path_gives_the_rates_of_progressive_filling(cap_scale: float) -> N
         slow = progressive_filling(*prob)  # always the general filling
         # because the fast path only returns the caps when no resource can saturate, where filling ends too
         np.testing.assert_allclose(fast, slow, rtol=1e-12)
+
+
+def test_caps_that_load_resources_exactly_to_capacity_take_the_fast_path() -> None:
+    # Because caps that fit every resource are already max-min fair (feasible, and no activity can rise), the
+    # solver returns them as they are even where they fill a resource exactly (a transfer at its lane rate alone
+    # on a NIC port); the rounds of progressive filling reach the same rates up to rounding, or up to
+    # LEVEL_REL_EPS where levels that close saturate together.
+    rng = np.random.default_rng(11)
+    for _ in range(50):
+        n_act, e_act, e_res, e_w, _, act_cap = _random_problem(rng, int(rng.integers(1, 30)), int(rng.integers(1, 8)), 1.0)
+        load = np.zeros(int(e_res.max(initial=-1)) + 1)
+        np.add.at(load, e_res, e_w * act_cap[e_act])  # in entry order, as the solver sums it
+        exact = load.copy()
+        exact[exact == 0] = 1.0  # a resource no activity uses
+        prob = (n_act, e_act, e_res, e_w, exact, act_cap)
+        np.testing.assert_array_equal(maxmin_rates(*prob), act_cap)
+        np.testing.assert_allclose(progressive_filling(*prob), act_cap, rtol=1e-9)
+
+
+def test_a_transfer_at_its_lane_rate_alone_on_a_port_fits_it() -> None:
+    # Because one activity capped at exactly the port's capacity fits it, the solver takes its fast path and
+    # the activity runs at its cap; one ulp less capacity and the port binds: the filling gives the port's level.
+    entries = (np.array([0]), np.array([0]), np.array([1.0]))
+    port, lane = np.array([12.5e9]), np.array([12.5e9])
+    assert caps_fit(*entries, port, lane)
+    assert maxmin_rates(1, *entries, port, lane)[0] == 12.5e9
+    below = np.array([np.nextafter(12.5e9, 0.0)])
+    assert not caps_fit(*entries, below, lane)
+    assert maxmin_rates(1, *entries, below, lane)[0] == below[0]
+
 
 
 @pytest.mark.parametrize("cap_scale", [0.01, 1.0, 10.0])
