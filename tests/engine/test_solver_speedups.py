@@ -60,7 +60,6 @@ def test_a_transfer_at_its_lane_rate_alone_on_a_port_fits_it() -> None:
     assert maxmin_rates(1, *entries, below, lane)[0] == below[0]
 
 
-
 @pytest.mark.parametrize("cap_scale", [0.01, 1.0, 10.0])
 def test_shares_multiplied_inline_give_the_rates_of_weighted_entries(cap_scale: float) -> None:
     # because act_share multiplies each entry's weight where the solver first reads it, the same products as a
