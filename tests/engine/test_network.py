@@ -9,7 +9,7 @@ import pytest
 from dlrmsim.engine import CommSettings, Simulation, costs
 from dlrmsim.engine.maxmin import maxmin_rates
 from dlrmsim.topologies.topology import Link, Topology
-from tests.engine.handmade import GB, pruned_tree, simple_spec, star, two_node
+from tests.engine.handmade import GB, clx_like, pruned_tree, simple_spec, star, two_node
 
 MB = 1e6
 
@@ -165,3 +165,70 @@ def test_split_mode_spreads_over_the_ecmp_set() -> None:
     # two flows r0->r1: each draws 1/2 of its rate per path; per-flow lane cap 10 GB/s holds
     ends = run_transfers(topo, [(0, 1, 10 * MB, 0.0), (0, 1, 10 * MB, 0.0)], CommSettings(ecmp="split"))
     assert ends["f0"] == pytest.approx(2e-6 + 10e6 / 10e9, rel=1e-12)
+
+
+def test_each_sockets_own_opa_halves_are_bound_to_its_nic_ports(clx64: Topology) -> None:
+    # Because a socket's one OPA half out carries exactly the flows of its injection port (nothing crosses a
+    # socket, and its node-mate reaches the leaf directly), at the port's capacity, the port states the link's
+    # constraint; the same for the half in and the ejection port. Switch uplinks carry many ports' flows: kept.
+    net = Simulation(clx64).network
+    out_link, in_link = net.port_bound_links
+    for i in net.rank_node.tolist():
+        node = str(net.nodes[i])
+        out_name, in_name = net.resource_names[out_link[i]], net.resource_names[in_link[i]]
+        assert out_name.startswith(f"{node}>leaf") and in_name.endswith(f">{node}"), (out_name, in_name)
+        assert net.capacity[out_link[i]] == net.capacity[net.nic_out[i]] == net.capacity[in_link[i]]
+    switches = [i for i in range(len(net.nodes)) if net.node_rank[i] < 0]
+    assert switches and all(out_link[i] == -1 and in_link[i] == -1 for i in switches)
+
+
+def test_a_node_that_flows_cross_keeps_its_link() -> None:
+    # Because r1 sits inside the only path r0 - r1 - sw - r2, its OPA half out also carries r0's flows, which
+    # r1's injection port does not: that link states a constraint of its own. r2, a leaf of the fabric, does not.
+    g = nx.Graph()
+    for n in ("r0", "r1", "r2"):
+        g.add_node(n, compute=simple_spec())
+    g.add_edge("r0", "r1", link=Link("r0", "r1", "upi", 20 * GB, 1e-7))
+    for n in ("r1", "r2"):
+        g.add_edge(n, "sw", link=Link(n, "sw", "opa", 10 * GB, 1e-6, one_sided=False))
+    net = Simulation(Topology("chain", g, ["r0", "r1", "r2"])).network
+    out_link, in_link = net.port_bound_links
+    r1, r2 = net.node_id["r1"], net.node_id["r2"]
+    assert out_link[r1] == -1 and in_link[r1] == -1
+    assert net.resource_names[out_link[r2]] == "r2>sw" and net.resource_names[in_link[r2]] == "sw>r2"
+
+
+def test_leaving_port_bound_links_out_changes_no_time() -> None:
+    # Because a dropped link half and its port are one inequality over the same flows, progressive filling
+    # computes the same level for both in every round: every flow of contending collectives (an alltoall across
+    # a 4:1 pruned root that binds, an allreduce, both drawing copy traffic from the sockets' memory) ends at the
+    # same instant, bit for bit, as with the links' entries kept.
+    topo = clx_like(sockets=16, per_leaf=8, uplinks=2)
+
+    def run(keep_links: bool) -> list[tuple[str, float, float]]:
+        sim = Simulation(topo, record_flows=True)
+        if keep_links:
+            none = np.full(len(sim.network.nodes), -1, dtype=np.int64)
+            sim.network.__dict__["port_bound_links"] = (none, none)  # before any flow is built
+        sim.collective("alltoall", list(range(16)), 24 * MB, name="a2a")
+        sim.collective("allreduce", list(range(0, 16, 3)), 16 * MB, name="ar")
+        sim.run()
+        return [(r.name, r.start, r.end) for r in sim.records]
+
+    kept, dropped = run(True), run(False)
+    assert len(kept) > 250
+    assert dropped == kept
+
+
+def test_a_cross_leaf_flow_has_two_entries_fewer(clx64: Topology) -> None:
+    # Because the socket-to-leaf and leaf-to-socket halves are stated by the NIC ports, a flow across the root
+    # draws from the two uplink halves, its two ports and its two memory domains: 6 entries, not 8.
+    net = Simulation(clx64).network
+    s, d = int(net.rank_node[0]), int(net.rank_node[63])
+    pid = int(net.pair_ids(np.array([s]), np.array([d]))[0])
+    t = net.pair_tables()
+    names = sorted(net.resource_names[r] for r in t.res[t.ptr[pid] : t.ptr[pid + 1]])
+    path = clx64.route(0, 63)
+    hops = [f"{a}>{b}" for a, b in zip(path, path[1:], strict=False)]
+    assert len(hops) == 4 and len(names) == 6
+    assert set(hops[1:3]) < set(names) and not {hops[0], hops[3]} & set(names)
