@@ -28,7 +28,7 @@ from dlrmsim.calibration.drift import DriftSample
 from dlrmsim.calibration.ops import Ops, get_ops
 from dlrmsim.calibration.schema import Calibration, load_calibration
 from dlrmsim.calibration.targets.reference import measure_reference
-from dlrmsim.calibration.targets.torchrec import measure_step, planner_estimate
+from dlrmsim.calibration.targets.torchrec import measure_phases, measure_step, planner_estimate
 from dlrmsim.calibration.targets.torchrec_dmp import measure_dmp_step
 from dlrmsim.config import StrictModel
 from dlrmsim.engine.frames import records_frame
@@ -336,6 +336,15 @@ def measure_target(case: ValidationCase, against: str, reference: Path | None, s
     return TargetRun(list(m.samples_s))
 
 
+def measure_target_phases(case: ValidationCase, against: str) -> dict[str, float]:
+    """Seconds per step of each of dlrmsim's phases in another implementation's step: TorchRec's, single-process
+    (hooks on its DLRM's parts, targets.torchrec.measure_phases); {} where none is measured
+    (DistributedModelParallel's ranks run in processes of their own, the reference DLRM prints step times only)."""
+    if against == "torchrec" and case.ranks == 1:
+        return measure_phases(case.workload, case.batch, case.threads)
+    return {}
+
+
 def run_validation(
     calibration_path: Path,
     backend: str | None = None,
@@ -445,6 +454,7 @@ def _validate_target(
         # TorchRec's DLRM feeds the bottom MLP's output into the dot interaction with the embeddings
         cases = [c for c in cases if c.workload.bottom_mlp[-1] == c.workload.embedding_dim]
     runs: dict[str, list[TargetRun]] = {c.name: [] for c in cases}
+    phases: dict[str, list[dict[str, float]]] = {c.name: [] for c in cases}
     drift_rounds: list[list[DriftSample]] = []
     # The drift probe re-runs the calibration's own kernels (its backend's ops), as for the project's runner: the
     # evidence then says which measurements ran on a host that no longer matched its calibration.
@@ -459,6 +469,9 @@ def _validate_target(
             for case in cases:
                 bar.update(task, description=f"{case.name}: {against} (round {r + 1}/{rounds})")
                 runs[case.name].append(measure_target(case, against, reference, SAMPLES_PER_ROUND))
+                # Where the step time goes, by dlrmsim's phases: a pass of its own right after the timed samples
+                # (its hooks stay out of the step times), so the kept round's phases share its host's state.
+                phases[case.name].append(measure_target_phases(case, against))
                 bar.advance(task)
     results = []
     for case in cases:
@@ -474,6 +487,7 @@ def _validate_target(
                 medians[kept],
                 predicted,
                 predicted_phases_s=pphases,
+                measured_phases_s=phases[case.name][kept],
                 measured_rounds_s=run.samples_s,
                 kept_round=kept,
                 target=against,

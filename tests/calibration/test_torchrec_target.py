@@ -124,3 +124,18 @@ def test_torchrec_interaction_benchmark_times_interaction_arch_with_autograd() -
     assert all(m.time_s > 0 and m.repeats == 3 for m in rows)
     # because autograd's backward forms two products where the forward forms one, it counts twice the flops
     assert rows[1].flops == pytest.approx(2 * rows[0].flops)
+
+
+def test_phases_split_the_step_into_dlrmsims_phases() -> None:
+    pytest.importorskip("torchrec")
+    from dlrmsim.calibration.targets.torchrec import ARCH_PHASES, measure_phases, measure_step
+
+    phases = measure_phases(TINY, 64, 1, min_s=0.05)
+    step = measure_step(TINY, 64, 1, samples=3, min_sample_s=0.02)
+    # Because every part of the step is timed by hooks on the DLRM's four parts, the optimizer step and the rest,
+    # each of dlrmsim's phases is there and took time, and together they make up about one step (the phase pass
+    # is a run of its own, on a shared host: within a factor of two).
+    want = {p for pair in ARCH_PHASES.values() for p in pair} | {"mlp_update", "other"}
+    assert set(phases) == want
+    assert all(v > 0 for k, v in phases.items() if k != "other"), phases
+    assert 0.5 * step.median_s < sum(phases.values()) < 2.0 * step.median_s, (phases, step.median_s)

@@ -15,6 +15,7 @@ from dlrmsim.cli import app, main
 from dlrmsim.workloads.placement import Placement, PlacementSpec, Shard
 
 SAMPLES = [0.010, 0.012, 0.011, 0.013, 0.011]
+PHASES = {"embedding_fwd": 0.004, "top_mlp_bwd": 0.005}  # what TorchRec's hooks would have measured
 
 
 @pytest.fixture
@@ -31,6 +32,7 @@ def fake_target(monkeypatch: pytest.MonkeyPatch) -> None:
         return validate.TargetRun(SAMPLES, 0.002 if against == "torchrec" else None, plan)
 
     monkeypatch.setattr(validate, "measure_target", fake)
+    monkeypatch.setattr(validate, "measure_phases", lambda w, batch, threads: dict(PHASES))  # TorchRec's phase pass
     _fake_drift(monkeypatch)
 
 
@@ -56,6 +58,15 @@ def test_torchrec_report_has_dlrmsim_and_planner_errors(quick_cal_path: Path, fa
     assert case["measured_s"] == pytest.approx(0.011) and case["measured_rounds_s"] == SAMPLES
     assert case["error"] == pytest.approx((case["predicted_s"] - 0.011) / 0.011)
     assert case["planner_error"] == pytest.approx((0.002 - 0.011) / 0.011) and case["target"] == "torchrec"
+
+
+def test_torchrec_phases_land_beside_the_predicted_ones(quick_cal_path: Path, fake_target: None) -> None:
+    report = validate.run_validation(quick_cal_path, against="torchrec", only=["base", "ranks-2"], progress=False)
+    by_name = {c.name: c for c in report.cases}
+    # Because the phase pass times TorchRec's single-process step by dlrmsim's phase names, a case carries those
+    # beside its predicted phases (the CSV's measured_phases_s); the 2-rank case runs in other processes: none.
+    assert by_name["base"].measured_phases_s == PHASES and "embedding_fwd" in by_name["base"].predicted_phases_s
+    assert by_name["ranks-2"].measured_phases_s == {}
 
 
 def test_torchrec_two_rank_cases_are_predicted_with_the_plan_torchrec_ran(quick_cal_path: Path, fake_target: None) -> None:
@@ -136,6 +147,7 @@ def test_target_rounds_go_round_robin_over_the_cases_and_keep_the_fastest(
         return validate.TargetRun([t * slow_by_round[r] for t in SAMPLES], 0.002)
 
     monkeypatch.setattr(validate, "measure_target", fake)
+    monkeypatch.setattr(validate, "measure_phases", lambda w, batch, threads: {})
     _fake_drift(monkeypatch)
     report = validate.run_validation(quick_cal_path, against="torchrec", only=["base", "zipf"], rounds=3, progress=False)
     assert calls == [("base", 0), ("zipf", 0), ("base", 1), ("zipf", 1), ("base", 2), ("zipf", 2)]

@@ -19,6 +19,8 @@ median with its spread. torch, fbgemm-gpu-cpu and torchrec are optional (``make 
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -150,6 +152,108 @@ def measure_step(
     finally:
         torch.set_num_threads(previous)
     return StepMeasurement(f"torchrec/{path}", threads, batch, tuple(samples_s), k)
+
+
+# dlrmsim's phase names (validate.sim_phase) of the DLRM's four parts, forward and backward
+ARCH_PHASES = {
+    "dense_arch": ("bottom_mlp_fwd", "bottom_mlp_bwd"),
+    "sparse_arch": ("embedding_fwd", "embedding_update"),
+    "inter_arch": ("interaction_fwd", "interaction_bwd"),
+    "over_arch": ("top_mlp_fwd", "top_mlp_bwd"),
+}
+
+
+def measure_phases(
+    w: Workload, batch: int, threads: int, path: EmbeddingPath = "fused", min_s: float = 0.3, warmup_steps: int = 3, seed: int = 0
+) -> dict[str, float]:
+    """Mean seconds per step of each phase of TorchRec's training step, by dlrmsim's phase names, from hooks on the
+    DLRM's parts over steps lasting ``min_s`` in all (a pass of its own after the timed samples, so the hooks'
+    few microseconds a step do not touch the step times).
+
+    Forward: each part's forward hooks. Backward runs on the calling thread, one autograd node after another:
+    the top MLP's full backward hooks bracket its backward; the bottom MLP's runs from its output's autograd node
+    to its last parameter gradient; the interaction's from the end of the top MLP's to the first of the two
+    parts' backward; ``embedding_update`` is the rest of backward after the loss's own part: fbgemm's fused
+    backward and SGD update of the tables. ``mlp_update`` is the optimizer step of the MLPs; ``other`` the loss forward and
+    zeroing the gradients."""
+    torch, _ = require_torchrec()
+    model, opt = build_model(w, path, seed)
+    batches = make_batches(w, batch, 4, seed)
+    loss_fn = torch.nn.BCEWithLogitsLoss()
+    clock = time.perf_counter
+    marks: dict[str, float] = {}
+    totals: dict[str, float] = {}
+
+    def add(phase: str, seconds: float) -> None:
+        totals[phase] = totals.get(phase, 0.0) + seconds
+
+    def first(key: str) -> Callable[..., None]:
+        def hook(*_: Any) -> None:  # returns None: a hook's return value would replace the gradients
+            marks.setdefault(key, clock())
+
+        return hook
+
+    for name, (fwd, _bwd) in ARCH_PHASES.items():
+        part = getattr(model, name)
+
+        def before(_m: Any, _a: Any, name: str = name) -> None:
+            marks[f"{name}.fwd"] = clock()
+
+        def after(_m: Any, _a: Any, out: Any, fwd: str = fwd, name: str = name) -> None:
+            add(fwd, clock() - marks[f"{name}.fwd"])
+            if name in ("dense_arch", "sparse_arch"):
+                # the moment autograd starts this part's backward: just before its output's node runs
+                out.grad_fn.register_prehook(first(f"{name}.bwd"))
+
+        part.register_forward_pre_hook(before)
+        part.register_forward_hook(after)
+    # The bottom MLP's backward ends with the last of its parameters' gradients (its input needs none).
+    for param in model.dense_arch.parameters():
+        param.register_post_accumulate_grad_hook(lambda _p: marks.__setitem__("dense_arch.bwd_end", clock()))
+    # The top MLP's input needs a gradient, so its full backward hooks bracket its backward.
+    model.over_arch.register_full_backward_pre_hook(first("over_arch.bwd"))
+    model.over_arch.register_full_backward_hook(lambda *_: marks.__setitem__("over_arch.bwd_end", clock()))
+
+    def step(i: int, timed: bool) -> None:
+        dense, kjt, labels = batches[i % len(batches)]
+        marks.clear()
+        t0 = clock()
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(dense_features=dense, sparse_features=kjt), labels)
+        t1 = clock()
+        loss.backward()
+        t2 = clock()
+        opt.step()
+        t3 = clock()
+        if not timed:
+            return
+        top = marks["over_arch.bwd_end"] - marks["over_arch.bwd"]
+        bottom = marks["dense_arch.bwd_end"] - marks["dense_arch.bwd"]
+        inter = min(marks["dense_arch.bwd"], marks["sparse_arch.bwd"]) - marks["over_arch.bwd_end"]
+        loss_bwd = marks["over_arch.bwd"] - t1
+        add("top_mlp_bwd", top)
+        add("bottom_mlp_bwd", bottom)
+        add("interaction_bwd", inter)
+        add("embedding_update", (t2 - t1) - loss_bwd - top - inter - bottom)
+        add("mlp_update", t3 - t2)
+        add("other", (t1 - t0) + loss_bwd)
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with torch.enable_grad():
+            for i in range(warmup_steps):
+                step(i, timed=False)
+            totals.clear()  # the warm-up's forward hooks added theirs
+            steps, t_start = 0, clock()
+            while steps < 3 or clock() - t_start < min_s:
+                step(warmup_steps + steps, timed=True)
+                steps += 1
+    finally:
+        torch.set_num_threads(previous)
+    fwd_parts = sum(totals.get(f, 0.0) for f, _ in ARCH_PHASES.values())
+    totals["other"] = totals.get("other", 0.0) - fwd_parts  # the loss forward: the step's forward less its parts'
+    return {k: v / steps for k, v in totals.items()}
 
 
 @dataclass(frozen=True)
