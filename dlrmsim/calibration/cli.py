@@ -253,6 +253,8 @@ def validate(
     _write_plot(report, html, f"validation against {against}, calibration {calibration.name}", json_out)
     if against != "project":
         _print_target(report, calibration, json_out)
+        if phases and not json_out:
+            _print_phases(report)  # TorchRec's measured phases beside the predicted ones
         return
     if json_out:
         data = report.to_json()
@@ -317,14 +319,16 @@ def _write_plot(report: ValidationReport, html: Path | None, title: str, quiet: 
 
 
 def _print_phases(report: ValidationReport) -> None:
-    """Each case's measured and predicted time per phase (measured 0 where the run kept no phases)."""
+    """Each case's measured and predicted time per phase, and the prediction's error where a time was measured
+    (measured 0 where the run kept no phases)."""
     for c in report.cases:
         names = sorted(set(c.measured_phases_s) | set(c.predicted_phases_s))
-        print_table(
-            f"{c.name}: per phase",
-            ["phase", "measured ms", "predicted ms"],
-            [(n, c.measured_phases_s.get(n, 0.0) * 1e3, c.predicted_phases_s.get(n, 0.0) * 1e3) for n in names],
-        )
+        rows = []
+        for n in names:
+            measured, predicted = c.measured_phases_s.get(n, 0.0), c.predicted_phases_s.get(n, 0.0)
+            error = f"{(predicted - measured) / measured * 100:+.1f}" if measured > 0 else "-"
+            rows.append((n, measured * 1e3, predicted * 1e3, error))
+        print_table(f"{c.name}: per phase", ["phase", "measured ms", "predicted ms", "error %"], rows)
 
 
 def _print_target(report: ValidationReport, calibration: Path, json_out: bool, title: str | None = None) -> None:

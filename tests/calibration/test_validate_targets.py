@@ -60,6 +60,22 @@ def test_torchrec_report_has_dlrmsim_and_planner_errors(quick_cal_path: Path, fa
     assert case["planner_error"] == pytest.approx((0.002 - 0.011) / 0.011) and case["target"] == "torchrec"
 
 
+def test_phases_print_each_phase_error(quick_cal_path: Path, fake_target: None) -> None:
+    res = CliRunner().invoke(
+        app, ["validate", "--no-results", "-c", str(quick_cal_path), "--against", "torchrec", "--case", "base", "--phases"]
+    )
+    assert res.exit_code == 0, res.output
+    # Because an error needs a measured time, a phase TorchRec's hooks timed shows (predicted - measured) /
+    # measured, and a phase they did not time a dash.
+    cal = load_calibration(quick_cal_path)
+    _, predicted = validate.predict(validate.load_cases(only=["base"])[0], cal, implementation="torchrec-fused")
+    want = (predicted["embedding_fwd"] - PHASES["embedding_fwd"]) / PHASES["embedding_fwd"] * 100
+    line = next(ln for ln in res.output.splitlines() if "embedding_fwd" in ln)
+    assert f"{want:+.1f}" in line
+    assert line.rstrip(" │").endswith(f"{want:+.1f}")
+    assert next(ln for ln in res.output.splitlines() if "interaction_fwd" in ln).rstrip(" │").endswith("-")
+
+
 def test_torchrec_phases_land_beside_the_predicted_ones(quick_cal_path: Path, fake_target: None) -> None:
     report = validate.run_validation(quick_cal_path, against="torchrec", only=["base", "ranks-2"], progress=False)
     by_name = {c.name: c for c in report.cases}
