@@ -101,38 +101,35 @@ def _time_tbe_samples(
     """:func:`time_tbe`, with its forward and backward samples (s)."""
     import torch
 
+    from dlrmsim.calibration.ops.torch_ops import torch_threads
+
     tbe = build_tbe(cfg, seed)
     batches = tbe_inputs(cfg, 8, seed)
     grad = torch.full((cfg.batch, cfg.tables * cfg.dim), 1e-3)
     # Read between forward and backward, as a training step's dense work streams through the cache between them.
     sweep = torch.ones(cfg.between_bytes // 4) if cfg.between_bytes else None
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
     fwd: list[float] = []
     bwd: list[float] = []
     fwd_busy: list[float] = []
     bwd_busy: list[float] = []
-    try:
-        with torch.enable_grad():
-            for i in range(warmup + samples):
-                indices, offsets = batches[i % len(batches)]
-                w0, c0 = time.perf_counter(), time.process_time()
-                out = tbe(indices, offsets)
-                w1, c1 = time.perf_counter(), time.process_time()
-                if sweep is not None:
-                    float(sweep.sum())
-                    w1b, c1b = time.perf_counter(), time.process_time()
-                else:
-                    w1b, c1b = w1, c1
-                out.backward(grad)
-                w2, c2 = time.perf_counter(), time.process_time()
-                if i >= warmup:
-                    fwd.append(w1 - w0)
-                    bwd.append(w2 - w1b)
-                    fwd_busy.append((c1 - c0) / (w1 - w0))
-                    bwd_busy.append((c2 - c1b) / (w2 - w1b))
-    finally:
-        torch.set_num_threads(previous)
+    with torch_threads(threads, grad=True):
+        for i in range(warmup + samples):
+            indices, offsets = batches[i % len(batches)]
+            w0, c0 = time.perf_counter(), time.process_time()
+            out = tbe(indices, offsets)
+            w1, c1 = time.perf_counter(), time.process_time()
+            if sweep is not None:
+                float(sweep.sum())
+                w1b, c1b = time.perf_counter(), time.process_time()
+            else:
+                w1b, c1b = w1, c1
+            out.backward(grad)
+            w2, c2 = time.perf_counter(), time.process_time()
+            if i >= warmup:
+                fwd.append(w1 - w0)
+                bwd.append(w2 - w1b)
+                fwd_busy.append((c1 - c0) / (w1 - w0))
+                bwd_busy.append((c2 - c1b) / (w2 - w1b))
     med = statistics.median
     return TbeTiming(cfg, threads, med(fwd), med(bwd), med(fwd_busy), med(bwd_busy), samples), fwd, bwd
 

@@ -17,21 +17,22 @@ from dlrmsim.calibration.ops.base import TORCH_GRAIN_ELEMENTS, Op, Ops
 
 
 @contextmanager
-def torch_threads(n: int) -> Iterator[None]:
-    """Run the block with ``n`` torch intra-op threads and autograd off, restoring both after.
+def torch_threads(n: int, grad: bool = False) -> Iterator[None]:
+    """Run the block with ``n`` torch intra-op threads and autograd off (on with ``grad``), restoring both after.
 
-    Autograd is off because the runner computes gradients by hand, as autograd would; only the EmbeddingBag
-    backward turns it on (``emb_forward``). Scoped to the block, so other torch code in the process (the
-    TorchRec target) keeps its own grad mode.
+    Autograd is off by default because the runner computes gradients by hand, as autograd would; only the
+    EmbeddingBag backward turns it on (``emb_forward``). Implementations that train with autograd (TorchRec, fbgemm's
+    TBE) time their steps with ``grad=True``. Scoped to the block, so other torch code in the process keeps its own
+    thread count and grad mode.
     """
-    previous, grad = torch.get_num_threads(), torch.is_grad_enabled()
+    previous, was = torch.get_num_threads(), torch.is_grad_enabled()
     torch.set_num_threads(n)
-    torch.set_grad_enabled(False)
+    torch.set_grad_enabled(grad)
     try:
         yield
     finally:
         torch.set_num_threads(previous)
-        torch.set_grad_enabled(grad)
+        torch.set_grad_enabled(was)
 
 
 class TorchOps(Ops):

@@ -132,25 +132,22 @@ def measure_step(
     pre-built batches so input generation is not timed.
     """
     torch, _ = require_torchrec()
+    from dlrmsim.calibration.ops.torch_ops import torch_threads
+
     model, opt = build_model(w, path, seed)
     batches = make_batches(w, batch, 4, seed)
     loss_fn = torch.nn.BCEWithLogitsLoss()
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
 
-        def step(i: int) -> None:
-            dense, kjt, labels = batches[i % len(batches)]
-            opt.zero_grad(set_to_none=True)
-            loss = loss_fn(model(dense_features=dense, sparse_features=kjt), labels)
-            loss.backward()
-            opt.step()
+    def step(i: int) -> None:
+        dense, kjt, labels = batches[i % len(batches)]
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(dense_features=dense, sparse_features=kjt), labels)
+        loss.backward()
+        opt.step()
 
-        # Autograd on, whatever the process set before (the calibration's torch ops turn it off globally).
-        with torch.enable_grad():
-            samples_s, k = time_samples(step, samples, min_sample_s, warmup_steps)
-    finally:
-        torch.set_num_threads(previous)
+    # Autograd on, whatever the process set before (the calibration's torch ops turn it off).
+    with torch_threads(threads, grad=True):
+        samples_s, k = time_samples(step, samples, min_sample_s, warmup_steps)
     return StepMeasurement(f"torchrec/{path}", threads, batch, tuple(samples_s), k)
 
 
@@ -177,6 +174,8 @@ def measure_phases(
     backward and SGD update of the tables. ``mlp_update`` is the optimizer step of the MLPs; ``other`` the rest:
     zeroing the gradients, the loss forward and backward, and autograd's start."""
     torch, _ = require_torchrec()
+    from dlrmsim.calibration.ops.torch_ops import torch_threads
+
     model, opt = build_model(w, path, seed)
     batches = make_batches(w, batch, 4, seed)
     loss_fn = torch.nn.BCEWithLogitsLoss()
@@ -238,19 +237,14 @@ def measure_phases(
         add("mlp_update", t3 - t2)
         add("other", (t1 - t0) + loss_bwd)
 
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        with torch.enable_grad():
-            for i in range(warmup_steps):
-                step(i, timed=False)
-            totals.clear()  # the warm-up's forward hooks added theirs
-            steps, t_start = 0, clock()
-            while steps < 3 or clock() - t_start < min_s:
-                step(warmup_steps + steps, timed=True)
-                steps += 1
-    finally:
-        torch.set_num_threads(previous)
+    with torch_threads(threads, grad=True):
+        for i in range(warmup_steps):
+            step(i, timed=False)
+        totals.clear()  # the warm-up's forward hooks added theirs
+        steps, t_start = 0, clock()
+        while steps < 3 or clock() - t_start < min_s:
+            step(warmup_steps + steps, timed=True)
+            steps += 1
     fwd_parts = sum(totals.get(f, 0.0) for f, _ in ARCH_PHASES.values())
     totals["other"] = totals.get("other", 0.0) - fwd_parts  # the loss forward: the step's forward less its parts'
     return {k: v / steps for k, v in totals.items()}
