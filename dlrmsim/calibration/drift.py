@@ -23,7 +23,7 @@ from dlrmsim.calibration.benchmarks.gemm import gemm_task
 from dlrmsim.calibration.benchmarks.memory import stream_task
 from dlrmsim.calibration.benchmarks.overhead import dispatch_task, fork_task
 from dlrmsim.calibration.benchmarks.plan import combine_passes
-from dlrmsim.calibration.benchmarks.tbe import TbeConfig, tbe_available, tbe_task
+from dlrmsim.calibration.benchmarks.tbe import TbeConfig, calibrated_module, tbe_available, tbe_task
 from dlrmsim.calibration.benchmarks.timing import QUICK_POLICY, BenchTask
 from dlrmsim.calibration.ops import Ops
 from dlrmsim.calibration.schema import Calibration, Measurement
@@ -65,7 +65,9 @@ def tbe_probe(cal: Calibration) -> BenchTask | None:
     if not rows or not tbe_available():
         return None
     p = min(rows, key=lambda m: tuple(int(m.params[k]) for k in ("rows", "dim", "pooling", "batch"))).params
-    cfg = TbeConfig(int(p["rows"]), int(p["dim"]), int(p["pooling"]), int(p["batch"]), int(p["tables"]))
+    # The module the calibration timed (calibrations before 2026-11-26 timed the kernel alone), where it can run.
+    module = "sparse_arch" if p.get("module") == "sparse_arch" and calibrated_module() == "sparse_arch" else "tbe"
+    cfg = TbeConfig(int(p["rows"]), int(p["dim"]), int(p["pooling"]), int(p["batch"]), int(p["tables"]), module=module)
     return tbe_task(cfg, QUICK_POLICY)
 
 

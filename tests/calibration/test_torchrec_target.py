@@ -126,6 +126,40 @@ def test_torchrec_interaction_benchmark_times_interaction_arch_with_autograd() -
     assert rows[1].flops == pytest.approx(2 * rows[0].flops)
 
 
+def test_tbe_benchmark_times_torchrecs_sparse_arch_where_torchrec_is_installed() -> None:
+    """The TBE rows of a calibration with TorchRec installed time the module TorchRec's DLRM calls (SparseArch over a
+    fused collection, a KeyedJaggedTensor in), and say so in their name and parameters."""
+    pytest.importorskip("torchrec")
+    from dlrmsim.calibration.benchmarks.tbe import TbeConfig, build_sparse_arch, calibrated_module, tbe_inputs, tbe_task
+    from dlrmsim.calibration.benchmarks.timing import TimingPolicy
+
+    assert calibrated_module() == "sparse_arch"
+    cfg = TbeConfig(1000, 16, 4, 64, 3, "uniform", 0, "sparse_arch")
+    # because TorchRec's DLRM feeds the interaction a (batch, tables, dim) tensor, the benchmark's backward must
+    # take a gradient of that shape
+    (kjt,) = tbe_inputs(cfg, 1)[0]
+    assert tuple(build_sparse_arch(cfg)(kjt).shape) == (64, 3, 16)
+    rows = tbe_task(cfg, TimingPolicy(warmup=1, repeats=3, min_sample_s=0.0)).run()
+    assert [(m.benchmark, m.params["op"], m.params["module"]) for m in rows] == [
+        ("tbe", "forward", "sparse_arch"),
+        ("tbe", "update", "sparse_arch"),
+    ]
+    assert all(m.name.endswith("sparse_arch c1") and m.time_s > 0 for m in rows)
+
+
+def test_torchrec_keeps_its_advice_off_the_terminal(caplog: pytest.LogCaptureFixture) -> None:
+    pytest.importorskip("torchrec")
+    import logging
+
+    from dlrmsim.calibration.targets.torchrec import planner_estimate
+
+    with caplog.at_level(logging.WARNING):
+        planner_estimate(TINY, 64)
+    # because TorchRec's planner logs two warnings a plan about how it was called (some 200 lines around one
+    # validation table), the target silences them: a user sees the table, and errors still show
+    assert not [r for r in caplog.records if r.name.startswith("torchrec")]
+
+
 def test_phases_split_the_step_into_dlrmsims_phases() -> None:
     pytest.importorskip("torchrec")
     from dlrmsim.calibration.targets.torchrec import ARCH_PHASES, measure_phases, measure_step

@@ -173,6 +173,24 @@ def test_torchrec_validations_probe_fbgemms_tbe_at_its_smallest_calibrated_confi
     assert drift.tbe_probe(cal) is None  # where fbgemm is not installed, nothing to run
 
 
+def test_the_tbe_probe_times_what_the_calibration_timed(quick_cal: Calibration, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dlrmsim.calibration.benchmarks.tbe import TbeConfig, TbeTiming, tbe_measurements
+
+    cfg = TbeConfig(2**18, 32, 16, 1024, 4, "uniform", 0, "sparse_arch")
+    rows = tbe_measurements(TbeTiming(cfg, 1, 1e-4, 4e-4, 1.0, 1.0, 7), 1000, (1.0, 1.0))
+    cal = quick_cal.model_copy(update={"measurements": [*quick_cal.measurements, *rows]})
+    monkeypatch.setattr(drift, "tbe_available", lambda: True)
+    # because a calibration that timed TorchRec's sparse arch must be probed on the same module, or the drift ratio
+    # would compare the kernel alone with the kernel plus TorchRec's glue (0.35-2 ms a call on the VM)
+    monkeypatch.setattr(drift, "calibrated_module", lambda: "sparse_arch")
+    probe = drift.tbe_probe(cal)
+    assert probe is not None and probe.id == "tbe r262144 d32 p16 uniform b1024 t4 sparse_arch c1"
+    # and where torchrec is missing now, the kernel alone is what can still run
+    monkeypatch.setattr(drift, "calibrated_module", lambda: "tbe")
+    probe = drift.tbe_probe(cal)
+    assert probe is not None and probe.id == "tbe r262144 d32 p16 uniform b1024 t4 c1"
+
+
 def test_an_unknown_case_is_one_line_listing_the_cases(cli, tmp_path: Path) -> None:  # noqa: ANN001
     from tests.conftest import assert_one_line_error
 

@@ -88,7 +88,9 @@ def time_torchrec_interaction(ops: Ops, cfg: InteractionConfig, policy: TimingPo
     product of (E x (S+1)) by ((S+1) x (S+1)) matrices that runs far below the first (E=128, batch 1024, 2 threads
     of this project's host: 0.79 ms against 0.15 ms), then adds them into X's gradient. The runner's hand-written
     backward forms ``(dZ + dZ^T) X`` once. So TorchRec's interaction is measured as TorchRec runs it."""
-    import torch
+    from dlrmsim.calibration.targets.torchrec import require_torchrec
+
+    torch, _ = require_torchrec()  # quietly: torchrec's import makes torch.fx log a deprecation
     from torchrec.models.dlrm import InteractionArch
 
     rng = np.random.default_rng(cfg.batch + cfg.tables + cfg.dim)

@@ -27,7 +27,7 @@ from dlrmsim.calibration.benchmarks.memory import STREAM_STAGE, stream_elements,
 from dlrmsim.calibration.benchmarks.optimizer import optimizer_task
 from dlrmsim.calibration.benchmarks.outputs import cold_output_task
 from dlrmsim.calibration.benchmarks.overhead import dispatch_task, fork_task
-from dlrmsim.calibration.benchmarks.tbe import tbe_available, tbe_configs, tbe_task
+from dlrmsim.calibration.benchmarks.tbe import calibrated_module, tbe_available, tbe_configs, tbe_task
 from dlrmsim.calibration.benchmarks.timing import BenchTask, TimingPolicy, core_counts, policy_for
 from dlrmsim.calibration.ops import Ops
 from dlrmsim.calibration.schema import Measurement
@@ -172,9 +172,10 @@ def _first_pass(k: Ops, quick: bool, cores: int, implementation: str, ranks: int
     if k.name == "torch" and torchrec_interaction_available():
         for icfg in interaction_configs(quick):
             tasks += [interaction_task(k, icfg, c, policy, "torchrec") for c in emb_cores]
-    # fbgemm's CPU TBE (TorchRec's fused embedding) runs on one thread: measured there (benchmarks/tbe.py).
+    # fbgemm's CPU TBE (TorchRec's fused embedding) runs on one thread: measured there (benchmarks/tbe.py), inside
+    # TorchRec's sparse arch where torchrec is installed (the KeyedJaggedTensor in, the pooled tensor out).
     if k.name == "torch" and tbe_available():
-        tasks += [tbe_task(cfg, policy) for cfg in tbe_configs(last_level_cache_bytes())]
+        tasks += [tbe_task(cfg, policy) for cfg in tbe_configs(last_level_cache_bytes(), calibrated_module())]
     if cores >= 1:
         threads = max(1, cores // ranks)
         for op in ("allreduce", "alltoall"):

@@ -1,9 +1,20 @@
-"""fbgemm's table-batched embedding (TBE) on CPU, timed alone: forward, and backward with the SGD update fused in.
+"""fbgemm's table-batched embedding (TBE) on CPU, timed outside any DLRM step: forward, and backward with the SGD
+update fused in.
 
 This is the kernel TorchRec's ``FusedEmbeddingBagCollection`` runs on a CPU (fbgemm_gpu's
 ``SplitTableBatchedEmbeddingBagsCodegen`` with ``EmbeddingLocation.HOST``, ``ComputeDevice.CPU`` and
-``OptimType.EXACT_SGD``), outside any DLRM step, so that how its time changes with the thread count is a
-micro-benchmark fact and not something read off the step we validate against.
+``OptimType.EXACT_SGD``), timed as a micro-benchmark so that how its time changes with the thread count and the
+shapes is a measured fact and not something read off the step we validate against.
+
+Two subjects (``TbeConfig.module``): ``"tbe"``, the kernel alone on flat (indices, offsets); and ``"sparse_arch"``,
+what TorchRec's DLRM calls around it: ``torchrec.models.dlrm.SparseArch`` over a ``FusedEmbeddingBagCollection``,
+from a ``KeyedJaggedTensor`` to the (batch, tables, dim) tensor of pooled embeddings ([TorchRec-1.8]
+torchrec/models/dlrm.py: the collection's ``KeyedTensor`` is split per feature with ``to_dict`` and stacked again
+with ``torch.cat``; backward splits the gradient the same way). That glue is not free: on this project's 2-vCPU
+VM at one thread (2026-11-26) the sparse arch's forward took 0.35-2.0 ms more than the kernel's (base case 2.23
+against 1.74 ms; batch 4096 7.67 against 5.69 ms), growing with the lookups and the pooled bytes, and its backward
+0-1.1 ms more. The calibration times the sparse arch when torchrec is installed, as it times TorchRec's own
+``InteractionArch`` (benchmarks/interaction.py): it is what the torchrec-fused implementation runs.
 
 Each call is timed by the wall clock and by the process's CPU time (all its threads): a kernel that runs its work
 on ``n`` threads shows CPU time near ``n`` x wall time, one that runs on a single thread shows CPU time = wall time
@@ -17,7 +28,7 @@ import importlib.util
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -32,7 +43,8 @@ LEARNING_RATE = 0.01  # any positive rate costs the same
 @dataclass(frozen=True)
 class TbeConfig:
     """Tables of ``rows`` x ``dim`` fp32, ``tables`` of them batched in one TBE, ``pooling`` lookups per sample;
-    ``between_bytes`` read between each forward and its backward (0: back to back)."""
+    ``between_bytes`` read between each forward and its backward (0: back to back); ``module`` what is timed: the
+    kernel alone ("tbe") or TorchRec's sparse arch around it ("sparse_arch", see the module docstring)."""
 
     rows: int
     dim: int
@@ -41,6 +53,7 @@ class TbeConfig:
     tables: int = 4
     distribution: str = "uniform"
     between_bytes: int = 0
+    module: Literal["tbe", "sparse_arch"] = "tbe"
 
 
 @dataclass(frozen=True)
@@ -74,18 +87,49 @@ def build_tbe(cfg: TbeConfig, seed: int = 0) -> Any:
     )
 
 
-def tbe_inputs(cfg: TbeConfig, count: int, seed: int = 0) -> list[tuple[Any, Any]]:
-    """``count`` (indices, offsets) batches: every table's ``batch`` x ``pooling`` lookups, TBE's flat layout."""
+def build_sparse_arch(cfg: TbeConfig, seed: int = 0) -> Any:
+    """TorchRec's DLRM sparse arch over a fused collection of ``cfg``'s tables: feature ``f{i}`` looks up table
+    ``t{i}``, as the TorchRec validation target builds it (calibration/targets/torchrec.py)."""
+    from dlrmsim.calibration.targets.torchrec import require_torchrec
+
+    torch, torchrec = require_torchrec()  # quietly, as the validation target imports it
+    from torchrec.models.dlrm import SparseArch
+    from torchrec.modules.fused_embedding_modules import FusedEmbeddingBagCollection
+
+    torch.manual_seed(seed)
+    tables = [
+        torchrec.EmbeddingBagConfig(name=f"t{i}", embedding_dim=cfg.dim, num_embeddings=cfg.rows, feature_names=[f"f{i}"])
+        for i in range(cfg.tables)
+    ]
+    ebc = FusedEmbeddingBagCollection(tables=tables, optimizer_type=torch.optim.SGD, optimizer_kwargs={"lr": LEARNING_RATE})
+    return SparseArch(ebc)
+
+
+def tbe_inputs(cfg: TbeConfig, count: int, seed: int = 0) -> list[tuple[Any, ...]]:
+    """``count`` call arguments, each every table's ``batch`` x ``pooling`` lookups: (indices, offsets) in TBE's
+    flat layout, or, for the sparse arch, a ``KeyedJaggedTensor`` of the same ids."""
     import torch
 
     rng = np.random.default_rng(seed)
     offsets = torch.arange(0, cfg.tables * cfg.batch + 1, dtype=torch.int64) * cfg.pooling
-    out = []
+    out: list[tuple[Any, ...]] = []
     for _ in range(count):
         idx = np.concatenate(
             [make_indices(cfg.rows, cfg.batch * cfg.pooling, cfg.distribution, ZIPF_EXPONENT, rng) for _ in range(cfg.tables)]
         )
-        out.append((torch.from_numpy(idx.astype(np.int64)), offsets))
+        values = torch.from_numpy(idx.astype(np.int64))
+        if cfg.module == "sparse_arch":
+            from dlrmsim.calibration.targets.torchrec import require_torchrec
+
+            _, torchrec = require_torchrec()
+            kjt = torchrec.KeyedJaggedTensor.from_lengths_sync(
+                keys=[f"f{i}" for i in range(cfg.tables)],
+                values=values,
+                lengths=torch.full((cfg.tables * cfg.batch,), cfg.pooling, dtype=torch.int32),
+            )
+            out.append((kjt,))
+        else:
+            out.append((values, offsets))
     return out
 
 
@@ -103,9 +147,10 @@ def _time_tbe_samples(
 
     from dlrmsim.calibration.ops.torch_ops import torch_threads
 
-    tbe = build_tbe(cfg, seed)
+    module = build_sparse_arch(cfg, seed) if cfg.module == "sparse_arch" else build_tbe(cfg, seed)
     batches = tbe_inputs(cfg, 8, seed)
-    grad = torch.full((cfg.batch, cfg.tables * cfg.dim), 1e-3)
+    shape = (cfg.batch, cfg.tables, cfg.dim) if cfg.module == "sparse_arch" else (cfg.batch, cfg.tables * cfg.dim)
+    grad = torch.full(shape, 1e-3)
     # Read between forward and backward, as a training step's dense work streams through the cache between them.
     sweep = torch.ones(cfg.between_bytes // 4) if cfg.between_bytes else None
     fwd: list[float] = []
@@ -114,9 +159,9 @@ def _time_tbe_samples(
     bwd_busy: list[float] = []
     with torch_threads(threads, grad=True):
         for i in range(warmup + samples):
-            indices, offsets = batches[i % len(batches)]
+            args = batches[i % len(batches)]
             w0, c0 = time.perf_counter(), time.process_time()
-            out = tbe(indices, offsets)
+            out = module(*args)
             w1, c1 = time.perf_counter(), time.process_time()
             if sweep is not None:
                 float(sweep.sum())
@@ -140,16 +185,19 @@ def _time_tbe_samples(
 # (benchmarks.embedding.embedding_configs), so the same terms (fixed, per lookup, per byte) separate.
 TBE_SHAPES = ((2**18, 32), (2**18, 128), (2**21, 32))
 TBE_POOLINGS = (4, 16, 64)
-# Two batches: the TBE's backward allocates and sorts per-call buffers of every lookup (csr2csc), and its time per
+# Three batches: the TBE's backward allocates and sorts per-call buffers of every lookup (csr2csc), and its time per
 # lookup is not the same at 16k and 32k lookups a table (2.2 vs 1.1 ms a table at p16, batch 2048 vs 1024 on this
-# project's 2-core host): the fit must see the sizes the validation steps run.
-TBE_BATCHES = (1024, 2048)
+# project's 2-core host): the fit must see the sizes the validation steps run. Batch 256 too, where a call's fixed
+# part (TorchRec's per-feature glue) weighs most: with only 1024 and 2048 the fit put the base case's sparse-arch
+# forward at batch 256 at 0.92 ms against 0.63-0.73 ms measured in the step (2-vCPU VM, 2026-11-26).
+TBE_BATCHES = (256, 1024, 2048)
 TBE_TABLES = 4  # a rank of the validation cases holds 4 tables in one TBE
 # Bytes read between forward and backward, in last-level caches: in a training step the dense forward and backward
 # run between them and push out rows the fused update re-reads (TorchRec's step on this project's 2-core host: the
 # backward took 5.1-5.3 ms against 3.2-4.7 ms back to back, and 5.6-5.8 ms after a 64 MiB read). The fit's reload
 # term (fit.reload_lookups) can only be told apart when its rows see that traffic change: 0, 1 and 4 caches.
 TBE_SWEEP_CACHES = (1, 4)
+TBE_SWEEP_BATCH = 1024  # the validation's batch, whose rows the dense work between the passes evicts
 
 
 def tbe_available() -> bool:
@@ -157,11 +205,17 @@ def tbe_available() -> bool:
     return importlib.util.find_spec("fbgemm_gpu") is not None and importlib.util.find_spec("torch") is not None
 
 
-def tbe_configs(cache_bytes: int) -> list[TbeConfig]:
-    """The TBE shapes of the calibration, and the first shape at pooling 16 again with a read of ``cache_bytes``
-    (the last-level cache) times each of TBE_SWEEP_CACHES between forward and backward."""
+def calibrated_module() -> Literal["tbe", "sparse_arch"]:
+    """What the calibration times: TorchRec's sparse arch where torchrec is installed (what its DLRM runs), else
+    fbgemm's kernel alone."""
+    return "sparse_arch" if importlib.util.find_spec("torchrec") is not None else "tbe"
+
+
+def tbe_configs(cache_bytes: int, module: Literal["tbe", "sparse_arch"] = "tbe") -> list[TbeConfig]:
+    """The TBE shapes of the calibration, and the first shape at pooling 16, batch 1024 again with a read of ``cache_bytes``
+    (the last-level cache) times each of TBE_SWEEP_CACHES between forward and backward; each timing ``module``."""
     configs = [
-        TbeConfig(rows, dim, p, batch, TBE_TABLES, dist)
+        TbeConfig(rows, dim, p, batch, TBE_TABLES, dist, 0, module)
         for rows, dim in TBE_SHAPES
         for p in TBE_POOLINGS
         for batch in TBE_BATCHES
@@ -169,7 +223,7 @@ def tbe_configs(cache_bytes: int) -> list[TbeConfig]:
     ]
     rows, dim = TBE_SHAPES[0]
     configs += [
-        TbeConfig(rows, dim, 16, TBE_BATCHES[0], TBE_TABLES, dist, k * cache_bytes)
+        TbeConfig(rows, dim, 16, TBE_SWEEP_BATCH, TBE_TABLES, dist, k * cache_bytes, module)
         for k in TBE_SWEEP_CACHES
         for dist in ("uniform", "zipf")
     ]
@@ -184,9 +238,11 @@ def fused_update_bytes(batch: int, pooling: int, dim: int, unique_rows: int, ind
 
 
 def config_label(cfg: TbeConfig) -> str:
-    """A TBE configuration's part of its measurement and task names (the read between passes when there is one)."""
+    """A TBE configuration's part of its measurement and task names (the read between passes when there is one,
+    and the module when it is TorchRec's sparse arch)."""
     label = f"r{cfg.rows} d{cfg.dim} p{cfg.pooling} {cfg.distribution} b{cfg.batch} t{cfg.tables}"
-    return f"{label} s{cfg.between_bytes}" if cfg.between_bytes else label
+    label = f"{label} s{cfg.between_bytes}" if cfg.between_bytes else label
+    return f"{label} {cfg.module}" if cfg.module != "tbe" else label
 
 
 def tbe_measurements(t: TbeTiming, unique_rows: int, spreads: tuple[float, float]) -> list[Measurement]:
@@ -206,7 +262,11 @@ def tbe_measurements(t: TbeTiming, unique_rows: int, spreads: tuple[float, float
                 benchmark="tbe",
                 name=f"tbe {op} {config_label(cfg)} c{t.threads}",
                 cores=t.threads,
-                params={**lookup_params(cfg, op, "rest", unique_rows, cfg.tables), "between_bytes": cfg.between_bytes},
+                params={
+                    **lookup_params(cfg, op, "rest", unique_rows, cfg.tables),
+                    "between_bytes": cfg.between_bytes,
+                    "module": cfg.module,
+                },
                 bytes=nbytes[op],
                 time_s=time_s / cfg.tables,
                 spread_pct=spread,

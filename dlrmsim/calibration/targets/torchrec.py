@@ -19,7 +19,9 @@ median with its spread. torch, fbgemm-gpu-cpu and torchrec are optional (``make 
 
 from __future__ import annotations
 
+import logging
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -35,8 +37,20 @@ EmbeddingPath = Literal["fused", "ebc"]
 LEARNING_RATE = 0.01  # any positive rate costs the same; SGD as in the DLRM reference training
 
 
+def quiet_torchrec() -> None:
+    """Keep TorchRec's advice about how we call it off the user's terminal: its planner logs two warnings a plan
+    (the Topology built directly, and dense sizes estimated in a dry run, neither of which touches the
+    per-table estimate we report), torchrec's import makes torch.fx log a deprecation, and the sharded path warns
+    about its own internals. A validation run printed some 200 such lines around its table. Errors still show."""
+    logging.getLogger("torchrec").setLevel(logging.ERROR)
+    logging.getLogger("torch.fx._symbolic_trace").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", module=r"torchrec(\.|$)")
+    warnings.filterwarnings("ignore", module=r"fbgemm_gpu(\.|$)")
+
+
 def require_torchrec() -> tuple[Any, Any]:
     """Import torch and torchrec, or raise a one-line error that says how to install them."""
+    quiet_torchrec()
     try:
         import torch
         import torchrec
