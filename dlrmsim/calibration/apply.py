@@ -22,6 +22,7 @@ from dlrmsim.topologies.topology import ComputeSpec, EfficiencyTable, Link, Topo
 from dlrmsim.training.implementations import ImplementationProfile
 
 SHM_LINK_KIND = "shm"
+SHM_BACKEND = "shm"  # the backend preset of processes on one host, whose collectives the calibrated shm links carry
 
 
 def calibrated_compute(
@@ -236,6 +237,16 @@ def calibrated_link(link: Link, cal: Calibration) -> Link:
     except KeyError:
         fit = cal.collectives[0]
     return dataclasses.replace(link, bandwidth_Bps=fit.bus_bandwidth_GBps * 1e9, latency_s=0.0, overhead_s=fit.alpha_us * 1e-6)
+
+
+def calibrated_backend_overrides(cal: Calibration, backend: str) -> dict[str, int]:
+    """Backend fields a calibration measured, for the backend its shm links stand for: how many collectives a
+    rank progresses at once (``progress_engines``), where the calibration timed two alltoalls posted together.
+    On the 2-vCPU VM, gloo's two processes ran them nearly in series (series / together 1.04-1.19), so TorchRec's
+    KeyedJaggedTensor lengths and values, posted together, cost about two alltoalls, not one."""
+    if backend != SHM_BACKEND or cal.collectives_at_once is None:
+        return {}
+    return {"progress_engines": max(1, round(cal.collectives_at_once))}
 
 
 def apply_calibration(

@@ -52,6 +52,13 @@ class Communicator(ABC):
         """Block d of ``send`` (axis 0, ``size`` equal blocks) goes to rank d; block s of ``recv`` comes from
         rank s. Returns the bytes handed to the collective (send.nbytes, this rank's block to itself included)."""
 
+    def alltoalls_together(self, pairs: list[tuple[np.ndarray, np.ndarray]]) -> None:
+        """Post every (send, recv) alltoall of ``pairs`` before waiting for any, as an implementation that issues
+        asynchronous collectives does (TorchRec posts a KeyedJaggedTensor's lengths and values together). The
+        shared-memory group is driven by the calling thread, so here they run one after another."""
+        for send, recv in pairs:
+            self.alltoall(send, recv)
+
     @abstractmethod
     def barrier(self) -> None: ...
 
@@ -185,6 +192,16 @@ class GlooCommunicator(Communicator):
 
         self._dist.all_to_all_single(torch.from_numpy(recv.reshape(-1)), torch.from_numpy(send.reshape(-1)))
         return send.nbytes
+
+    def alltoalls_together(self, pairs: list[tuple[np.ndarray, np.ndarray]]) -> None:
+        import torch
+
+        works = [
+            self._dist.all_to_all_single(torch.from_numpy(r.reshape(-1)), torch.from_numpy(s.reshape(-1)), async_op=True)
+            for s, r in pairs
+        ]
+        for w in works:
+            w.wait()
 
     def close(self) -> None:
         self._dist.destroy_process_group()

@@ -875,6 +875,16 @@ def fit_collectives(measurements: Sequence[Measurement]) -> list[CollectiveFit]:
     return out
 
 
+def fit_collectives_at_once(measurements: Sequence[Measurement]) -> float | None:
+    """How many collectives a rank's process group progresses at once: the time of two alltoalls run one after
+    another over the time of the same two posted together (benchmarks/collectives.py, ``together_task``); 1: they
+    run in series, 2: fully at once. None where the benchmark did not run (one rank, older files)."""
+    times = {str(m.params.get("mode")): m.time_s for m in measurements if m.benchmark == "alltoall_together"}
+    if "series" not in times or not times.get("together"):
+        return None
+    return _sig(times["series"] / times["together"])
+
+
 def predict_collective_s(fit: CollectiveFit, nbytes: float) -> float:
     return fit.alpha_us * 1e-6 + nbytes / (fit.beta_GBps * 1e9)
 

@@ -258,6 +258,7 @@ class Measurement(StrictModel):
         "interaction_torchrec",
         "allreduce",
         "alltoall",
+        "alltoall_together",
         "dispatch",
         "tbe",
         "fork",
@@ -346,6 +347,12 @@ class Calibration(StrictModel):
         default_factory=list,
         description="writing a result into memory evicted since its last use (benchmarks/outputs.py), per core "
         "count; empty: not measured (older files), not charged",
+    )
+    collectives_at_once: float | None = Field(
+        None,
+        description="how many collectives a rank's process group progresses at once on this host: two alltoalls "
+        "in series over the same two posted together (benchmarks/collectives.py); the calibrated shm backend runs "
+        "round(this) at a time (calibration.apply.calibrated_backend_overrides); null: not measured",
     )
     measurements: list[Measurement] = []
     fit_quality: list[FitRow] = []

@@ -15,7 +15,7 @@ from typing import Any, Literal
 import simpy
 from pydantic import Field, model_validator
 
-from dlrmsim.calibration.apply import apply_calibration
+from dlrmsim.calibration.apply import apply_calibration, calibrated_backend_overrides
 from dlrmsim.calibration.schema import load_calibration
 from dlrmsim.config import StrictModel
 from dlrmsim.engine.backends import Backend, load_backend
@@ -235,9 +235,12 @@ def load_inputs(
     topo = topology if topology is not None else load_training_topology(cfg)
     impl = load_implementation(cfg.implementation) if cfg.implementation else None
     threads_by_kind = impl.threads_by_kind() if impl is not None else {}
+    be_over: dict[str, Any] = {}
     if cfg.calibration:
-        topo = apply_calibration(topo, load_calibration(Path(cfg.calibration)), w.index_distribution.kind, impl)
-    be_over = dict(cfg.backend_overrides)
+        cal = load_calibration(Path(cfg.calibration))
+        topo = apply_calibration(topo, cal, w.index_distribution.kind, impl)
+        be_over.update(calibrated_backend_overrides(cal, cfg.backend))
+    be_over.update(cfg.backend_overrides)
     if cfg.comm_cores is not None:
         be_over["comm_cores"] = cfg.comm_cores
     if cfg.allreduce_algorithm:

@@ -87,3 +87,30 @@ def test_iteration_phases_move_arrival_waits_out_of_the_collectives() -> None:
 def test_one_rank_has_no_arrival_wait() -> None:
     out = iteration_phases([_rank_result({}, [])], 0)
     assert out["arrival_wait"] == 0.0
+
+
+def test_collectives_at_once_is_series_over_together() -> None:
+    from dlrmsim.calibration.fit import fit_collectives_at_once
+    from dlrmsim.calibration.schema import Measurement
+
+    def row(mode: str, t: float) -> Measurement:
+        params = {"ranks": 2, "implementation": "gloo", "mode": mode}
+        return Measurement(benchmark="alltoall_together", name=f"alltoall {mode}", cores=2, params=params, time_s=t, repeats=3)
+
+    # because two alltoalls in series take the sum of their times and two fully at once the longer one's, the
+    # ratio reads 1 for a group that runs one collective at a time and 2 for one that runs two equal ones at once
+    assert fit_collectives_at_once([row("series", 2.0e-3), row("together", 1.9e-3)]) == pytest.approx(2.0 / 1.9, rel=1e-3)
+    assert fit_collectives_at_once([row("series", 2.0e-3), row("together", 1.0e-3)]) == pytest.approx(2.0)
+    assert fit_collectives_at_once([row("series", 2.0e-3)]) is None  # not measured: no limit is claimed
+
+
+def test_the_together_benchmark_times_both_modes_on_the_shm_group() -> None:
+    from dlrmsim.calibration.benchmarks.collectives import together_task
+
+    policy = TimingPolicy(warmup=1, repeats=3, min_sample_s=0.0)
+    rows = together_task(2, "shm", 1, policy).run()
+    assert [m.params["mode"] for m in rows] == ["series", "together"]
+    series, together = (m.time_s for m in rows)
+    # because the shared-memory group is driven by the calling thread, "together" runs the two one after another
+    # too: the two modes time the same work (within a factor of two on a shared host)
+    assert 0.5 < series / together < 2.0, (series, together)

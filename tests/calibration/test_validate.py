@@ -213,3 +213,27 @@ def test_validate_without_a_calibration_is_one_line(cli) -> None:  # noqa: ANN00
     from tests.conftest import assert_one_line_error
 
     assert_one_line_error(cli("validate", "--case", "base"), "--calibration", "dlrmsim calibrate")
+
+
+def test_a_group_that_runs_one_collective_at_a_time_serialises_torchrecs_input_distribution(quick_cal: Calibration) -> None:
+    from dlrmsim.calibration.apply import calibrated_backend_overrides
+    from dlrmsim.calibration.validate import load_cases, simulate_case
+
+    assert calibrated_backend_overrides(quick_cal.model_copy(update={"collectives_at_once": 1.1}), "shm") == {
+        "progress_engines": 1
+    }
+    assert calibrated_backend_overrides(quick_cal.model_copy(update={"collectives_at_once": 1.9}), "shm") == {
+        "progress_engines": 2
+    }
+    assert calibrated_backend_overrides(quick_cal.model_copy(update={"collectives_at_once": 1.1}), "ccl") == {}
+    case = load_cases(only=["ranks-2"])[0]
+    free = quick_cal.model_copy(update={"collectives_at_once": None})
+    serial = quick_cal.model_copy(update={"collectives_at_once": 1.0})
+    t_free = simulate_case(case, free, "torchrec-fused").iteration_s
+    t_serial = simulate_case(case, serial, "torchrec-fused").iteration_s
+    alpha = quick_cal.collective("alltoall").alpha_us * 1e-6
+    # because TorchRec posts the KeyedJaggedTensor's lengths and values together, a group that runs one
+    # collective at a time pays the second one's fixed cost after the first: about one alltoall's alpha more
+    assert t_serial - t_free == pytest.approx(alpha, rel=0.5), (t_serial, t_free, alpha)
+    # and the project runner, which waits on each collective before posting the next, does not change
+    assert simulate_case(case, serial).iteration_s == simulate_case(case, free).iteration_s

@@ -148,3 +148,74 @@ def collective_task(op: str, sizes: list[int], ranks: int, implementation: str, 
         return out
 
     return BenchTask("collectives", name, run)
+
+
+# --- collectives posted together -----------------------------------------------------------------------------
+
+# Two alltoalls posted before either is waited for, as TorchRec's input distribution posts a KeyedJaggedTensor's
+# lengths and values (8 KB and 256 KB a rank in the validation's two-rank base case). Two of one size, between
+# those: fully at once they take one's time, one after another twice that, so series / together reads the number
+# of collectives that progress at once, from 1 to 2 (with unequal sizes full concurrency would read less than 2).
+TOGETHER_BYTES = (64 * 1024, 64 * 1024)
+TOGETHER_CALLS = 4  # calls of each mode per repeat, the two modes interleaved
+
+
+def together_rank(comm, policy: TimingPolicy) -> dict[str, CallTimes]:  # noqa: ANN001
+    """Rank body of the concurrency benchmark: per repeat, the TOGETHER_BYTES alltoalls run one after another
+    ("series") and posted together ("together"), interleaved, each call after the training loop's compute gap."""
+    sends = [np.full(max(comm.size, b // 4 // comm.size * comm.size), 0.0, dtype=np.float32) for b in TOGETHER_BYTES]
+    pairs = [(s, np.full_like(s, 0.0)) for s in sends]
+    gap = _gap_work(COLLECTIVE_GAP_S)
+
+    def series() -> None:
+        for send, recv in pairs:
+            comm.alltoall(send, recv)
+
+    calls_of = {"series": series, "together": lambda: comm.alltoalls_together(pairs)}
+    for _ in range(policy.warmup):
+        for call in calls_of.values():
+            gap()
+            call()
+    out: dict[str, CallTimes] = {mode: [] for mode in calls_of}
+    for _ in range(policy.repeats):
+        comm.barrier()
+        calls: dict[str, list[tuple[float, float]]] = {mode: [] for mode in calls_of}
+        for _ in range(TOGETHER_CALLS):
+            for mode, call in calls_of.items():
+                gap()
+                t0 = time.perf_counter()
+                call()
+                calls[mode].append((t0, time.perf_counter()))
+        for mode in calls_of:
+            out[mode].append(calls[mode])
+    return out
+
+
+def together_task(ranks: int, implementation: str, threads: int, policy: TimingPolicy) -> BenchTask:
+    """How many collectives a rank's process group progresses at once: two alltoalls run one after another
+    against the same two posted together (fit.fit_collectives_at_once). On the 2-vCPU VM with gloo, two
+    processes of one thread, 8 KB and 256 KB: 0.62-0.92 ms together against 0.74-0.96 ms in series with a short
+    gap before each call; 1.11 against 1.59 ms with the calibration's 2 ms gap (series / together 1.43)."""
+    label = "+".join(f"{b}B" for b in TOGETHER_BYTES)
+    name = f"alltoall together {implementation} R{ranks}"
+
+    def run() -> list[Measurement]:
+        results = run_ranks(together_rank, ranks, implementation, args=(policy,), threads_per_rank=threads)
+        out = []
+        for mode in ("series", "together"):
+            med, spread = combine_ranks([r[mode] for r in results])
+            out.append(
+                Measurement(
+                    benchmark="alltoall_together",
+                    name=f"alltoall {mode} {label} R{ranks}",
+                    cores=threads * ranks,
+                    params={"ranks": ranks, "implementation": implementation, "mode": mode, "gap_s": COLLECTIVE_GAP_S},
+                    bytes=float(sum(TOGETHER_BYTES)),
+                    time_s=med,
+                    spread_pct=spread,
+                    repeats=policy.repeats,
+                )
+            )
+        return out
+
+    return BenchTask("collectives", name, run)

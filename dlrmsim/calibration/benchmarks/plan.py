@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from dlrmsim.calibration.benchmarks.cache import cache_reuse_task
-from dlrmsim.calibration.benchmarks.collectives import collective_sizes, collective_task
+from dlrmsim.calibration.benchmarks.collectives import collective_sizes, collective_task, together_task
 from dlrmsim.calibration.benchmarks.embedding import embedding_configs, embedding_task
 from dlrmsim.calibration.benchmarks.eq_check import eq_check_task
 from dlrmsim.calibration.benchmarks.gemm import (
@@ -181,6 +181,7 @@ def _first_pass(k: Ops, quick: bool, cores: int, implementation: str, ranks: int
         for op in ("allreduce", "alltoall"):
             tasks.append(collective_task(op, collective_sizes(quick), ranks, implementation, threads, policy))
         tasks.append(eq_check_task(quick, ranks, implementation, threads, policy))
+        tasks.append(together_task(ranks, implementation, threads, policy))
     return tasks
 
 
