@@ -16,6 +16,7 @@ from dlrmsim.calibration.benchmarks.timing import BenchTask, TimingPolicy, media
 from dlrmsim.calibration.dlrm_runner import dot_interaction_bwd, dot_interaction_fwd
 from dlrmsim.calibration.ops import Op, Ops
 from dlrmsim.calibration.schema import Measurement
+from dlrmsim.calibration.targets.torchrec import require_torchrec
 from dlrmsim.workloads import model
 from dlrmsim.workloads.schema import Workload
 
@@ -88,8 +89,6 @@ def time_torchrec_interaction(ops: Ops, cfg: InteractionConfig, policy: TimingPo
     product of (E x (S+1)) by ((S+1) x (S+1)) matrices that runs far below the first (E=128, batch 1024, 2 threads
     of this project's host: 0.79 ms against 0.15 ms), then adds them into X's gradient. The runner's hand-written
     backward forms ``(dZ + dZ^T) X`` once. So TorchRec's interaction is measured as TorchRec runs it."""
-    from dlrmsim.calibration.targets.torchrec import require_torchrec
-
     torch, _ = require_torchrec()  # quietly: torchrec's import makes torch.fx log a deprecation
     from torchrec.models.dlrm import InteractionArch
 

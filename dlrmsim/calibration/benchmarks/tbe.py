@@ -36,6 +36,7 @@ from dlrmsim.calibration.benchmarks.embedding import ZIPF_EXPONENT, lookup_param
 from dlrmsim.calibration.benchmarks.timing import BenchTask, TimingPolicy, median_spread
 from dlrmsim.calibration.ops import embedding_bytes, make_indices
 from dlrmsim.calibration.schema import Measurement
+from dlrmsim.calibration.targets.torchrec import require_torchrec
 
 LEARNING_RATE = 0.01  # any positive rate costs the same
 
@@ -90,8 +91,6 @@ def build_tbe(cfg: TbeConfig, seed: int = 0) -> Any:
 def build_sparse_arch(cfg: TbeConfig, seed: int = 0) -> Any:
     """TorchRec's DLRM sparse arch over a fused collection of ``cfg``'s tables: feature ``f{i}`` looks up table
     ``t{i}``, as the TorchRec validation target builds it (calibration/targets/torchrec.py)."""
-    from dlrmsim.calibration.targets.torchrec import require_torchrec
-
     torch, torchrec = require_torchrec()  # quietly, as the validation target imports it
     from torchrec.models.dlrm import SparseArch
     from torchrec.modules.fused_embedding_modules import FusedEmbeddingBagCollection
@@ -119,8 +118,6 @@ def tbe_inputs(cfg: TbeConfig, count: int, seed: int = 0) -> list[tuple[Any, ...
         )
         values = torch.from_numpy(idx.astype(np.int64))
         if cfg.module == "sparse_arch":
-            from dlrmsim.calibration.targets.torchrec import require_torchrec
-
             _, torchrec = require_torchrec()
             kjt = torchrec.KeyedJaggedTensor.from_lengths_sync(
                 keys=[f"f{i}" for i in range(cfg.tables)],
