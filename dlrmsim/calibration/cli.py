@@ -320,15 +320,18 @@ def _write_plot(report: ValidationReport, html: Path | None, title: str, quiet: 
 
 def _print_phases(report: ValidationReport) -> None:
     """Each case's measured and predicted time per phase, and the prediction's error where a time was measured
-    (measured 0 where the run kept no phases)."""
+    ("-" where the run timed no such phase: TorchRec's multi-rank DMP step has no phase hooks, for one)."""
     for c in report.cases:
         names = sorted(set(c.measured_phases_s) | set(c.predicted_phases_s))
         rows = []
         for n in names:
-            measured, predicted = c.measured_phases_s.get(n, 0.0), c.predicted_phases_s.get(n, 0.0)
-            error = f"{(predicted - measured) / measured * 100:+.1f}" if measured > 0 else "-"
-            rows.append((n, measured * 1e3, predicted * 1e3, error))
-        print_table(f"{c.name}: per phase", ["phase", "measured ms", "predicted ms", "error %"], rows)
+            measured, predicted = c.measured_phases_s.get(n), c.predicted_phases_s.get(n, 0.0)
+            timed = measured is not None and measured > 0
+            error = f"{(predicted - measured) / measured * 100:+.1f}" if timed else "-"
+            rows.append((n, measured * 1e3 if timed else "-", predicted * 1e3, error))
+        timed_any = any(v > 0 for v in c.measured_phases_s.values())
+        title = f"{c.name}: per phase" + ("" if timed_any else " (not timed: predicted only)")
+        print_table(title, ["phase", "measured ms", "predicted ms", "error %"], rows)
 
 
 def _print_target(report: ValidationReport, calibration: Path, json_out: bool, title: str | None = None) -> None:

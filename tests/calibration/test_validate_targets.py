@@ -73,7 +73,20 @@ def test_phases_print_each_phase_error(quick_cal_path: Path, fake_target: None) 
     line = next(ln for ln in res.output.splitlines() if "embedding_fwd" in ln)
     assert f"{want:+.1f}" in line
     assert line.rstrip(" │").endswith(f"{want:+.1f}")
-    assert next(ln for ln in res.output.splitlines() if "interaction_fwd" in ln).rstrip(" │").endswith("-")
+    untimed = next(ln for ln in res.output.splitlines() if "interaction_fwd" in ln)
+    assert untimed.rstrip(" │").endswith("-")
+    # and its measured column is a dash too, not a zero that reads as a measurement
+    assert [cell.strip() for cell in untimed.strip(" │").split("│")][1] == "-"
+
+
+def test_a_case_whose_run_timed_no_phase_says_so(quick_cal_path: Path, fake_target: None) -> None:
+    res = CliRunner().invoke(
+        app, ["validate", "--no-results", "-c", str(quick_cal_path), "--against", "torchrec", "--case", "ranks-2", "--phases"]
+    )
+    assert res.exit_code == 0, res.output
+    # Because TorchRec's two-rank DMP step runs in other processes without phase hooks, its table holds predictions
+    # only, and its title says so rather than listing zeros as measured times
+    assert "ranks-2: per phase (not timed: predicted only)" in res.output
 
 
 def test_torchrec_phases_land_beside_the_predicted_ones(quick_cal_path: Path, fake_target: None) -> None:
