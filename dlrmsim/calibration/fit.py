@@ -880,7 +880,7 @@ def fit_collectives_at_once(measurements: Sequence[Measurement]) -> float | None
     another over the time of the same two posted together (benchmarks/collectives.py, ``together_task``); 1: they
     run in series, 2: fully at once. None where the benchmark did not run (one rank, older files)."""
     times = {str(m.params.get("mode")): m.time_s for m in measurements if m.benchmark == "alltoall_together"}
-    if "series" not in times or not times.get("together"):
+    if "series" not in times or "together" not in times:  # a Measurement's time is positive
         return None
     return _sig(times["series"] / times["together"])
 

@@ -22,7 +22,7 @@ from rich.progress import Progress
 
 from dlrmsim import __version__, config
 from dlrmsim.calibration import drift
-from dlrmsim.calibration.apply import apply_calibration, calibrated_backend_overrides
+from dlrmsim.calibration.apply import SHM_BACKEND, apply_calibration, calibrated_backend_overrides
 from dlrmsim.calibration.dlrm_runner import run_dlrm_iteration
 from dlrmsim.calibration.drift import DriftSample
 from dlrmsim.calibration.ops import Ops, get_ops
@@ -252,11 +252,11 @@ def simulate_case(
         workload=case.workload.name,
         ranks=case.ranks,
         scaling="strong",
-        backend="shm",
+        backend=SHM_BACKEND,
         blocking=True,  # the runner waits on every collective from its compute thread
         implementation=implementation,
         workload_overrides={"minibatch.strong_global": case.batch},
-        backend_overrides=calibrated_backend_overrides(cal, "shm"),
+        backend_overrides=calibrated_backend_overrides(cal, SHM_BACKEND),
     )
     w = case.workload.model_copy(update={"minibatch": case.workload.minibatch.model_copy(update={"strong_global": case.batch})})
     return run_iteration(load_inputs(cfg, workload=w, topology=topo, placement=placement), cfg)

@@ -36,7 +36,7 @@ from dlrmsim.calibration.benchmarks.embedding import ZIPF_EXPONENT, lookup_param
 from dlrmsim.calibration.benchmarks.timing import BenchTask, TimingPolicy, median_spread
 from dlrmsim.calibration.ops import embedding_bytes, make_indices
 from dlrmsim.calibration.schema import Measurement
-from dlrmsim.calibration.targets.torchrec import require_torchrec
+from dlrmsim.calibration.targets.torchrec import embedding_bag_configs, fused_collection, ids_kjt, require_torchrec
 
 LEARNING_RATE = 0.01  # any positive rate costs the same
 
@@ -91,17 +91,11 @@ def build_tbe(cfg: TbeConfig, seed: int = 0) -> Any:
 def build_sparse_arch(cfg: TbeConfig, seed: int = 0) -> Any:
     """TorchRec's DLRM sparse arch over a fused collection of ``cfg``'s tables: feature ``f{i}`` looks up table
     ``t{i}``, as the TorchRec validation target builds it (calibration/targets/torchrec.py)."""
-    torch, torchrec = require_torchrec()  # quietly, as the validation target imports it
+    torch, _ = require_torchrec()  # quietly, as the validation target imports it
     from torchrec.models.dlrm import SparseArch
-    from torchrec.modules.fused_embedding_modules import FusedEmbeddingBagCollection
 
     torch.manual_seed(seed)
-    tables = [
-        torchrec.EmbeddingBagConfig(name=f"t{i}", embedding_dim=cfg.dim, num_embeddings=cfg.rows, feature_names=[f"f{i}"])
-        for i in range(cfg.tables)
-    ]
-    ebc = FusedEmbeddingBagCollection(tables=tables, optimizer_type=torch.optim.SGD, optimizer_kwargs={"lr": LEARNING_RATE})
-    return SparseArch(ebc)
+    return SparseArch(fused_collection(embedding_bag_configs([cfg.rows] * cfg.tables, cfg.dim)))
 
 
 def tbe_inputs(cfg: TbeConfig, count: int, seed: int = 0) -> list[tuple[Any, ...]]:
@@ -118,13 +112,7 @@ def tbe_inputs(cfg: TbeConfig, count: int, seed: int = 0) -> list[tuple[Any, ...
         )
         values = torch.from_numpy(idx.astype(np.int64))
         if cfg.module == "sparse_arch":
-            _, torchrec = require_torchrec()
-            kjt = torchrec.KeyedJaggedTensor.from_lengths_sync(
-                keys=[f"f{i}" for i in range(cfg.tables)],
-                values=values,
-                lengths=torch.full((cfg.tables * cfg.batch,), cfg.pooling, dtype=torch.int32),
-            )
-            out.append((kjt,))
+            out.append((ids_kjt(values, cfg.tables, cfg.batch, cfg.pooling),))
         else:
             out.append((values, offsets))
     return out

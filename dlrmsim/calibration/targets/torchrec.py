@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -72,13 +72,38 @@ def check_workload(w: Workload) -> None:
         raise DlrmsimError(f"workload {w.name}: precision {w.precision}: the TorchRec target runs fp32 only")
 
 
-def table_configs(w: Workload) -> list[Any]:
-    """One ``EmbeddingBagConfig`` per table of ``w``; feature ``f{i}`` looks up table ``t{i}``."""
+def embedding_bag_configs(table_rows: Sequence[int], dim: int) -> list[Any]:
+    """One ``EmbeddingBagConfig`` per table of ``table_rows`` rows of ``dim``; feature ``f{i}`` looks up table
+    ``t{i}`` (the target's model and the calibration's sparse-arch benchmark, benchmarks/tbe.py, alike)."""
     _, torchrec = require_torchrec()
     return [
-        torchrec.EmbeddingBagConfig(name=f"t{i}", embedding_dim=w.embedding_dim, num_embeddings=rows, feature_names=[f"f{i}"])
-        for i, rows in enumerate(w.table_rows)
+        torchrec.EmbeddingBagConfig(name=f"t{i}", embedding_dim=dim, num_embeddings=rows, feature_names=[f"f{i}"])
+        for i, rows in enumerate(table_rows)
     ]
+
+
+def table_configs(w: Workload) -> list[Any]:
+    """One ``EmbeddingBagConfig`` per table of ``w`` (:func:`embedding_bag_configs`)."""
+    return embedding_bag_configs(w.table_rows, w.embedding_dim)
+
+
+def fused_collection(tables: list[Any]) -> Any:
+    """The ``FusedEmbeddingBagCollection`` of ``tables`` with fbgemm's SGD fused into its backward."""
+    torch, _ = require_torchrec()
+    from torchrec.modules.fused_embedding_modules import FusedEmbeddingBagCollection
+
+    return FusedEmbeddingBagCollection(tables=tables, optimizer_type=torch.optim.SGD, optimizer_kwargs={"lr": LEARNING_RATE})
+
+
+def ids_kjt(values: Any, tables: int, batch: int, lookups: int) -> Any:
+    """The ``KeyedJaggedTensor`` of ``values`` (int64, table after table): ``lookups`` ids per sample of ``batch``
+    samples for each of features ``f0`` .. ``f{tables-1}``."""
+    torch, torchrec = require_torchrec()
+    return torchrec.KeyedJaggedTensor.from_lengths_sync(
+        keys=[f"f{i}" for i in range(tables)],
+        values=values,
+        lengths=torch.full((tables * batch,), lookups, dtype=torch.int32),
+    )
 
 
 def build_model(w: Workload, path: EmbeddingPath, seed: int = 0) -> tuple[Any, Any]:
@@ -90,15 +115,11 @@ def build_model(w: Workload, path: EmbeddingPath, seed: int = 0) -> tuple[Any, A
     torch, _ = require_torchrec()
     from torchrec.models.dlrm import DLRM
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
-    from torchrec.modules.fused_embedding_modules import FusedEmbeddingBagCollection
 
     check_workload(w)
     torch.manual_seed(seed)
     tables = table_configs(w)
-    if path == "fused":
-        ebc = FusedEmbeddingBagCollection(tables=tables, optimizer_type=torch.optim.SGD, optimizer_kwargs={"lr": LEARNING_RATE})
-    else:
-        ebc = EmbeddingBagCollection(tables=tables)
+    ebc = fused_collection(tables) if path == "fused" else EmbeddingBagCollection(tables=tables)
     model = DLRM(
         embedding_bag_collection=ebc,
         dense_in_features=w.bottom_mlp[0],
@@ -111,7 +132,7 @@ def build_model(w: Workload, path: EmbeddingPath, seed: int = 0) -> tuple[Any, A
 
 def make_batches(w: Workload, batch: int, count: int, seed: int = 0) -> list[tuple[Any, Any, Any]]:
     """``count`` (dense, sparse KeyedJaggedTensor, labels) batches with ``w``'s lookups and index distribution."""
-    torch, torchrec = require_torchrec()
+    torch, _ = require_torchrec()
     rng = np.random.default_rng(seed)
     dist = w.index_distribution
     exponent = getattr(dist, "exponent", 0.0)
@@ -119,11 +140,7 @@ def make_batches(w: Workload, batch: int, count: int, seed: int = 0) -> list[tup
     out = []
     for _ in range(count):
         values = np.concatenate([make_indices(rows, batch * lookups, dist.kind, exponent, rng) for rows in w.table_rows])
-        kjt = torchrec.KeyedJaggedTensor.from_lengths_sync(
-            keys=[f"f{i}" for i in range(w.num_tables)],
-            values=torch.from_numpy(values.astype(np.int64)),
-            lengths=torch.full((w.num_tables * batch,), lookups, dtype=torch.int32),
-        )
+        kjt = ids_kjt(torch.from_numpy(values.astype(np.int64)), w.num_tables, batch, lookups)
         dense = torch.from_numpy(rng.standard_normal((batch, w.bottom_mlp[0])).astype(np.float32))
         labels = torch.from_numpy((rng.random((batch, 1)) < 0.5).astype(np.float32))
         out.append((dense, kjt, labels))
