@@ -404,8 +404,11 @@ def build_iteration(w: Workload, placement: Placement, s: IterationSettings) -> 
     for i, (_, nbytes) in enumerate(buckets):
         collectives[f"allreduce{i}"] = Collective(f"allreduce{i}", "allreduce", "allreduce", nbytes=nbytes)
 
+    # Ranks with the same local batch run the same MLP passes: each (layer, batch, pass) is built once and shared
+    # (tasks are immutable), which at 64 ranks was most of the programs' construction time.
+    layer_steps: dict[tuple[Layer, int, str], tuple[Task | None, Touches]] = {}
     for r in range(p):
-        programs[r] = RankProgram(w, placement, s, r, batches, (fwd_ids, bwd_ids), buckets, collectives).build()
+        programs[r] = RankProgram(w, placement, s, r, batches, (fwd_ids, bwd_ids), buckets, collectives, layer_steps).build()
     return IterationGraph(programs=programs, collectives=collectives)
 
 
@@ -535,6 +538,7 @@ class RankProgram:
         exchange: tuple[list[str], list[str]],
         buckets: list[tuple[list[str], float]],
         collectives: dict[str, Collective],
+        layer_steps: dict[tuple[Layer, int, str], tuple[Task | None, Touches]] | None = None,
     ) -> None:
         self.w = w
         self.placement = placement
@@ -549,6 +553,7 @@ class RankProgram:
         self.last_in_bucket = {names[-1]: i for i, (names, _) in enumerate(buckets)}
         self.prog: list[Step] = []
         self.touches: dict[int, Touches] = {}  # by index in prog
+        self.layer_steps = {} if layer_steps is None else layer_steps  # add_layer's, shared by a build's ranks
 
     def build(self) -> list[Step]:
         """The rank's steps, phases 0-7, with table-walk sizes and run starts marked. With ``dense_first`` (an
@@ -585,11 +590,15 @@ class RankProgram:
     def add_layer(self, layer: Layer, which: Pass | Literal["act_fwd", "act_bwd"]) -> None:
         """One pass of an MLP layer (its GEMM, or its activation forward or backward), with the tensors it touches."""
         w, n = self.w, self.n
-        if which == "act_fwd" or which == "act_bwd":
-            task: Task | None = activation_task(w, layer, n, backward=which == "act_bwd")
-        else:
-            task = gemm_task(w, layer, n, which)
-        self.add(task, layer_touches(layer, n, which, w.element_bytes))
+        key = (layer, n, which if isinstance(which, str) else which.value)
+        got = self.layer_steps.get(key)
+        if got is None:
+            if which == "act_fwd" or which == "act_bwd":
+                task: Task | None = activation_task(w, layer, n, backward=which == "act_bwd")
+            else:
+                task = gemm_task(w, layer, n, which)
+            got = self.layer_steps[key] = (task, layer_touches(layer, n, which, w.element_bytes))
+        self.add(*got)
 
     def post(self, cid: str) -> None:
         self.prog.append(Post(cid))

@@ -76,6 +76,19 @@ def test_every_rank_does_its_share_of_dense_flops() -> None:
         assert dense == pytest.approx((fwd + bwd) * n)
 
 
+def test_ranks_with_different_local_batches_each_get_their_own_mlp_work() -> None:
+    # Because ranks build their MLP passes from one cache keyed by layer, local batch and pass, a key missing the
+    # batch would hand the 256-sample ranks the 257-sample ranks' GEMMs; each rank's dense flops must follow its own
+    # batch.
+    g, _ = graph(SMALL, 4, global_batch=1026)
+    fwd, bwd = model.flops_per_sample(SMALL)
+    batches = local_batches(1026, 4)
+    assert len(set(batches)) == 2
+    for r, n in enumerate(batches):
+        dense = sum(t.flops for t in g.tasks(r) if t.kind in MATRIX_KINDS)
+        assert dense == pytest.approx((fwd + bwd) * n)
+
+
 def test_blocking_waits_right_after_each_post() -> None:
     g, _ = graph(SMALL, 4, blocking=True)
     prog = g.programs[0]
