@@ -27,6 +27,7 @@ SUBCOMMANDS: dict[str, str] = {
     "calibrate": "dlrmsim.calibration.cli",
     "validate": "dlrmsim.calibration.cli",
     "agreement": "dlrmsim.calibration.cli",
+    "evidence": "dlrmsim.calibration.cli",
     "sweep": "dlrmsim.studies.cli",
     "report": "dlrmsim.studies.cli",
     "study": "dlrmsim.studies.cli",

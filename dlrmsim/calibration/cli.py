@@ -454,7 +454,103 @@ def agreement(
     )
 
 
+def evidence(
+    files: Annotated[list[Path], typer.Argument(help="validation results CSVs, or folders of them (validation/results)")],
+    target: Annotated[str | None, typer.Option("--target", help="only this target: project, torchrec or reference")] = None,
+    host: Annotated[str | None, typer.Option("--host", help="only runs on this host (the CSVs' host column)")] = None,
+    since: Annotated[
+        str | None, typer.Option("--since", help="only runs from this ISO date or time on, e.g. 2026-11-26T08")
+    ] = None,
+    case: Annotated[list[str] | None, typer.Option("--case", help="only these cases (repeatable)")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Pool kept validation runs: each case's error over the runs (a bias repeats, the host's noise moves), each
+    run against the goal (median |error| <= 8 %, max <= 20 %), the goal on the per-case medians, and each phase's
+    median of measured minus predicted."""
+    from dlrmsim.calibration.evidence import GOAL_MAX, GOAL_MEDIAN, pool, read_rows, select
+    from dlrmsim.calibration.validate import TARGETS
+
+    if target is not None and target not in TARGETS:
+        raise DlrmsimError(f"unknown target '{target}'", field="--target", fix="use project, torchrec or reference")
+    rows = select(read_rows(files), target, host, since, case or ())
+    if not rows:
+        raise DlrmsimError(
+            "no validation rows match", field="files", fix="check the paths and the --target/--host/--since/--case filters"
+        )
+    pooled = pool(rows)
+    if json_out:
+        print_json(
+            {
+                "goal": {"median": GOAL_MEDIAN, "max": GOAL_MAX},
+                "groups": [
+                    {
+                        "host": h,
+                        "target": t,
+                        "pooled": dict(zip(("median_abs", "max_abs"), pooled.verdict(h, t), strict=True)),
+                        "runs": [vars(r) | {"meets_goal": r.meets_goal} for r in pooled.runs if (r.host, r.target) == (h, t)],
+                        "cases": {
+                            c.case: {"errors": list(c.errors), "median": c.median, "same_sign": c.same_sign}
+                            for c in pooled.cases
+                            if (c.host, c.target) == (h, t)
+                        },
+                        "phases": {
+                            p.phase: {"rows": p.rows, "median_diff_s": p.median_diff_s, "median_error": p.median_error}
+                            for p in pooled.phases
+                            if (p.host, p.target) == (h, t)
+                        },
+                    }
+                    for h, t in pooled.groups()
+                ],
+            }
+        )
+        return
+    for h, t in pooled.groups():
+        runs = [r for r in pooled.runs if (r.host, r.target) == (h, t)]
+        print_table(
+            f"{t} on {h}: {len(runs)} runs",
+            ["run", "cases", "median |error| %", "max |error| %", "worst host drift (ratio)", "goal"],
+            [
+                (
+                    r.run,
+                    r.cases,
+                    100 * r.median_abs,
+                    100 * r.max_abs,
+                    "-" if r.host_drift is None else r.host_drift,
+                    "met" if r.meets_goal else "missed",
+                )  # fmt: skip
+                for r in runs
+            ],
+        )
+        print_table(
+            f"{t} on {h}: each case over the runs (error = (predicted - measured) / measured)",
+            ["case", "runs", "median %", "min %", "max %", "one sign"],
+            [
+                (c.case, len(c.errors), 100 * c.median, 100 * min(c.errors), 100 * max(c.errors), "yes" if c.same_sign else "no")
+                for c in pooled.cases
+                if (c.host, c.target) == (h, t)
+            ],
+        )
+        phases = [p for p in pooled.phases if (p.host, p.target) == (h, t)]
+        if phases:
+            print_table(
+                f"{t} on {h}: each phase of the one-rank cases",
+                ["phase", "rows", "median measured - predicted (ms)", "median error %"],
+                [(p.phase, p.rows, 1e3 * p.median_diff_s, 100 * p.median_error) for p in phases],
+            )
+        med, worst = pooled.verdict(h, t)
+        met = sum(r.meets_goal for r in runs)
+        ok = med <= GOAL_MEDIAN and worst <= GOAL_MAX
+        console.print(
+            f"{t} on {h}: per-case medians over the runs: median |error| {100 * med:.1f} %, max {100 * worst:.1f} % "
+            f"(goal {100 * GOAL_MEDIAN:.0f} % / {100 * GOAL_MAX:.0f} %: {'met' if ok else 'missed'}); "
+            f"{met} of {len(runs)} runs met it alone",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
 def register(app: typer.Typer) -> None:
     app.command("calibrate")(calibrate)
     app.command("validate")(validate)
     app.command("agreement")(agreement)
+    app.command("evidence")(evidence)

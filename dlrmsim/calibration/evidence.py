@@ -1,0 +1,223 @@
+"""Kept validations pooled: is a case's error the model's or the host's?
+
+One validation run is one draw. On a host whose speed moves between a calibration and the run after it (this
+project's 2-vCPU VM ran the same micro-benchmark 1.5-2x apart minutes apart), one run's errors mix the model's bias
+with how fast the host ran that hour. The runs ``dlrmsim validate`` keeps under ``validation/results/``
+(:func:`dlrmsim.calibration.validate.write_results_csv`), each after its own calibration, are repeated draws of the
+same comparison. Pooled, an error that comes back run after run with one sign is the model's; one that moves by
+more than its size between runs is the host's.
+
+This module reads those CSVs and summarises, per host and target:
+- each case over the runs: the median error and its range;
+- each run: its median and largest error, and whether it meets the validation goal;
+- each phase of the single-process cases: the median of measured minus predicted;
+- the goal checked on the per-case medians.
+"""
+
+from __future__ import annotations
+
+import csv
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from dlrmsim.calibration.validate import kept_target, parse_phases_cell
+from dlrmsim.errors import DlrmsimError
+
+# The validation goal of a run (issue "Host fidelity against DLRM implementations nobody here wrote"): median
+# |error| over its cases at most 8 %, the largest at most 20 %.
+GOAL_MEDIAN = 0.08
+GOAL_MAX = 0.20
+# Columns a validation results CSV has had since errors were kept (older and other benchmarks' CSVs lack some).
+REQUIRED = ("date", "host", "target", "case", "ranks", "threads", "batch", "measured_median_s", "predicted_s", "error")
+# Phases a one-rank run reports but does not time as work: the waits on collectives it never makes.
+UNTIMED_PHASES = frozenset({"arrival_wait", "allreduce", "alltoall"})
+
+
+@dataclass(frozen=True)
+class Row:
+    """One case of one kept run. ``error`` is (predicted - measured) / measured."""
+
+    run: str  # the CSV's file name
+    date: str  # ISO time of the run
+    host: str
+    target: str  # project, torchrec or reference
+    case: str
+    ranks: int
+    threads: int
+    batch: int
+    measured_s: float
+    predicted_s: float
+    error: float
+    host_drift: float | None
+    measured_phases_s: dict[str, float]
+    predicted_phases_s: dict[str, float]
+
+    @property
+    def group(self) -> tuple[str, str]:
+        return (self.host, self.target)
+
+
+@dataclass(frozen=True)
+class CaseSummary:
+    """One case's errors over the runs that measured it (fractions, in run order)."""
+
+    host: str
+    target: str
+    case: str
+    errors: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.errors)
+
+    @property
+    def same_sign(self) -> bool:
+        """Every run erred the same way (a bias the host's noise does not explain away)."""
+        return all(e > 0 for e in self.errors) or all(e < 0 for e in self.errors)
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One kept run: its cases' median and largest |error| (fractions) and the worst host-drift ratio it saw."""
+
+    run: str
+    host: str
+    target: str
+    cases: int
+    median_abs: float
+    max_abs: float
+    host_drift: float | None
+
+    @property
+    def meets_goal(self) -> bool:
+        return self.median_abs <= GOAL_MEDIAN and self.max_abs <= GOAL_MAX
+
+
+@dataclass(frozen=True)
+class PhaseSummary:
+    """One phase over the single-process rows that timed it: the median of measured minus predicted (s) and of
+    the phase's error (predicted - measured) / measured."""
+
+    host: str
+    target: str
+    phase: str
+    rows: int
+    median_diff_s: float
+    median_error: float
+
+
+@dataclass(frozen=True)
+class Pooled:
+    """Everything :func:`pool` found, for one or more (host, target) groups."""
+
+    cases: list[CaseSummary]
+    runs: list[RunSummary]
+    phases: list[PhaseSummary]
+
+    def groups(self) -> list[tuple[str, str]]:
+        return sorted({(c.host, c.target) for c in self.cases})
+
+    def verdict(self, host: str, target: str) -> tuple[float, float]:
+        """(median, largest) |per-case median error| of a group: the goal's statistics on the pooled runs."""
+        meds = [abs(c.median) for c in self.cases if (c.host, c.target) == (host, target)]
+        return statistics.median(meds), max(meds)
+
+
+def _bad(path: Path, what: str, fix: str) -> DlrmsimError:
+    return DlrmsimError(f"{path}: {what}", field="files", fix=fix)
+
+
+def read_csv(path: Path, strict: bool = True) -> list[Row]:
+    """The rows of one kept validation CSV. ``strict``: a file that is not one is an error (a file named on the
+    command line); otherwise it yields no rows (a folder holds other benchmarks' CSVs too)."""
+    try:
+        with path.open(newline="") as fh:
+            raw = list(csv.DictReader(fh))
+    except OSError as e:
+        raise _bad(path, f"cannot read file ({e.strerror})", "check the path") from None
+    missing = [c for c in REQUIRED if not raw or c not in raw[0]]
+    if missing:
+        if not strict:
+            return []
+        what = f"not a validation results CSV (no column {missing[0]})" if raw else "no rows"
+        raise _bad(path, what, "pass CSVs that `dlrmsim validate` wrote under validation/results/")
+    rows = []
+    for i, r in enumerate(raw, start=2):
+        try:
+            rows.append(
+                Row(
+                    run=path.name,
+                    date=r["date"],
+                    host=r["host"],
+                    target=kept_target(r["target"]),
+                    case=r["case"],
+                    ranks=int(r["ranks"]),
+                    threads=int(r["threads"]),
+                    batch=int(r["batch"]),
+                    measured_s=float(r["measured_median_s"]),
+                    predicted_s=float(r["predicted_s"]),
+                    error=float(r["error"]),
+                    host_drift=float(r["host_drift"]) if r.get("host_drift") else None,
+                    measured_phases_s=parse_phases_cell(r.get("measured_phases_s")),
+                    predicted_phases_s=parse_phases_cell(r.get("predicted_phases_s")),
+                )
+            )
+        except ValueError as e:
+            raise _bad(path, f"line {i}: {e}", "restore the file from version control") from None
+    return rows
+
+
+def read_rows(paths: Sequence[Path]) -> list[Row]:
+    """Rows of every validation CSV among ``paths``: files, and folders (their ``*.csv``, others' CSVs skipped)."""
+    rows: list[Row] = []
+    for p in paths:
+        if p.is_dir():
+            for f in sorted(p.glob("*.csv")):
+                rows += read_csv(f, strict=False)
+        else:
+            rows += read_csv(p)
+    return rows
+
+
+def select(rows: Iterable[Row], target: str | None = None, host: str | None = None, since: str | None = None,
+           cases: Sequence[str] = ()) -> list[Row]:  # fmt: skip
+    """The rows of one target and host, from runs dated ``since`` (an ISO date or time prefix) on, of ``cases``
+    (all when empty)."""
+    return [
+        r
+        for r in rows
+        if (target is None or r.target == target)
+        and (host is None or r.host == host)
+        and (since is None or r.date >= since)
+        and (not cases or r.case in cases)
+    ]
+
+
+def pool(rows: Sequence[Row]) -> Pooled:
+    """Per case, per run and per phase summaries of ``rows`` (see the module docstring)."""
+    by_case: dict[tuple[str, str, str], list[Row]] = defaultdict(list)
+    by_run: dict[tuple[str, str, str], list[Row]] = defaultdict(list)
+    diffs: dict[tuple[str, str, str], list[tuple[float, float]]] = defaultdict(list)
+    for r in sorted(rows, key=lambda r: (r.date, r.run)):
+        by_case[(r.host, r.target, r.case)].append(r)
+        by_run[(r.run, r.host, r.target)].append(r)
+        if r.ranks == 1:
+            for ph in r.measured_phases_s.keys() & r.predicted_phases_s.keys() - UNTIMED_PHASES:
+                m, p = r.measured_phases_s[ph], r.predicted_phases_s[ph]
+                if m > 0:
+                    diffs[(r.host, r.target, ph)].append((m - p, (p - m) / m))
+    cases = [CaseSummary(h, t, c, tuple(r.error for r in rs)) for (h, t, c), rs in sorted(by_case.items())]
+    runs = []
+    for (run, h, t), rs in sorted(by_run.items(), key=lambda kv: (kv[1][0].date, kv[0])):
+        errs = [abs(r.error) for r in rs]
+        drifts = [r.host_drift for r in rs if r.host_drift is not None]
+        worst = max(drifts, key=lambda d: abs(d - 1.0)) if drifts else None
+        runs.append(RunSummary(run, h, t, len(rs), statistics.median(errs), max(errs), worst))
+    phases = [
+        PhaseSummary(h, t, ph, len(v), statistics.median(d for d, _ in v), statistics.median(e for _, e in v))
+        for (h, t, ph), v in sorted(diffs.items())
+    ]
+    return Pooled(cases, runs, phases)

@@ -1,0 +1,120 @@
+"""Kept validation runs pooled (`dlrmsim evidence`): per case over runs, per run against the goal, per phase."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from dlrmsim.calibration.evidence import pool, read_rows, select
+from dlrmsim.calibration.validate import RESULT_COLUMNS, phases_cell
+from dlrmsim.errors import DlrmsimError
+from tests.conftest import assert_one_line_error
+
+
+def _run(folder: Path, name: str, date: str, rows: list[dict[str, object]], target: str = "torchrec") -> Path:
+    """A results CSV as `dlrmsim validate` writes it, with only the columns evidence reads filled in."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    with path.open("w", newline="") as fh:
+        out = csv.DictWriter(fh, fieldnames=RESULT_COLUMNS, restval="")
+        out.writeheader()
+        for r in rows:
+            measured = float(r.get("measured", 0.01))
+            error = float(r["error"])
+            out.writerow(
+                {
+                    "date": date,
+                    "host": r.get("host", "vm"),
+                    "target": target,
+                    "case": r["case"],
+                    "ranks": r.get("ranks", 1),
+                    "threads": 2,
+                    "batch": 1024,
+                    "measured_median_s": measured,
+                    "predicted_s": measured * (1 + error),
+                    "error": error,
+                    "host_drift": r.get("drift", ""),
+                    "measured_phases_s": phases_cell(r.get("mphases", {})),  # type: ignore[arg-type]
+                    "predicted_phases_s": phases_cell(r.get("pphases", {})),  # type: ignore[arg-type]
+                }
+            )
+    return path
+
+
+def test_a_case_is_summarised_by_its_median_error_over_the_runs(tmp_path: Path) -> None:
+    _run(tmp_path, "a.csv", "2026-11-26T08:00:00", [{"case": "base", "error": 0.10}, {"case": "wide", "error": -0.05}])
+    _run(tmp_path, "b.csv", "2026-11-26T09:00:00", [{"case": "base", "error": -0.02}, {"case": "wide", "error": -0.07}])
+    p = pool(read_rows([tmp_path]))
+    cases = {c.case: c for c in p.cases}
+    # because the median of two runs is their mean, and only wide erred the same way both times
+    assert cases["base"].median == pytest.approx(0.04) and not cases["base"].same_sign
+    assert cases["wide"].median == pytest.approx(-0.06) and cases["wide"].same_sign
+    # because the pooled goal statistics are the median and the largest of |0.04| and |-0.06|
+    assert p.verdict("vm", "torchrec") == pytest.approx((0.05, 0.06))
+
+
+def test_each_run_is_held_to_both_parts_of_the_goal(tmp_path: Path) -> None:
+    good = [{"case": c, "error": e} for c, e in (("a", 0.05), ("b", -0.07), ("c", 0.19))]
+    tail = [{"case": c, "error": e} for c, e in (("a", 0.05), ("b", 0.05), ("c", -0.25))]
+    _run(tmp_path, "good.csv", "2026-11-26T08:00:00", good)
+    _run(tmp_path, "tail.csv", "2026-11-26T09:00:00", tail)
+    runs = {r.run: r for r in pool(read_rows([tmp_path])).runs}
+    # because good's median |error| is 7 % and its largest 19 %; tail's median is 5 % but its largest 25 % > 20 %
+    assert runs["good.csv"].median_abs == pytest.approx(0.07) and runs["good.csv"].meets_goal
+    assert runs["tail.csv"].max_abs == pytest.approx(0.25) and not runs["tail.csv"].meets_goal
+
+
+def test_phases_pool_the_one_rank_rows_and_leave_out_untimed_waits(tmp_path: Path) -> None:
+    one = {"mphases": {"top_mlp_bwd": 0.002, "allreduce": 1e-6}, "pphases": {"top_mlp_bwd": 0.0015, "allreduce": 0.0}}
+    two = {"ranks": 2, "mphases": {"top_mlp_bwd": 0.009}, "pphases": {"top_mlp_bwd": 0.001}}
+    _run(tmp_path, "a.csv", "2026-11-26T08:00:00", [{"case": "base", "error": 0.0, **one}, {"case": "r2", "error": 0.0, **two}])
+    phases = {p.phase: p for p in pool(read_rows([tmp_path])).phases}
+    # because the 2-rank row's phases include its waits for the other rank, and a one-rank "allreduce" is no work
+    assert set(phases) == {"top_mlp_bwd"} and phases["top_mlp_bwd"].rows == 1
+    assert phases["top_mlp_bwd"].median_diff_s == pytest.approx(0.0005)
+    assert phases["top_mlp_bwd"].median_error == pytest.approx(-0.25)
+
+
+def test_filters_keep_one_target_host_and_time(tmp_path: Path) -> None:
+    _run(tmp_path, "old.csv", "2026-11-25T08:00:00", [{"case": "base", "error": 0.5}])
+    two_hosts = [{"case": "base", "error": 0.1}, {"case": "base", "error": 0.2, "host": "c16"}]
+    _run(tmp_path, "new.csv", "2026-11-26T08:00:00", two_hosts)
+    _run(tmp_path, "runner.csv", "2026-11-26T09:00:00", [{"case": "base", "error": 0.3}], target="torch")
+    rows = read_rows([tmp_path])
+    # because the runner's CSVs name its backend (torch), which stands for the project target
+    assert {r.target for r in rows} == {"torchrec", "project"}
+    kept = select(rows, target="torchrec", host="vm", since="2026-11-26")
+    assert [(r.run, r.error) for r in kept] == [("new.csv", 0.1)]
+
+
+def test_a_folder_skips_other_benchmarks_csvs_but_a_named_one_is_refused(tmp_path: Path) -> None:
+    _run(tmp_path, "a.csv", "2026-11-26T08:00:00", [{"case": "base", "error": 0.1}])
+    other = tmp_path / "tbe-threads.csv"
+    other.write_text("threads,forward_ms\n1,2.0\n")
+    # because a results folder also keeps other benchmarks' CSVs, while a file named by the user must be one
+    assert len(read_rows([tmp_path])) == 1
+    with pytest.raises(DlrmsimError, match="no column date"):
+        read_rows([other])
+
+
+def test_cli_prints_the_pooled_verdict_and_json(cli, tmp_path: Path) -> None:  # noqa: ANN001
+    _run(tmp_path, "a.csv", "2026-11-26T08:00:00", [{"case": "base", "error": 0.10}, {"case": "wide", "error": -0.05}])
+    _run(tmp_path, "b.csv", "2026-11-26T09:00:00", [{"case": "base", "error": -0.02}, {"case": "wide", "error": -0.07}])
+    res = cli("evidence", str(tmp_path))
+    assert res.code == 0, res.err
+    # because the per-case medians are 4 % and -6 %: median 5 %, largest 6 %, inside 8 % / 20 %
+    assert "median |error| 5.0 %, max 6.0 %" in res.out and "met" in res.out
+    doc = json.loads(cli("evidence", str(tmp_path), "--json").out)
+    group = doc["groups"][0]
+    assert (group["host"], group["target"]) == ("vm", "torchrec")
+    assert group["cases"]["wide"]["errors"] == [-0.05, -0.07] and len(group["runs"]) == 2
+
+
+def test_cli_errors_are_one_line(cli, tmp_path: Path) -> None:  # noqa: ANN001
+    _run(tmp_path, "a.csv", "2026-11-26T08:00:00", [{"case": "base", "error": 0.1}])
+    assert_one_line_error(cli("evidence", str(tmp_path), "--target", "runner"), "--target", "runner")
+    assert_one_line_error(cli("evidence", str(tmp_path), "--since", "2027"), "no validation rows")
+    assert_one_line_error(cli("evidence", str(tmp_path / "missing.csv")), "missing.csv", "cannot read")
