@@ -7,6 +7,7 @@ reference DLRM train through autograd. Needs torch.
 
     .venv/bin/python -m benchmarks.bench_autograd_mlp [--threads 1,2] [--batches 256,1024,4096] [--samples 40]
         [--out validation/results]
+    .venv/bin/python -m benchmarks.bench_autograd_mlp --kernel   # one ReLU gradient inside autograd and outside
 
 Each row: the MLP's widths, batch and threads, the median backward of each way (us), their difference, and the
 minor page faults per step of each way (none expected: ``host.steady_allocator`` is set, as in calibration).
@@ -83,15 +84,73 @@ def compare(ops: Any, widths: tuple[int, ...], batch: int, samples: int) -> dict
     }
 
 
+def kernel_inside_and_outside(samples: int) -> dict[str, float]:
+    """One ReLU gradient (``threshold_backward``, batch 256 x 256, the bottom MLP's first layer) timed inside
+    autograd's backward (a custom ``autograd.Function`` whose backward times the call) and called directly after
+    the same forward and the same later layer's gradients: median us of each. On the VM it read 60-80 inside
+    against 31-50 outside, the gap of the whole MLP in miniature."""
+    import torch
+
+    lin1, lin2 = torch.nn.Linear(64, 256), torch.nn.Linear(256, 32)
+    x, grad = torch.randn(256, 64), torch.randn(256, 32)
+    flush = torch.ones(FLUSH_ELEMENTS)
+    inside: list[float] = []
+
+    class TimedRelu(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, y):  # noqa: ANN001, ANN205
+            r = torch.relu(y)
+            ctx.save_for_backward(r)
+            return r
+
+        @staticmethod
+        def backward(ctx, go):  # noqa: ANN001, ANN205
+            (r,) = ctx.saved_tensors
+            t0 = time.perf_counter()
+            out = torch.ops.aten.threshold_backward(go, r, 0.0)
+            inside.append(time.perf_counter() - t0)
+            return out
+
+    outside: list[float] = []
+    for _ in range(samples + 3):
+        with torch.enable_grad():  # ops.threads turns autograd off
+            y = torch.relu(lin2(TimedRelu.apply(lin1(x))))
+            flush.add_(1.0)
+            y.backward(grad)
+            lin1.zero_grad(set_to_none=True)
+            lin2.zero_grad(set_to_none=True)
+        with torch.no_grad():
+            h = torch.relu(lin1(x))
+            y = torch.relu(lin2(h))
+            flush.add_(1.0)
+            dz = torch.ops.aten.threshold_backward(grad, y, 0.0)
+            _ = (dz.t() @ h, dz.sum(0))  # the later layer's weight and bias gradients, as autograd forms them
+            dx = dz @ lin2.weight
+            t0 = time.perf_counter()
+            torch.ops.aten.threshold_backward(dx, h, 0.0)
+            outside.append(time.perf_counter() - t0)
+    return {"inside_us": statistics.median(inside[3:]) * 1e6, "outside_us": statistics.median(outside[3:]) * 1e6}
+
+
+FLUSH_ELEMENTS = 16 << 20  # 64 MiB of float32: twice the VM's reported last-level cache
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", default=",".join(str(c) for c in sorted({1, usable_cores()})))
     ap.add_argument("--batches", default="256,1024,4096")
     ap.add_argument("--samples", type=int, default=40)
     ap.add_argument("--out", type=Path, default=None, help="folder for the JSON evidence file")
+    ap.add_argument("--kernel", action="store_true", help="only the one-kernel reproducer, at 1 thread")
     args = ap.parse_args()
     steady_allocator()  # as calibration and validation run
     ops = get_ops("torch")
+    if args.kernel:
+        with ops.threads(1):
+            got = kernel_inside_and_outside(args.samples)
+        inside, outside = got["inside_us"], got["outside_us"]
+        print(f"threshold_backward 256x256, 1 thread: inside autograd {inside:.1f} us, outside {outside:.1f} us")
+        return
     rows = []
     for threads in (int(t) for t in args.threads.split(",")):
         with ops.threads(threads):
