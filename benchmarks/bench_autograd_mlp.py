@@ -84,16 +84,15 @@ def compare(ops: Any, widths: tuple[int, ...], batch: int, samples: int) -> dict
     }
 
 
-def kernel_inside_and_outside(samples: int) -> dict[str, float]:
+def kernel_inside_and_outside(ops: Any, samples: int) -> dict[str, float]:
     """One ReLU gradient (``threshold_backward``, batch 256 x 256, the bottom MLP's first layer) timed inside
     autograd's backward (a custom ``autograd.Function`` whose backward times the call) and called directly after
-    the same forward and the same later layer's gradients: median us of each. On the VM it read 60-80 inside
-    against 31-50 outside, the gap of the whole MLP in miniature."""
+    the same forward and the same later layer's gradients, each after ``ops.flush``: median us of each. On the VM
+    it read 60-80 inside against 31-50 outside, the gap of the whole MLP in miniature."""
     import torch
 
     lin1, lin2 = torch.nn.Linear(64, 256), torch.nn.Linear(256, 32)
     x, grad = torch.randn(256, 64), torch.randn(256, 32)
-    flush = torch.ones(FLUSH_ELEMENTS)
     inside: list[float] = []
 
     class TimedRelu(torch.autograd.Function):
@@ -115,14 +114,14 @@ def kernel_inside_and_outside(samples: int) -> dict[str, float]:
     for _ in range(samples + 3):
         with torch.enable_grad():  # ops.threads turns autograd off
             y = torch.relu(lin2(TimedRelu.apply(lin1(x))))
-            flush.add_(1.0)
+            ops.flush()
             y.backward(grad)
             lin1.zero_grad(set_to_none=True)
             lin2.zero_grad(set_to_none=True)
         with torch.no_grad():
             h = torch.relu(lin1(x))
             y = torch.relu(lin2(h))
-            flush.add_(1.0)
+            ops.flush()
             dz = torch.ops.aten.threshold_backward(grad, y, 0.0)
             _ = (dz.t() @ h, dz.sum(0))  # the later layer's weight and bias gradients, as autograd forms them
             dx = dz @ lin2.weight
@@ -130,9 +129,6 @@ def kernel_inside_and_outside(samples: int) -> dict[str, float]:
             torch.ops.aten.threshold_backward(dx, h, 0.0)
             outside.append(time.perf_counter() - t0)
     return {"inside_us": statistics.median(inside[3:]) * 1e6, "outside_us": statistics.median(outside[3:]) * 1e6}
-
-
-FLUSH_ELEMENTS = 16 << 20  # 64 MiB of float32: twice the VM's reported last-level cache
 
 
 def main() -> None:
@@ -147,7 +143,7 @@ def main() -> None:
     ops = get_ops("torch")
     if args.kernel:
         with ops.threads(1):
-            got = kernel_inside_and_outside(args.samples)
+            got = kernel_inside_and_outside(ops, args.samples)
         inside, outside = got["inside_us"], got["outside_us"]
         print(f"threshold_backward 256x256, 1 thread: inside autograd {inside:.1f} us, outside {outside:.1f} us")
         return

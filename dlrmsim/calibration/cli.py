@@ -478,6 +478,7 @@ def evidence(
             "no validation rows match", field="files", fix="check the paths and the --target/--host/--since/--case filters"
         )
     pooled = pool(rows)
+    groups = {(h, t): pooled.of(h, t) for h, t in pooled.groups()}
     if json_out:
         print_json(
             {
@@ -486,28 +487,24 @@ def evidence(
                     {
                         "host": h,
                         "target": t,
-                        "pooled": dict(zip(("median_abs", "max_abs"), pooled.verdict(h, t), strict=True)),
-                        "runs": [vars(r) | {"meets_goal": r.meets_goal} for r in pooled.runs if (r.host, r.target) == (h, t)],
+                        "pooled": dict(zip(("median_abs", "max_abs"), g.verdict(), strict=True)),
+                        "runs": [vars(r) | {"meets_goal": r.meets_goal} for r in g.runs],
                         "cases": {
-                            c.case: {"errors": list(c.errors), "median": c.median, "same_sign": c.same_sign}
-                            for c in pooled.cases
-                            if (c.host, c.target) == (h, t)
+                            c.case: {"errors": list(c.errors), "median": c.median, "same_sign": c.same_sign} for c in g.cases
                         },
                         "phases": {
                             p.phase: {"rows": p.rows, "median_diff_s": p.median_diff_s, "median_error": p.median_error}
-                            for p in pooled.phases
-                            if (p.host, p.target) == (h, t)
+                            for p in g.phases
                         },
                     }
-                    for h, t in pooled.groups()
+                    for (h, t), g in groups.items()
                 ],
             }
         )
         return
-    for h, t in pooled.groups():
-        runs = [r for r in pooled.runs if (r.host, r.target) == (h, t)]
+    for (h, t), g in groups.items():
         print_table(
-            f"{t} on {h}: {len(runs)} runs",
+            f"{t} on {h}: {len(g.runs)} runs",
             ["run", "cases", "median |error| %", "max |error| %", "worst host drift (ratio)", "goal"],
             [
                 (
@@ -518,7 +515,7 @@ def evidence(
                     "-" if r.host_drift is None else r.host_drift,
                     "met" if r.meets_goal else "missed",
                 )  # fmt: skip
-                for r in runs
+                for r in g.runs
             ],
         )
         print_table(
@@ -526,24 +523,22 @@ def evidence(
             ["case", "runs", "median %", "min %", "max %", "one sign"],
             [
                 (c.case, len(c.errors), 100 * c.median, 100 * min(c.errors), 100 * max(c.errors), "yes" if c.same_sign else "no")
-                for c in pooled.cases
-                if (c.host, c.target) == (h, t)
+                for c in g.cases
             ],
         )
-        phases = [p for p in pooled.phases if (p.host, p.target) == (h, t)]
-        if phases:
+        if g.phases:
             print_table(
                 f"{t} on {h}: each phase of the one-rank cases",
                 ["phase", "rows", "median measured - predicted (ms)", "median error %"],
-                [(p.phase, p.rows, 1e3 * p.median_diff_s, 100 * p.median_error) for p in phases],
+                [(p.phase, p.rows, 1e3 * p.median_diff_s, 100 * p.median_error) for p in g.phases],
             )
-        med, worst = pooled.verdict(h, t)
-        met = sum(r.meets_goal for r in runs)
+        med, worst = g.verdict()
+        met = sum(r.meets_goal for r in g.runs)
         ok = med <= GOAL_MEDIAN and worst <= GOAL_MAX
         console.print(
             f"{t} on {h}: per-case medians over the runs: median |error| {100 * med:.1f} %, max {100 * worst:.1f} % "
             f"(goal {100 * GOAL_MEDIAN:.0f} % / {100 * GOAL_MAX:.0f} %: {'met' if ok else 'missed'}); "
-            f"{met} of {len(runs)} runs met it alone",
+            f"{met} of {len(g.runs)} runs met it alone",
             highlight=False,
             soft_wrap=True,
         )

@@ -16,14 +16,13 @@ This module reads those CSVs and summarises, per host and target:
 
 from __future__ import annotations
 
-import csv
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlrmsim.calibration.validate import kept_target, parse_phases_cell
+from dlrmsim.calibration.validate import kept_target, parse_phases_cell, read_results_rows
 from dlrmsim.errors import DlrmsimError
 
 # The validation goal of a run (issue "Host fidelity against DLRM implementations nobody here wrote"): median
@@ -120,30 +119,24 @@ class Pooled:
     def groups(self) -> list[tuple[str, str]]:
         return sorted({(c.host, c.target) for c in self.cases})
 
-    def verdict(self, host: str, target: str) -> tuple[float, float]:
-        """(median, largest) |per-case median error| of a group: the goal's statistics on the pooled runs."""
-        meds = [abs(c.median) for c in self.cases if (c.host, c.target) == (host, target)]
+    def of(self, host: str, target: str) -> Pooled:
+        """The part of one (host, target) group."""
+
+        def mine(xs: list) -> list:  # cases, runs and phases all carry host and target
+            return [x for x in xs if (x.host, x.target) == (host, target)]
+
+        return Pooled(mine(self.cases), mine(self.runs), mine(self.phases))
+
+    def verdict(self) -> tuple[float, float]:
+        """(median, largest) |per-case median error|: the goal's statistics on the pooled runs (of one group)."""
+        meds = [abs(c.median) for c in self.cases]
         return statistics.median(meds), max(meds)
-
-
-def _bad(path: Path, what: str, fix: str) -> DlrmsimError:
-    return DlrmsimError(f"{path}: {what}", field="files", fix=fix)
 
 
 def read_csv(path: Path, strict: bool = True) -> list[Row]:
     """The rows of one kept validation CSV. ``strict``: a file that is not one is an error (a file named on the
     command line); otherwise it yields no rows (a folder holds other benchmarks' CSVs too)."""
-    try:
-        with path.open(newline="") as fh:
-            raw = list(csv.DictReader(fh))
-    except OSError as e:
-        raise _bad(path, f"cannot read file ({e.strerror})", "check the path") from None
-    missing = [c for c in REQUIRED if not raw or c not in raw[0]]
-    if missing:
-        if not strict:
-            return []
-        what = f"not a validation results CSV (no column {missing[0]})" if raw else "no rows"
-        raise _bad(path, what, "pass CSVs that `dlrmsim validate` wrote under validation/results/")
+    raw = read_results_rows(path, REQUIRED, "files", strict)
     rows = []
     for i, r in enumerate(raw, start=2):
         try:
@@ -166,7 +159,7 @@ def read_csv(path: Path, strict: bool = True) -> list[Row]:
                 )
             )
         except ValueError as e:
-            raise _bad(path, f"line {i}: {e}", "restore the file from version control") from None
+            raise DlrmsimError(f"{path}: line {i}: {e}", field="files", fix="restore the file from version control") from None
     return rows
 
 

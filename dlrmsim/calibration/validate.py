@@ -13,6 +13,7 @@ import importlib.metadata
 import os
 import platform
 import statistics
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -565,6 +566,27 @@ def kept_target(column: str) -> str:
     return column if column in TARGETS else "project"
 
 
+def read_results_rows(path: Path, required: Sequence[str], field: str, strict: bool = True) -> list[dict[str, str]]:
+    """The rows of a kept results CSV (:func:`write_results_csv`) that has every ``required`` column. A file that
+    cannot be read is a one-line error naming ``field``; so is one that is not such a CSV when ``strict``
+    (otherwise no rows: a results folder keeps other benchmarks' CSVs too)."""
+    try:
+        with path.open(newline="") as fh:
+            rows = list(csv.DictReader(fh))
+    except OSError as e:
+        raise DlrmsimError(f"{path}: cannot read file ({e.strerror})", field=field, fix="check the path") from None
+    missing = [c for c in required if rows and c not in rows[0]]
+    if rows and not missing:
+        return rows
+    if not strict:
+        return []
+    raise DlrmsimError(
+        f"{path}: not a validation results CSV" + (f" (no column {missing[0]})" if missing else " (no rows)"),
+        field=field,
+        fix="pass a file that `dlrmsim validate` wrote under validation/results/",
+    )
+
+
 def repredict(results_csv: Path, calibration_path: Path) -> ValidationReport:
     """The cases of a kept results CSV (:func:`write_results_csv`) predicted again with ``calibration_path``, their
     measured medians and samples as kept: a model or fit change is checked against evidence from any host (a
@@ -572,17 +594,7 @@ def repredict(results_csv: Path, calibration_path: Path) -> ValidationReport:
     or ``base@t8``) with the row's ranks, threads and batch; the implementation is the row's target. A multi-rank
     TorchRec row ran TorchRec's own sharding plan, which the CSV does not keep: it is refused, not guessed."""
     cal = load_calibration(calibration_path)
-    try:
-        rows = list(csv.DictReader(results_csv.open(newline="")))
-    except OSError as e:
-        raise DlrmsimError(f"{results_csv}: cannot read file ({e.strerror})", field="--repredict", fix="check the path") from None
-    missing = [c for c in ("case", "ranks", "threads", "batch", "target", "measured_median_s") if rows and c not in rows[0]]
-    if not rows or missing:
-        raise DlrmsimError(
-            f"{results_csv}: not a validation results CSV" + (f" (no column {missing[0]})" if missing else " (no rows)"),
-            field="--repredict",
-            fix="pass a file that `dlrmsim validate` wrote under validation/results/",
-        )
+    rows = read_results_rows(results_csv, ("case", "ranks", "threads", "batch", "target", "measured_median_s"), "--repredict")
     results = []
     target = rows[0]["target"]
     warn_if_uncalibrated_kernel(cal, str(calibration_path), kept_target(target))

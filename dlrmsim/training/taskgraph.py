@@ -358,6 +358,10 @@ def copy_task(name: str, nbytes: float, passes: float) -> Task | None:
 # --- the iteration --------------------------------------------------------------------------------------
 
 
+# add_layer's (task, touches) per (layer, local batch, pass), shared by the ranks of one build_iteration
+LayerSteps = dict[tuple[Layer, int, str], tuple[Task | None, Touches]]
+
+
 def build_iteration(w: Workload, placement: Placement, s: IterationSettings) -> IterationGraph:
     """Per-rank programs for one training iteration of ``w`` on ``placement.ranks`` ranks."""
     p = placement.ranks
@@ -406,7 +410,7 @@ def build_iteration(w: Workload, placement: Placement, s: IterationSettings) -> 
 
     # Ranks with the same local batch run the same MLP passes: each (layer, batch, pass) is built once and shared
     # (tasks are immutable), which at 64 ranks was most of the programs' construction time.
-    layer_steps: dict[tuple[Layer, int, str], tuple[Task | None, Touches]] = {}
+    layer_steps: LayerSteps = {}
     for r in range(p):
         programs[r] = RankProgram(w, placement, s, r, batches, (fwd_ids, bwd_ids), buckets, collectives, layer_steps).build()
     return IterationGraph(programs=programs, collectives=collectives)
@@ -538,7 +542,7 @@ class RankProgram:
         exchange: tuple[list[str], list[str]],
         buckets: list[tuple[list[str], float]],
         collectives: dict[str, Collective],
-        layer_steps: dict[tuple[Layer, int, str], tuple[Task | None, Touches]] | None = None,
+        layer_steps: LayerSteps,
     ) -> None:
         self.w = w
         self.placement = placement
@@ -553,7 +557,7 @@ class RankProgram:
         self.last_in_bucket = {names[-1]: i for i, (names, _) in enumerate(buckets)}
         self.prog: list[Step] = []
         self.touches: dict[int, Touches] = {}  # by index in prog
-        self.layer_steps = {} if layer_steps is None else layer_steps  # add_layer's, shared by a build's ranks
+        self.layer_steps = layer_steps  # add_layer's, shared by a build's ranks
 
     def build(self) -> list[Step]:
         """The rank's steps, phases 0-7, with table-walk sizes and run starts marked. With ``dense_first`` (an
@@ -590,7 +594,7 @@ class RankProgram:
     def add_layer(self, layer: Layer, which: Pass | Literal["act_fwd", "act_bwd"]) -> None:
         """One pass of an MLP layer (its GEMM, or its activation forward or backward), with the tensors it touches."""
         w, n = self.w, self.n
-        key = (layer, n, which if isinstance(which, str) else which.value)
+        key = (layer, n, which)  # Pass is a StrEnum: "fwd" and Pass.FORWARD are one key
         got = self.layer_steps.get(key)
         if got is None:
             if which == "act_fwd" or which == "act_bwd":

@@ -53,7 +53,7 @@ def test_a_case_is_summarised_by_its_median_error_over_the_runs(tmp_path: Path) 
     assert cases["base"].median == pytest.approx(0.04) and not cases["base"].same_sign
     assert cases["wide"].median == pytest.approx(-0.06) and cases["wide"].same_sign
     # because the pooled goal statistics are the median and the largest of |0.04| and |-0.06|
-    assert p.verdict("vm", "torchrec") == pytest.approx((0.05, 0.06))
+    assert p.of("vm", "torchrec").verdict() == pytest.approx((0.05, 0.06))
 
 
 def test_each_run_is_held_to_both_parts_of_the_goal(tmp_path: Path) -> None:
