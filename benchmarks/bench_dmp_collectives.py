@@ -2,13 +2,13 @@
 order and with compute between them, but none of DMP's own software; time spent in them per step.
 
 Per step, as ``DistributedModelParallel`` issues them for 4 tables sharded table-wise over 2 ranks (batch 512 a
-rank, 16 ids a sample, E=32; sizes from bench_dmp_software.exchange_bytes): the input distribution's split-size exchange, then its
-lengths and values exchanges (posted together, then both awaited, as KJTAllToAll does; ``--pattern sync`` calls
-them one after the other instead), the pooled embeddings' forward exchange, the gradients' backward exchange, and
-DDP's allreduce of the dense gradients, posted before the last 1 ms of backward compute and awaited after it.
-GEMM work fills the gaps (1-2 ms, as the step computes between its collectives). If these cost about what the
-calibrated gloo collectives predict, the rest of a measured DMP step's communication time is DMP's software and
-the waits it causes, not gloo. Needs torch.
+rank, 16 ids a sample, E=32; sizes from calibration.benchmarks.sharded.exchange_bytes): the input distribution's
+split-size exchange, then its lengths and values exchanges (posted together, then both awaited, as KJTAllToAll
+does; ``--pattern sync`` calls them one after the other instead), the pooled embeddings' forward exchange, the
+gradients' backward exchange, and DDP's allreduce of the dense gradients, posted before the last 1 ms of backward
+compute and awaited after it. GEMM work fills the gaps (1-2 ms, as the step computes between its collectives). If
+these cost about what the calibrated gloo collectives predict, the rest of a measured DMP step's communication time
+is DMP's software and the waits it causes, not gloo. Needs torch.
 
     .venv/bin/python -m benchmarks.bench_dmp_collectives [--rounds 3] [--steps 50] [--out validation/results]
 """
@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bench_dmp_software import RANKS, exchange_bytes, fp32_elements
 from benchmarks.evidence import in_processes, write_evidence
+from dlrmsim.calibration.benchmarks.sharded import RANKS, exchange_bytes, fp32_elements
 from dlrmsim.calibration.validate import load_cases
 
 PATTERNS = ("dmp", "sync")

@@ -21,8 +21,10 @@ replicated the tables of the larger size (``data_parallel``: no alltoalls at all
 faster one and its software negative in the first runs. Table-wise on the VM (2026-11-25,
 ``20261125T152940-vm-dmp-software.json``): 3.6 ms at 128 ids a rank (its step spreads 61 % between rounds) and
 7.6 ms at 32,768 (3.7 %). The ranks-2 validation step, with as many ids, leaves only about 4 ms unexplained
-(bench_dmp_split.py, bench_dmp_collectives.py), so the term does not transfer from this model as it stands and the
-calibration does not charge it. Needs torchrec (make torchrec).
+(bench_dmp_split.py, bench_dmp_collectives.py), so the term does not transfer from this model as it stands: wall
+time charges the software with the waits it causes. The calibration now times the same model's software as the
+compute thread's CPU time instead (dlrmsim/calibration/benchmarks/sharded.py: 2.4-2.8 ms at both sizes), which
+does transfer. Needs torchrec (make torchrec).
 
     .venv/bin/python -m benchmarks.bench_dmp_software [--rounds 3] [--out validation/results]
 """
@@ -38,57 +40,12 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.evidence import write_evidence
+
+# The benchmark's model, sizes and exchanges are the calibration's (dlrmsim/calibration/benchmarks/sharded.py),
+# which times the same software as compute-thread CPU time instead of wall time.
+from dlrmsim.calibration.benchmarks.sharded import CONFIGS, RANKS, exchange_bytes, fp32_elements, tiny_workload
 from dlrmsim.calibration.collectives_host import run_ranks
-from dlrmsim.workloads import model
 from dlrmsim.workloads.schema import Workload
-
-RANKS = 2
-TABLES, ROWS, DIM = 4, 1000, 8
-# (global batch, ids a sample per table): the smallest step, and one with 512x as many ids to exchange and permute
-CONFIGS = ((64, 1), (1024, 16))
-EXCHANGES = 6  # splits, lengths, values, pooled forward, pooled backward, dense allreduce
-INDEX_BYTES, LENGTH_BYTES = 8, 4  # KJT values int64, lengths int32
-
-
-def tiny_workload(batch: int, lookups: int) -> Workload:
-    """The DLRM the benchmark trains: TABLES tables of ROWS x DIM, ``lookups`` ids a sample, MLPs of width DIM."""
-    return Workload.model_validate(
-        {
-            "name": "dmp-software",
-            "description": "TorchRec sharded-module software benchmark",
-            "tables": {"count": TABLES, "rows": ROWS},
-            "embedding_dim": DIM,
-            "lookups_per_sample": lookups,
-            "index_distribution": {"kind": "uniform"},
-            "bottom_mlp": [DIM, DIM],
-            "top_mlp": [DIM, 1],
-            "interaction": "dot",
-            "precision": "fp32",
-            "minibatch": {"strong_global": batch, "weak_local": batch // RANKS},
-        }
-    )
-
-
-def exchange_bytes(w: Workload, batch: int) -> list[tuple[str, int]]:
-    """(op, bytes a rank hands the collective) of a DMP step's exchanges, in DMP's order, for ``w``'s tables sharded
-    table-wise over RANKS ranks at global batch ``batch``: the input distribution's sizes (int64 per destination
-    and table), lengths (int32) and values (int64 ids), the pooled embeddings forward and backward (fp32), and the
-    dense gradients' allreduce (model.allreduce_bytes)."""
-    local = batch // RANKS
-    own = w.num_tables // RANKS  # tables a rank owns
-    return [
-        ("alltoall", RANKS * w.num_tables * INDEX_BYTES),
-        ("alltoall", RANKS * own * local * LENGTH_BYTES),
-        ("alltoall", RANKS * own * local * w.lookups_per_sample * INDEX_BYTES),
-        ("alltoall", RANKS * own * local * w.embedding_dim * 4),
-        ("alltoall", RANKS * own * local * w.embedding_dim * 4),
-        ("allreduce", int(model.allreduce_bytes(w))),
-    ]
-
-
-def fp32_elements(nbytes: int) -> int:
-    """fp32 elements of a buffer of about ``nbytes`` that splits into RANKS equal blocks (at least one each)."""
-    return max(RANKS, nbytes // 4 // RANKS * RANKS)
 
 
 def _exchanges_rank(comm, sizes: list[tuple[str, int]], steps: int, samples: int) -> list[float]:  # noqa: ANN001

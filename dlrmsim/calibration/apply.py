@@ -34,6 +34,7 @@ def calibrated_compute(
     interaction_kernel: str = "framework",
     sharing_ranks: int = 1,
     optimizer_object: bool = False,
+    sharded_software: bool = False,
 ) -> ComputeSpec:
     """``spec`` with the host's fitted fp32 GEMM, memory bandwidth and saturation, embedding costs for the
     workload's index ``distribution``, interaction costs (TorchRec's kernel for ``interaction_kernel``
@@ -46,7 +47,9 @@ def calibrated_compute(
     where the calibration measured it, the framework's embedding-bag fits elsewhere. ``sharing_ranks``: how many
     rank processes share the host's last-level cache (the topology's ranks). ``optimizer_object``: the
     implementation steps parameters with a torch.optim object, whose fitted cost per call and per tensor (``cal.optimizer``)
-    the optimizer task then pays."""
+    the optimizer task then pays. ``sharded_software``: the implementation's sharded modules run software of their
+    own each multi-rank step, whose fitted cost per step and per id (``cal.sharded_software``) a task of kind
+    "sharded" pays."""
     host = cal.host
     cores = max(1, min(spec.cores, host.cores))
     inter = interaction_costs(cal, cores, interaction_kernel)
@@ -59,6 +62,9 @@ def calibrated_compute(
     cold_out = {"gemm": cold.gemm_ns_per_KiB * per_KiB, "elementwise": cold.elementwise_ns_per_KiB * per_KiB} if cold else {}
     opt_fixed = {"optimizer": opt.call_us * 1e-6} if opt is not None and opt.call_us > 0 else {}
     opt_rows = {"optimizer": opt.per_tensor_us * 1e-6} if opt is not None and opt.per_tensor_us > 0 else {}
+    shard = cal.sharded_software if sharded_software else None
+    shard_fixed = {"sharded": shard.per_step_us * 1e-6} if shard is not None else {}
+    shard_rows = {"sharded": shard.per_id_ns * 1e-9} if shard is not None else {}
     peak = cores * host.clock_GHz * 1e9 * host.flops_per_cycle_fp32
     return dataclasses.replace(
         spec,
@@ -83,13 +89,14 @@ def calibrated_compute(
         memory_efficiency=EfficiencyTable.constant(1.0),
         saturation_cores=float(cal.memory.saturation_cores),
         bandwidth_fraction_by_kind={**emb.bandwidth_fraction_by_kind, **inter.bandwidth_fraction_by_kind},
-        row_time_s_by_kind={**emb.row_time_s_by_kind, **inter.row_time_s_by_kind, **opt_rows},
+        row_time_s_by_kind={**emb.row_time_s_by_kind, **inter.row_time_s_by_kind, **opt_rows, **shard_rows},
         flop_rate_by_kind=inter.flop_rate_by_kind,
         # Without that, a training step's GEMM pays its cold-call time (measured in step order) as a fixed time of its kind.
         fixed_time_s_by_kind={
             **emb.fixed_time_s_by_kind,
             **inter.fixed_time_s_by_kind,
             **opt_fixed,
+            **shard_fixed,
             "gemm": 0.0 if evicted else table.cold_call_us * 1e-6,
         },
         walk_time_s_by_kind=emb.walk_time_s_by_kind,
@@ -273,6 +280,7 @@ def apply_calibration(
             inter_kernel,
             sharing_ranks=topology.num_ranks,
             optimizer_object=optimizer_object,
+            sharded_software=implementation is not None and implementation.sharded_software,
         ),
         link=lambda link: calibrated_link(link, cal) if link.kind == SHM_LINK_KIND else link,
         source=f"{topology.source} + calibration {cal.host.name} ({cal.host.date})",

@@ -28,6 +28,7 @@ from dlrmsim.calibration.fit import (
     fit_memory,
     fit_optimizer,
     fit_overhead,
+    fit_sharded_software,
     fit_tbe,
     peak_bound_host,
 )
@@ -180,7 +181,10 @@ def fit_calibration(host: HostInfo, measurements: list[Measurement]) -> Calibrat
     tbe = fit_tbe(measurements, memory, overhead, host)
     optimizer = fit_optimizer(measurements, overhead)
     cold_output = fit_cold_output(measurements)
-    fitted = FittedModel(gemm, memory, embedding, collectives, overhead, interaction, host, tbe, interaction_torchrec, optimizer)
+    sharded = fit_sharded_software(measurements)
+    fitted = FittedModel(
+        gemm, memory, embedding, collectives, overhead, interaction, host, tbe, interaction_torchrec, optimizer, sharded
+    )
     return Calibration(
         host=host,
         gemm=gemm,
@@ -194,6 +198,7 @@ def fit_calibration(host: HostInfo, measurements: list[Measurement]) -> Calibrat
         optimizer=optimizer,
         cold_output=cold_output,
         collectives_at_once=fit_collectives_at_once(measurements),
+        sharded_software=sharded,
         measurements=measurements,
         fit_quality=fit_quality(measurements, fitted),
         eq_check=eq_check(measurements, collectives),

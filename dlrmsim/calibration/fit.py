@@ -42,6 +42,7 @@ from dlrmsim.calibration.schema import (
     MemoryFit,
     OptimizerFit,
     OverheadFit,
+    ShardedSoftwareFit,
     nearest_cores,
     select_embedding_fit,
     select_interaction_fit,
@@ -677,6 +678,19 @@ def fit_optimizer(measurements: Sequence[Measurement], overhead: OverheadFit | N
     return out
 
 
+def fit_sharded_software(measurements: Sequence[Measurement]) -> ShardedSoftwareFit | None:
+    """A sharded step's software on the compute thread, per step and per index value of the rank's local batch:
+    non-negative least squares on the relative error over the benchmark's sizes (benchmarks/sharded.py); None
+    when the calibration ran no such benchmark (torchrec not installed)."""
+    rows = [m for m in measurements if m.benchmark == "sharded"]
+    if not rows:
+        return None
+    ids = np.array([float(m.params["ids"]) for m in rows])
+    t = np.array([m.time_s for m in rows])
+    per_step, per_id = nonnegative_least_squares(np.column_stack([np.ones_like(ids), ids]) / t[:, None], np.ones_like(t))
+    return ShardedSoftwareFit(ranks=int(rows[0].params["ranks"]), per_step_us=_sig(per_step * 1e6), per_id_ns=_sig(per_id * 1e9))
+
+
 def fork_join_table(
     measurements: Sequence[Measurement], default_grain: float = math.inf
 ) -> tuple[list[tuple[int, float]], float | None]:
@@ -906,6 +920,7 @@ class FittedModel:
     tbe: Sequence[EmbeddingFit] = ()  # fbgemm's table-batched embedding, per table
     interaction_torchrec: Sequence[InteractionFit] = ()
     optimizer: Sequence[OptimizerFit] = ()  # torch.optim's step and zero_grad
+    sharded_software: ShardedSoftwareFit | None = None  # a sharded multi-rank step's software
 
 
 def predict_s(m: Measurement, model: FittedModel) -> float | None:
@@ -944,6 +959,9 @@ def predict_s(m: Measurement, model: FittedModel) -> float | None:
         o = nearest_cores(list(model.optimizer), m.cores)
         n = float(m.params["tensors"])
         return dispatch_s(overhead, m.cores, n) + (o.call_us + n * o.per_tensor_us) * 1e-6
+    if m.benchmark == "sharded":
+        s = model.sharded_software
+        return None if s is None else (s.per_step_us * 1e-6 + float(m.params["ids"]) * s.per_id_ns * 1e-9)
     for c in model.collectives:
         if c.op == m.benchmark:
             return predict_collective_s(c, m.bytes)

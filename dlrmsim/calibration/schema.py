@@ -183,6 +183,18 @@ class OptimizerFit(StrictModel):
     )
 
 
+class ShardedSoftwareFit(StrictModel):
+    """What a sharded multi-rank step (TorchRec's ``DistributedModelParallel``) runs on each rank's compute thread
+    beyond the same work in one process: its input and output distribution modules, their awaitables and autograd
+    functions, the data-parallel wrapper (benchmarks/sharded.py, compute-thread CPU time of a 2-rank step less a
+    one-process step and the step's collectives alone). Per step: per_step + ids x per_id, ``ids`` the index values
+    of the rank's local batch."""
+
+    ranks: Annotated[int, Field(gt=1)] = Field(description="ranks of the measured step")
+    per_step_us: Annotated[float, Field(ge=0)] = Field(description="per step, whatever the ids")
+    per_id_ns: Annotated[float, Field(ge=0)] = Field(description="per index value of the rank's local batch")
+
+
 class ColdOutputFit(StrictModel):
     """What writing an op's result into memory evicted since its last use adds per byte, at one core count
     (benchmarks/outputs.py): cold minus warm time of the same op, over its output's bytes."""
@@ -266,6 +278,7 @@ class Measurement(StrictModel):
         "optimizer",
         "cold_output",
         "cache_reuse",
+        "sharded",
     ]
     name: str
     cores: Annotated[int, Field(gt=0)]
@@ -353,6 +366,12 @@ class Calibration(StrictModel):
         description="how many collectives a rank's process group progresses at once on this host: two alltoalls "
         "in series over the same two posted together (benchmarks/collectives.py); the calibrated shm backend runs "
         "round(this) at a time (calibration.apply.calibrated_backend_overrides); null: not measured",
+    )
+    sharded_software: ShardedSoftwareFit | None = Field(
+        None,
+        description="TorchRec's sharded-module software per multi-rank step on each rank's compute thread "
+        "(benchmarks/sharded.py), for an implementation whose sharded_software is set; null: not measured "
+        "(no torchrec, older files), not charged",
     )
     measurements: list[Measurement] = []
     fit_quality: list[FitRow] = []

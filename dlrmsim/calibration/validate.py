@@ -232,6 +232,8 @@ def sim_phase(name: str, category: str) -> str:
         return "embedding_update" if ".update" in name else "embedding_bwd"
     if name == "optimizer":
         return "mlp_update"
+    if name.startswith("sharded"):
+        return "sharded_software"
     return "other"
 
 
@@ -283,6 +285,7 @@ def predict(
             "optimizer",
             "copy",
             "conflicts",
+            "sharded",
         ]
         tasks = df[df["kind"].isin(kinds) & df["rank"].eq(0)]
         for (name, cat), part in tasks.groupby(["name", "category"]):

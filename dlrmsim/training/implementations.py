@@ -22,7 +22,18 @@ PRESET_DIR = Path(__file__).resolve().parent / "presets" / "implementations"
 
 # Task kinds of the training task graph (taskgraph.Task.kind) a profile may pin to a thread count.
 TASK_KINDS = frozenset(
-    {"gemm", "elementwise", "embedding", "embedding_bwd", "update", "interaction", "interaction_bwd", "optimizer", "copy"}
+    {
+        "gemm",
+        "elementwise",
+        "embedding",
+        "embedding_bwd",
+        "update",
+        "interaction",
+        "interaction_bwd",
+        "optimizer",
+        "copy",
+        "sharded",
+    }
 )
 
 
@@ -83,6 +94,13 @@ class ImplementationProfile(StrictModel):
         description="which parameters the step hands to a torch.optim optimizer object (step and zero_grad each "
         "iteration), whose software cost per call and per tensor the calibration measures (benchmarks/optimizer.py): "
         "none (each tensor updated by hand), dense (the MLPs; tables updated elsewhere), all (the MLPs and the tables)",
+    )
+    sharded_software: bool = Field(
+        False,
+        description="with several ranks and sharded tables, each step runs the implementation's sharded-module "
+        "software on every rank's compute thread (input and output distribution, awaitables, the data-parallel "
+        "wrapper), which a calibration with torchrec measures (calibration.sharded_software, benchmarks/sharded.py) "
+        "and a task of kind sharded pays; not charged on an uncalibrated topology",
     )
     interaction_kernel: Literal["framework", "torchrec"] = Field(
         "framework",

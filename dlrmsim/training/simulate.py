@@ -295,6 +295,7 @@ def load_inputs(
         fuse_backward_update=cfg.fuse_backward_update or (impl is not None and impl.fuse_backward_update),
         input_dist=impl.input_dist if impl is not None else None,
         dense_first=impl is not None and impl.dense_first,
+        sharded_software=impl is not None and impl.sharded_software,
         optimizer_object=impl.optimizer_object if impl is not None else "none",
         track_operands=any(charges_evicted_gemms(topo.compute(r)) for r in range(cfg.ranks)),
         op_threads=tuple(sorted(threads_by_kind.items())),

@@ -59,6 +59,9 @@ class IterationSettings:
     update_strategy: UpdateStrategy = "race_free"
     fuse_backward_update: bool = False
     input_dist: InputDist | None = None  # the implementation sends the local batch's indices to the owners
+    # The implementation's sharded modules run their own software on the compute thread each multi-rank step
+    # (ImplementationProfile.sharded_software): one task of kind "sharded" whose rows are the local batch's ids.
+    sharded_software: bool = False
     dense_first: bool = False  # bottom MLP before the lookups, its backward after the embeddings' (RankProgram.build)
     # Which parameters a torch.optim object steps (ImplementationProfile.optimizer_object): the optimizer task's
     # rows are those tensors, each paying ComputeSpec.row_time_s_by_kind["optimizer"]
@@ -637,6 +640,13 @@ class RankProgram:
         if LOADER_EXCHANGE in self.collectives:
             self.post(LOADER_EXCHANGE)
             self.wait(LOADER_EXCHANGE)
+        if INPUT_SPLITS in self.collectives and self.s.sharded_software:
+            # Splitting and permuting the local batch's ids by destination, and the rest of the sharded modules'
+            # per-step software (output distribution, awaitables, DDP), charged here as one task: a blocking
+            # step pays it in sequence wherever it falls.
+            w = self.w
+            ids = self.n * w.num_tables * w.lookups_per_sample
+            self.add(Task("sharded.software", "sharded", 0.0, 0.0, ops=0.0, rows=float(ids)))
         if INPUT_SPLITS in self.collectives:
             # The receivers size their buffers from the first exchange; the implementation then posts the
             # lengths and the values together (asynchronous calls, even in blocking mode) and waits for both.

@@ -147,6 +147,21 @@ def make_batches(w: Workload, batch: int, count: int, seed: int = 0) -> list[tup
     return out
 
 
+def training_step(model: Any, opt: Any, batches: list[tuple[Any, Any, Any]]) -> Callable[[int], None]:
+    """Step ``i`` of training ``model`` (a DLRM, or DistributedModelParallel around one) on ``batches[i % len]``:
+    zero the optimizer's gradients, forward, BCE loss, backward (with any update fused into it), optimizer step."""
+    torch, _ = require_torchrec()
+    loss_fn = torch.nn.BCEWithLogitsLoss()
+
+    def step(i: int) -> None:
+        dense, kjt, labels = batches[i % len(batches)]
+        opt.zero_grad(set_to_none=True)
+        loss_fn(model(dense, kjt), labels).backward()
+        opt.step()
+
+    return step
+
+
 def measure_step(
     w: Workload,
     batch: int,
@@ -162,20 +177,11 @@ def measure_step(
     Samples as :func:`~dlrmsim.calibration.targets.measurement.time_samples` takes them, cycling over a few
     pre-built batches so input generation is not timed.
     """
-    torch, _ = require_torchrec()
+    require_torchrec()
     from dlrmsim.calibration.ops.torch_ops import torch_threads
 
     model, opt = build_model(w, path, seed)
-    batches = make_batches(w, batch, 4, seed)
-    loss_fn = torch.nn.BCEWithLogitsLoss()
-
-    def step(i: int) -> None:
-        dense, kjt, labels = batches[i % len(batches)]
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(dense_features=dense, sparse_features=kjt), labels)
-        loss.backward()
-        opt.step()
-
+    step = training_step(model, opt, make_batches(w, batch, 4, seed))
     # Autograd on, whatever the process set before (the calibration's torch ops turn it off).
     with torch_threads(threads, grad=True):
         samples_s, k = time_samples(step, samples, min_sample_s, warmup_steps)
