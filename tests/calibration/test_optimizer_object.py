@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from dlrmsim.calibration.apply import apply_calibration
 from dlrmsim.calibration.fit import FittedModel, dispatch_s, fit_optimizer, predict_s
 from dlrmsim.calibration.schema import Calibration, Measurement, OptimizerFit, OverheadFit
-from dlrmsim.training.implementations import load_implementation
 from dlrmsim.training.simulate import TrainingConfig, load_inputs, load_training_topology
 from dlrmsim.training.taskgraph import Task, build_iteration
+from tests.calibration.conftest import SpecsByImplementation
 
 OVERHEAD = OverheadFit(task_overhead_us_by_cores=[(1, 12.0), (2, 14.0)], op_overhead_us_by_cores=[(1, 1.8), (2, 1.9)])
 
@@ -56,15 +55,15 @@ def test_the_optimizer_task_walks_the_tensors_its_object_holds(implementation: s
     assert opt.rows == walked
 
 
-def test_apply_charges_the_fit_only_to_an_implementation_with_an_optimizer_object(quick_cal: Calibration) -> None:
+def test_apply_charges_the_fit_only_to_an_implementation_with_an_optimizer_object(
+    quick_cal: Calibration, torchrec_and_runner_specs: SpecsByImplementation
+) -> None:
     # Because the project runner has no optimizer object, its calibrated spec must not pay the object's cost, while
     # TorchRec's gets the fit at the rank's cores: per step on the kind, per tensor on its rows.
     cal = quick_cal.model_copy(
         update={"optimizer": [OptimizerFit(optimizer="sgd", cores=c, call_us=200.0 + c, per_tensor_us=2.0) for c in (1, 2)]}
     )
-    topo = load_training_topology(TrainingConfig(topology="host", ranks=1, threads_per_rank=1))
-    torchrec = apply_calibration(topo, cal, implementation=load_implementation("torchrec-fused")).compute(0)
+    torchrec, runner = torchrec_and_runner_specs(cal, 1)
     assert torchrec.fixed_time_s_by_kind["optimizer"] == pytest.approx(201e-6)
     assert torchrec.row_time_s_by_kind["optimizer"] == pytest.approx(2e-6)
-    runner = apply_calibration(topo, cal, implementation=load_implementation("project-runner")).compute(0)
     assert "optimizer" not in runner.fixed_time_s_by_kind and "optimizer" not in runner.row_time_s_by_kind

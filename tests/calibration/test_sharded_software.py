@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from dlrmsim.calibration.apply import apply_calibration
 from dlrmsim.calibration.fit import FittedModel, fit_sharded_software, predict_s
 from dlrmsim.calibration.schema import Calibration, Measurement, ShardedSoftwareFit
 from dlrmsim.calibration.validate import load_cases, predict
-from dlrmsim.training.implementations import load_implementation
 from dlrmsim.training.simulate import TrainingConfig, load_inputs, load_training_topology
 from dlrmsim.training.taskgraph import Task, build_iteration
+from tests.calibration.conftest import SpecsByImplementation
 
 FIT = ShardedSoftwareFit(ranks=2, per_step_us=2500.0, per_id_ns=4.0)
 
@@ -64,15 +63,14 @@ def test_each_rank_of_a_sharded_step_runs_the_software_once_over_its_local_ids()
     assert _sharded_tasks("project-runner", "ranks-2") == [[], []]
 
 
-def test_apply_charges_the_fit_only_to_an_implementation_with_sharded_software(quick_cal: Calibration) -> None:
+def test_apply_charges_the_fit_only_to_an_implementation_with_sharded_software(
+    quick_cal: Calibration, torchrec_and_runner_specs: SpecsByImplementation
+) -> None:
     # Because only TorchRec's profile runs sharded modules: its calibrated spec pays the fit per step on the kind and
     # per id on its rows; the project runner's spec gets neither.
-    cal = quick_cal.model_copy(update={"sharded_software": FIT})
-    topo = load_training_topology(TrainingConfig(topology="host", ranks=2, threads_per_rank=1))
-    torchrec = apply_calibration(topo, cal, implementation=load_implementation("torchrec-fused")).compute(0)
+    torchrec, runner = torchrec_and_runner_specs(quick_cal.model_copy(update={"sharded_software": FIT}), 2)
     assert torchrec.fixed_time_s_by_kind["sharded"] == pytest.approx(2500e-6)
     assert torchrec.row_time_s_by_kind["sharded"] == pytest.approx(4e-9)
-    runner = apply_calibration(topo, cal, implementation=load_implementation("project-runner")).compute(0)
     assert "sharded" not in runner.fixed_time_s_by_kind and "sharded" not in runner.row_time_s_by_kind
 
 
