@@ -86,6 +86,24 @@ def test_a_blocking_two_rank_step_is_longer_by_exactly_the_software(quick_cal: C
     assert phases["sharded_software"] == pytest.approx(expected, rel=1e-6)
 
 
+def test_a_benchmark_that_cannot_start_costs_the_fit_not_the_calibration(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Because the benchmark belongs to an optional extra: when its two ranks fail to start, the calibration goes on
+    # without the fit (no rows, so fit_sharded_software gives None) and says why in one warning line.
+    from dlrmsim.calibration.benchmarks import sharded
+    from dlrmsim.calibration.benchmarks.timing import QUICK_POLICY
+    from dlrmsim.errors import DlrmsimError
+
+    def fail(*_args: object) -> None:
+        raise DlrmsimError("TorchRec sharded-software benchmark failed: gloo could not bind")
+
+    monkeypatch.setattr(sharded, "run_dmp_ranks", fail)
+    assert sharded.sharded_software_task(QUICK_POLICY).run() == []
+    err = capsys.readouterr().err
+    assert "warning:" in err and "gloo could not bind" in err and "no sharded-software fit" in err
+
+
 @pytest.mark.slow
 def test_the_benchmark_measures_both_sizes_in_two_ranks() -> None:
     """Two spawned processes importing torch and torchrec (about 10 s on 2 cores, hence slow)."""
