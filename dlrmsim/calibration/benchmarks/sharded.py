@@ -47,6 +47,9 @@ TABLES, ROWS, DIM = 4, 1000, 8
 CONFIGS = ((64, 1), (1024, 16))
 INDEX_BYTES, LENGTH_BYTES = 8, 4  # KJT values int64, lengths int32
 PARTS = ("step", "local", "exchanges")
+# A sample's shortest CPU time: a few of the small model's 2-rank steps (4-6 ms of compute-thread CPU each on the
+# 2-vCPU VM), so that one step's scheduler tick or page fault is a few % of a sample at most.
+MIN_SAMPLE_S = 0.03
 
 
 def tiny_workload(batch: int, lookups: int) -> Workload:
@@ -157,9 +160,8 @@ def sharded_software_task(policy: TimingPolicy) -> BenchTask:
 
     def run() -> list[Measurement]:
         try:
-            rows = run_dmp_ranks(
-                _software_rank, RANKS, 1, (policy.repeats, max(policy.min_sample_s, 0.03)), "TorchRec sharded-software benchmark"
-            )
+            args = (policy.repeats, max(policy.min_sample_s, MIN_SAMPLE_S))
+            rows = run_dmp_ranks(_software_rank, RANKS, 1, args, "TorchRec sharded-software benchmark")
         except DlrmsimError as exc:
             # An optional extra's benchmark: a host where two gloo ranks cannot start loses this fit (TorchRec's
             # multi-rank steps are then predicted without it), not the whole calibration.
