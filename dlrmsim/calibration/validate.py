@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import datetime
 import importlib.metadata
+import json
 import os
 import platform
 import statistics
@@ -39,7 +40,7 @@ from dlrmsim.output import err_console
 from dlrmsim.topologies import load_topology
 from dlrmsim.training.implementations import load_implementation
 from dlrmsim.training.simulate import TrainingConfig, TrainingResult, load_inputs, run_iteration
-from dlrmsim.workloads.placement import Placement
+from dlrmsim.workloads.placement import Placement, PlacementSpec, Shard
 from dlrmsim.workloads.schema import Workload
 
 CASES_FILE = Path(__file__).resolve().parent / "validation_cases.yaml"
@@ -90,6 +91,9 @@ class CaseResult:
     target: str = "project"  # the implementation measured: project runner, torchrec/fused, reference
     # TorchRec's own planner estimate of the same step (EmbeddingPerfEstimator; tables only) and its error
     planner_s: float | None = None
+    # The sharding the implementation ran where it chose its own (TorchRec's plan), as placement_cell writes it;
+    # "" where the prediction used dlrmsim's default placement
+    placement: str = ""
 
     @classmethod
     def of(cls, case: ValidationCase, measured_s: float, predicted_s: float, **rest: Any) -> CaseResult:
@@ -497,6 +501,7 @@ def _validate_target(
                 kept_round=kept,
                 target=against,
                 planner_s=run.planner_s,
+                placement=placement_cell(run.placement),
                 **_kept_drift(drift_rounds, kept),
             )
         )
@@ -544,7 +549,40 @@ RESULT_COLUMNS = (
     "measured_phases_s",
     "predicted_phases_s",
     "host_drift_by_kind",
+    "placement",
 )
+
+
+def placement_cell(p: Placement | None) -> str:
+    """The sharding a case ran (TorchRec's plan) as one CSV cell, compact JSON: the strategy, the replication
+    threshold, the ranks, each shard as [table, rank, rows, columns, row offset, column offset], the replicated and
+    the sharded tables; empty when there is none. :func:`parse_placement_cell` reads it back."""
+    if p is None:
+        return ""
+    doc = {
+        "strategy": p.spec.strategy,
+        "replicate_below_rows": p.spec.replicate_below_rows,
+        "ranks": p.ranks,
+        "shards": [[s.table, s.rank, s.rows, s.columns, s.row_offset, s.col_offset] for s in p.shards],
+        "replicated": list(p.replicated_tables),
+        "sharded": list(p.sharded_tables),
+    }
+    return json.dumps(doc, separators=(",", ":"))
+
+
+def parse_placement_cell(text: str | None, source: str = "placement") -> Placement | None:
+    """The placement of a :func:`placement_cell`; None for an empty cell (or a file from before the column)."""
+    if not text:
+        return None
+    try:
+        d = json.loads(text)
+        spec = PlacementSpec(strategy=d["strategy"], replicate_below_rows=d["replicate_below_rows"])
+        shards = tuple(Shard(*(int(x) for x in s)) for s in d["shards"])
+        return Placement(spec, int(d["ranks"]), shards, tuple(d["replicated"]), tuple(d["sharded"]))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise DlrmsimError(
+            f"{source}: the placement cell is not one validate wrote ({exc})", field="placement", fix="keep the file as written"
+        ) from None
 
 
 def phases_cell(phases: dict[str, float]) -> str:
@@ -594,8 +632,9 @@ def repredict(results_csv: Path, calibration_path: Path) -> ValidationReport:
     """The cases of a kept results CSV (:func:`write_results_csv`) predicted again with ``calibration_path``, their
     measured medians and samples as kept: a model or fit change is checked against evidence from any host (a
     16-core one's, here on a laptop) without running anything. Each row's case is rebuilt from its name (``base``
-    or ``base@t8``) with the row's ranks, threads and batch; the implementation is the row's target. A multi-rank
-    TorchRec row ran TorchRec's own sharding plan, which the CSV does not keep: it is refused, not guessed."""
+    or ``base@t8``) with the row's ranks, threads and batch; the implementation is the row's target, the placement
+    the row's (TorchRec's own plan, kept since 2026-11-26). A multi-rank TorchRec row of an older file, which does
+    not keep its plan, is refused, not guessed."""
     cal = load_calibration(calibration_path)
     rows = read_results_rows(results_csv, ("case", "ranks", "threads", "batch", "target", "measured_median_s"), "--repredict")
     results = []
@@ -606,14 +645,15 @@ def repredict(results_csv: Path, calibration_path: Path) -> ValidationReport:
     for row in rows:
         name, ranks, threads = row["case"], int(row["ranks"]), int(row["threads"])
         against = kept_target(row["target"])
-        if against == "torchrec" and ranks > 1:
+        placement = parse_placement_cell(row.get("placement"), f"{results_csv}: case {name}")
+        if against == "torchrec" and ranks > 1 and placement is None:
             raise DlrmsimError(
                 f"{results_csv}: case {name} ran TorchRec's sharding plan on {ranks} ranks, which the CSV does not keep",
                 field="--repredict",
                 fix="validate it again with --against torchrec",
             )
         case = ValidationCase(name, bases[base_case_name(name)].workload, int(row["batch"]), ranks, threads)
-        predicted, pphases = predict(case, cal, TARGET_IMPLEMENTATIONS[against])
+        predicted, pphases = predict(case, cal, TARGET_IMPLEMENTATIONS[against], placement)
         samples = [float(x) for x in row.get("measured_samples_s", "").split(";") if x]
         results.append(
             CaseResult.of(
@@ -626,6 +666,7 @@ def repredict(results_csv: Path, calibration_path: Path) -> ValidationReport:
                 target=against,
                 drift_ratio=float(row["host_drift"]) if row.get("host_drift") else None,
                 drift_by_kind=parse_phases_cell(row.get("host_drift_by_kind")),
+                placement=row.get("placement") or "",
             )
         )
     return ValidationReport(results, str(calibration_path), target, [], cal.host.libraries)
@@ -676,6 +717,7 @@ def write_results_csv(report: ValidationReport, directory: Path) -> Path:
                     phases_cell(c.measured_phases_s),
                     phases_cell(c.predicted_phases_s),
                     phases_cell(c.drift_by_kind),
+                    c.placement,
                 ]
             )
     return path

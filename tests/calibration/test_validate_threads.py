@@ -15,6 +15,7 @@ from dlrmsim.calibration.benchmarks.timing import core_counts
 from dlrmsim.calibration.ops import get_ops
 from dlrmsim.calibration.targets.reference import find_script
 from dlrmsim.errors import DlrmsimError
+from dlrmsim.workloads.placement import Placement, PlacementSpec, place
 
 EMR16 = Path(__file__).resolve().parents[2] / "validation" / "results" / "20261126-emr16"
 
@@ -189,3 +190,33 @@ def test_torchrec_predictions_from_a_calibration_without_tbe_fits_say_so(capsys)
     assert not v.warn_if_uncalibrated_kernel(no_tbe, "cal.yaml", "project")
     with_tbe = no_tbe.model_copy(update={"tbe": no_tbe.embedding[:1]})
     assert not v.warn_if_uncalibrated_kernel(with_tbe, "cal.yaml", "torchrec")
+
+
+def _torchrec_two_rank_csv(tmp_path: Path, cal: Path, placement: Placement | None) -> Path:
+    """A kept TorchRec results CSV with the ranks-2 case, its plan kept as validate keeps it (or not, as older files)."""
+    case = v.load_cases(only=["ranks-2"])[0]
+    result = v.CaseResult.of(case, 0.02, 1.0, measured_rounds_s=[0.02], target="torchrec", placement=v.placement_cell(placement))
+    return v.write_results_csv(v.ValidationReport([result], str(cal), "torchrec"), tmp_path)
+
+
+def test_a_kept_torchrec_plan_is_predicted_again_as_it_ran(quick_cal_path: Path, tmp_path: Path) -> None:
+    from dlrmsim.calibration.schema import load_calibration
+
+    case = v.load_cases(only=["ranks-2"])[0]
+    # A plan TorchRec could choose and dlrmsim's default would not: row-wise, each table split over both ranks.
+    plan = place(case.workload, PlacementSpec(strategy="row_wise"), 2)
+    # because the CSV keeps the plan as one cell that reads back to the very same placement
+    assert v.parse_placement_cell(v.placement_cell(plan)) == plan and v.placement_cell(None) == ""
+    (again,) = v.repredict(_torchrec_two_rank_csv(tmp_path, quick_cal_path, plan), quick_cal_path).cases
+    # because the re-prediction simulates the sharding that was measured, not dlrmsim's table-wise default
+    cal = load_calibration(quick_cal_path)
+    assert again.predicted_s == v.predict(case, cal, "torchrec-fused", plan)[0]
+    assert again.predicted_s != v.predict(case, cal, "torchrec-fused")[0]
+    assert v.parse_placement_cell(again.placement) == plan
+
+
+def test_a_torchrec_two_rank_row_without_its_plan_is_refused(quick_cal_path: Path, tmp_path: Path, cli) -> None:  # noqa: ANN001
+    # because guessing the plan would predict a sharding nobody measured: an older file's row is refused in one line
+    kept = _torchrec_two_rank_csv(tmp_path, quick_cal_path, None)
+    r = cli("validate", "-c", str(quick_cal_path), "--repredict", str(kept))
+    assert r.code == 2 and "which the CSV does not keep" in r.err and "Traceback" not in r.err
