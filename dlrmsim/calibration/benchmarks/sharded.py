@@ -151,7 +151,7 @@ def _software_rank(rank: int, ranks: int, rounds: int, min_sample_s: float) -> l
         medians = torch.tensor([statistics.median(v) for v in (*cpu.values(), process)], dtype=torch.float64)
         dist.all_reduce(medians)
         row = dict(zip((*PARTS, "step_process"), (medians / ranks).tolist(), strict=True))
-        out.append({"batch": batch, "lookups": lookups, "ids": local * w.num_tables * lookups, "k": k, **row})
+        out.append({"batch": batch, "lookups": lookups, "ids": local * w.num_tables * lookups, **row})
     return out if rank == 0 else None
 
 

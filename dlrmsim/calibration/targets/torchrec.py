@@ -106,6 +106,20 @@ def ids_kjt(values: Any, tables: int, batch: int, lookups: int) -> Any:
     )
 
 
+def dlrm_over(w: Workload, ebc: Any) -> Any:
+    """TorchRec's ``DLRM`` with ``w``'s bottom and top MLPs over the embedding-bag collection ``ebc`` (the one-process
+    target's and the DMP target's model alike)."""
+    require_torchrec()
+    from torchrec.models.dlrm import DLRM
+
+    return DLRM(
+        embedding_bag_collection=ebc,
+        dense_in_features=w.bottom_mlp[0],
+        dense_arch_layer_sizes=list(w.bottom_mlp[1:]),
+        over_arch_layer_sizes=list(w.top_mlp),
+    )
+
+
 def build_model(w: Workload, path: EmbeddingPath, seed: int = 0) -> tuple[Any, Any]:
     """TorchRec DLRM of workload ``w`` and the optimizer that steps what backward does not update.
 
@@ -113,19 +127,12 @@ def build_model(w: Workload, path: EmbeddingPath, seed: int = 0) -> tuple[Any, A
     are updated inside backward by fbgemm. With ``ebc`` it holds every parameter, tables included.
     """
     torch, _ = require_torchrec()
-    from torchrec.models.dlrm import DLRM
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
     check_workload(w)
     torch.manual_seed(seed)
     tables = table_configs(w)
-    ebc = fused_collection(tables) if path == "fused" else EmbeddingBagCollection(tables=tables)
-    model = DLRM(
-        embedding_bag_collection=ebc,
-        dense_in_features=w.bottom_mlp[0],
-        dense_arch_layer_sizes=list(w.bottom_mlp[1:]),
-        over_arch_layer_sizes=list(w.top_mlp),
-    )
+    model = dlrm_over(w, fused_collection(tables) if path == "fused" else EmbeddingBagCollection(tables=tables))
     params = [p for n, p in model.named_parameters() if path == "ebc" or not n.startswith("sparse_arch.")]
     return model, torch.optim.SGD(params, lr=LEARNING_RATE)
 

@@ -28,6 +28,7 @@ from dlrmsim.calibration.targets.measurement import StepMeasurement
 from dlrmsim.calibration.targets.torchrec import (
     LEARNING_RATE,
     check_workload,
+    dlrm_over,
     make_batches,
     require_torchrec,
     table_configs,
@@ -69,18 +70,13 @@ def build_dmp(
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
     from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
     from torchrec.distributed.planner.types import ParameterConstraints
-    from torchrec.models.dlrm import DLRM
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
     from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
 
     torch.manual_seed(seed)
     tables = table_configs(w)
-    model = DLRM(
-        embedding_bag_collection=EmbeddingBagCollection(tables=tables, device=torch.device("meta")),
-        dense_in_features=w.bottom_mlp[0],
-        dense_arch_layer_sizes=list(w.bottom_mlp[1:]),
-        over_arch_layer_sizes=list(w.top_mlp),
-    )
+    # the tables on the meta device: DMP materialises each rank's shards only
+    model = dlrm_over(w, EmbeddingBagCollection(tables=tables, device=torch.device("meta")))
     apply_optimizer_in_backward(torch.optim.SGD, model.sparse_arch.parameters(), {"lr": LEARNING_RATE})
     constraints = {
         t.name: ParameterConstraints(pooling_factors=[float(w.lookups_per_sample)], sharding_types=sharding_types) for t in tables
