@@ -457,7 +457,10 @@ def agreement(
 def evidence(
     files: Annotated[list[Path], typer.Argument(help="validation results CSVs, or folders of them (validation/results)")],
     target: Annotated[str | None, typer.Option("--target", help="only this target: project, torchrec or reference")] = None,
-    host: Annotated[str | None, typer.Option("--host", help="only runs on this host (the CSVs' host column)")] = None,
+    host: Annotated[
+        str | None,
+        typer.Option("--host", help="only runs on this host: a name (every machine so named) or a machine as the tables name it"),
+    ] = None,
     since: Annotated[
         str | None, typer.Option("--since", help="only runs from this ISO date or time on, e.g. 2026-11-26T08")
     ] = None,

@@ -41,7 +41,7 @@ class Row:
 
     run: str  # the CSV's file name
     date: str  # ISO time of the run
-    host: str
+    host: str  # the machine, as :func:`machine_label` names it: runs on different machines never pool
     target: str  # project, torchrec or reference
     case: str
     ranks: int
@@ -133,6 +133,16 @@ class Pooled:
         return statistics.median(meds), max(meds)
 
 
+def machine_label(row: dict[str, str]) -> str:
+    """The machine a kept row ran on: its host name, with its CPU model and core count where the CSV records them.
+
+    A host name alone does not name a machine: this project's "vm" has been a 2-vCPU AMD EPYC, a 2-vCPU Intel Xeon
+    and a 16-core Intel Xeon, and pooling their runs would mix three hosts' errors into one."""
+    cpu, cores = row.get("cpu_model") or "", row.get("cores") or ""
+    details = ", ".join(x for x in (cpu, f"{cores} cores" if cores else "") if x)
+    return f"{row['host']} ({details})" if details else row["host"]
+
+
 def read_csv(path: Path, strict: bool = True) -> list[Row]:
     """The rows of one kept validation CSV. ``strict``: a file that is not one is an error (a file named on the
     command line); otherwise it yields no rows (a folder holds other benchmarks' CSVs too)."""
@@ -144,7 +154,7 @@ def read_csv(path: Path, strict: bool = True) -> list[Row]:
                 Row(
                     run=path.name,
                     date=r["date"],
-                    host=r["host"],
+                    host=machine_label(r),
                     target=kept_target(r["target"]),
                     case=r["case"],
                     ranks=int(r["ranks"]),
@@ -177,13 +187,13 @@ def read_rows(paths: Sequence[Path]) -> list[Row]:
 
 def select(rows: Iterable[Row], target: str | None = None, host: str | None = None, since: str | None = None,
            cases: Sequence[str] = ()) -> list[Row]:  # fmt: skip
-    """The rows of one target and host, from runs dated ``since`` (an ISO date or time prefix) on, of ``cases``
-    (all when empty)."""
+    """The rows of one target and host (a machine label, or a host name: every machine of that name), from runs
+    dated ``since`` (an ISO date or time prefix) on, of ``cases`` (all when empty)."""
     return [
         r
         for r in rows
         if (target is None or r.target == target)
-        and (host is None or r.host == host)
+        and (host is None or r.host == host or r.host.startswith(f"{host} ("))
         and (since is None or r.date >= since)
         and (not cases or r.case in cases)
     ]

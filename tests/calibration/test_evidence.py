@@ -28,6 +28,8 @@ def _run(folder: Path, name: str, date: str, rows: list[dict[str, object]], targ
                 {
                     "date": date,
                     "host": r.get("host", "vm"),
+                    "cpu_model": r.get("cpu", ""),
+                    "cores": r.get("cores", ""),
                     "target": target,
                     "case": r["case"],
                     "ranks": r.get("ranks", 1),
@@ -88,6 +90,22 @@ def test_filters_keep_one_target_host_and_time(tmp_path: Path) -> None:
     assert {r.target for r in rows} == {"torchrec", "project"}
     kept = select(rows, target="torchrec", host="vm", since="2026-11-26")
     assert [(r.run, r.error) for r in kept] == [("new.csv", 0.1)]
+
+
+def test_machines_that_share_a_host_name_never_pool(tmp_path: Path) -> None:
+    amd = [{"case": "base", "error": -0.10, "cpu": "AMD EPYC", "cores": 2}]
+    intel = [{"case": "base", "error": 0.30, "cpu": "Intel(R) Xeon(R) Processor", "cores": 2}]
+    _run(tmp_path, "a.csv", "2026-11-26T08:00:00", amd)
+    _run(tmp_path, "b.csv", "2026-11-26T09:00:00", intel)
+    rows = read_rows([tmp_path])
+    p = pool(rows)
+    # because both CSVs say host "vm", but a CPU model is a different machine: one pooled median of -10 % and +30 %
+    # would be a third host's error that no machine made
+    assert p.groups() == [("vm (AMD EPYC, 2 cores)", "torchrec"), ("vm (Intel(R) Xeon(R) Processor, 2 cores)", "torchrec")]
+    assert p.of("vm (AMD EPYC, 2 cores)", "torchrec").verdict() == pytest.approx((0.10, 0.10))
+    # because --host takes a host name (every machine of that name) or one machine's label
+    assert len(select(rows, host="vm")) == 2
+    assert [r.error for r in select(rows, host="vm (Intel(R) Xeon(R) Processor, 2 cores)")] == [0.30]
 
 
 def test_a_folder_skips_other_benchmarks_csvs_but_a_named_one_is_refused(tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ class EmbeddingConfig:
     tables: int = 0  # tables one cycle walks; 0: tables_per_cycle's choice
 
 
-def embedding_configs(quick: bool) -> list[EmbeddingConfig]:
+def embedding_configs(quick: bool, cache_bytes: int | None = None) -> list[EmbeddingConfig]:
     """Table shapes and lookup counts spanning what DLRM training on a host does (and the validation cases):
     two row counts (cache-resident index/working set vs not), two widths and three or four poolings, so that
     the fit can separate a per-row cost (rows = batch x pooling) from a per-byte cost (rows x dim) and a fixed
@@ -38,17 +38,29 @@ def embedding_configs(quick: bool) -> list[EmbeddingConfig]:
     between 67 and 161 us from one calibration to the next; a middle pooling constrains it. Pooling 1 (2048
     lookups, where the fixed term is a large share) pins the intercept: without it two back-to-back quick
     calibrations fitted the update's fixed term at 50 and 0 us and predicted batch-256 25 % apart; with it, 1 and
-    9 % in two trials (dlrmsim agreement, validation/results/*-agreement.json)."""
+    9 % in two trials (dlrmsim agreement, validation/results/*-agreement.json).
+
+    Each configuration's tables per cycle are fixed here, from ``cache_bytes`` (this host's last-level cache when
+    None) by :func:`tables_per_cycle`, so that every configuration is a distinct benchmark on any host."""
+    cache = last_level_cache_bytes() if cache_bytes is None else cache_bytes
     shapes = [(2**18, 32), (2**18, 128), (2**21, 32)]
     poolings = (1, 4, 16, 32) if quick else (1, 4, 16, 64)
     configs = [EmbeddingConfig(r, dim, p, d, 2048) for r, dim in shapes for p in poolings for d in ("uniform", "zipf")]
-    # The first shape again with four tables a cycle (tables_per_cycle gives every shape above two): a rank's
-    # other tables pass through the cache between a table's forward and its update, and the reload term
-    # (costs.cache_miss_share of the cycle's working set) can only be told from a per-lookup cost when the
-    # fit sees that traffic change. Measured here (2 cores, uniform, 262144 x 32): at 8192 lookups the update
-    # went from 53 to 65 and 74 ns per lookup with 2, 4 and 8 tables, at 65536 lookups 67.4, 67.9 and 69.6.
-    configs += [replace(c, tables=4) for c in configs if (c.rows, c.dim) == shapes[0]]
+    configs = [replace(c, tables=tables_per_cycle(c, cache)) for c in configs]
+    # The first shape again at another table count: a rank's other tables pass through the cache between a
+    # table's forward and its update, and the reload term (costs.cache_miss_share of the cycle's working set) can
+    # only be told from a per-lookup cost when the fit sees that traffic change. Measured on a 2-core host with a
+    # 32 MiB cache (uniform, 262144 x 32): at 8192 lookups the update went from 53 to 65 and 74 ns per lookup with
+    # 2, 4 and 8 tables, at 65536 lookups 67.4, 67.9 and 69.6. Where the cache rule already gives that shape 4
+    # tables (a 300 MiB cache), the other count is 2: with 4 again the plan timed the same benchmark twice under
+    # one id (and the partial-results cache could not tell them apart).
+    configs += [replace(c, tables=other_table_count(c.tables)) for c in configs if (c.rows, c.dim) == shapes[0]]
     return configs
+
+
+def other_table_count(tables: int) -> int:
+    """The table count a configuration is timed at besides ``tables``: 4, or 2 where ``tables`` is already 4."""
+    return 2 if tables >= 4 else 4
 
 
 def lookup_params(cfg: Any, op: str, position: str, unique_rows: int, tables: int) -> dict[str, float | int | str]:
