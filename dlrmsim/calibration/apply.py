@@ -16,7 +16,6 @@ import math
 from collections.abc import Mapping
 
 from dlrmsim.calibration.fit import memory_bandwidth_GBps
-from dlrmsim.calibration.ops.base import FLUSH_LLC_MULTIPLE
 from dlrmsim.calibration.schema import Calibration, EmbeddingFit, select_embedding_fit
 from dlrmsim.topologies.topology import ComputeSpec, EfficiencyTable, Link, Topology
 from dlrmsim.training.implementations import ImplementationProfile
@@ -83,8 +82,8 @@ def calibrated_compute(
         gemm_evicted_traffic_factor=table.evicted_traffic_factor or 0.0,
         gemm_evicted_compute_factor=table.evicted_compute_factor or 0.0,
         cold_output_s_per_byte_by_kind=cold_out,
-        cold_output_after_bytes=FLUSH_LLC_MULTIPLE * host.llc_bytes if cold else math.inf,
-        gemm_evicted_after_bytes=FLUSH_LLC_MULTIPLE * host.llc_bytes if evicted else math.inf,
+        cold_output_after_bytes=host.flushed_bytes if cold else math.inf,
+        gemm_evicted_after_bytes=host.flushed_bytes if evicted else math.inf,
         memory_bandwidth_Bps=cal.memory.bandwidth_GBps * 1e9,
         memory_efficiency=EfficiencyTable.constant(1.0),
         saturation_cores=float(cal.memory.saturation_cores),
@@ -119,9 +118,7 @@ def calibrated_compute(
             else spec.parallel_grain_elements
         ),
         # The dispatch benchmark times its first op after the ops' cache flush (Ops.flush).
-        task_overhead_after_bytes=(
-            FLUSH_LLC_MULTIPLE * host.llc_bytes if cal.overhead is not None else spec.task_overhead_after_bytes
-        ),
+        task_overhead_after_bytes=(host.flushed_bytes if cal.overhead is not None else spec.task_overhead_after_bytes),
     )
 
 

@@ -78,7 +78,11 @@ def probe_tasks(cal: Calibration, ops: Ops, counts: Sequence[int] = (), tbe: boo
     TBE too (:func:`tbe_probe`).
 
     A probe only at the ends says nothing of the counts between: on a 16-core host a validation at 2-8 threads ran
-    15-39 % slower than predicted with no probe there to say whether the host or the model had moved."""
+    15-39 % slower than predicted with no probe there to say whether the host or the model had moved.
+
+    ``ops`` flushes as the calibration's benchmarks did (``cal.host.flush_bytes``), so a probe repeats their
+    conditions."""
+    ops.flush_limit_bytes = cal.host.flush_bytes
     cores = cal.host.cores
     mine = [m for m in cal.measurements if m.cores == cores]
     tasks: list[BenchTask] = []

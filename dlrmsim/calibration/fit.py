@@ -29,7 +29,7 @@ import numpy as np
 from dlrmsim.calibration.benchmarks.outputs import OUTPUT_KINDS
 from dlrmsim.calibration.cycle import cycle_gemms
 from dlrmsim.calibration.host import peak_gflops, raise_peak_to
-from dlrmsim.calibration.ops.base import FLUSH_LLC_MULTIPLE, TORCH_GRAIN_ELEMENTS
+from dlrmsim.calibration.ops.base import TORCH_GRAIN_ELEMENTS
 from dlrmsim.calibration.schema import (
     ColdOutputFit,
     CollectiveFit,
@@ -351,7 +351,7 @@ def reuse_in_cycle(m: Measurement, host: HostInfo) -> tuple[float | None, float,
     """(kernel share, inputs' share, bytes before it) of a GEMM row timed in an MLP cycle: 1, 1 and a flush for one
     timed right after its own flush; the shares the simulator's cost model gives it in its cycle for one in step
     order with its MLP recorded; None for others (step-order rows from before the MLP was recorded)."""
-    flush = float(FLUSH_LLC_MULTIPLE * host.llc_bytes)
+    flush = float(host.flushed_bytes)
     if with_evicted_operands(m):
         return 1.0, 1.0, flush
     if not in_step_order(m) or "mlp" not in m.params:
@@ -370,7 +370,7 @@ def first_op_dispatch_s(overhead: OverheadFit | None, cores: int, prev_bytes: fl
     """A one-op task's dispatch after ``prev_bytes`` of traffic, as costs.first_op_s charges it with this fit."""
     if overhead is None:
         return 0.0
-    after = float(FLUSH_LLC_MULTIPLE * host.llc_bytes)
+    after = float(host.flushed_bytes)
     llc = float(host.model_llc_bytes)  # the benchmark process's: all of it (reuse_in_cycle)
     return first_op_time_s(overhead.task_overhead_s(cores), overhead.op_overhead_s(cores), prev_bytes, after, llc)
 

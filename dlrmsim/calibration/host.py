@@ -17,6 +17,7 @@ import numpy as np
 from pydantic import Field
 from threadpoolctl import threadpool_limits
 
+from dlrmsim.calibration.ops.base import FLUSH_LLC_MULTIPLE
 from dlrmsim.config import StrictModel
 from dlrmsim.host import l2_cache_bytes, last_level_cache_bytes, page_bytes, peak_clock, read_host
 from dlrmsim.output import err_console
@@ -61,6 +62,11 @@ class HostInfo(StrictModel):
         description="the capacity the cost model's cache miss share uses, fitted to the cache-reuse benchmark "
         "(fit.fit_effective_llc; a shared or virtualised cache keeps less than it reports); None: llc_bytes",
     )
+    flush_bytes: Annotated[int, Field(gt=0)] | None = Field(
+        None,
+        description="bytes each benchmark's cache flush read and wrote (Ops.flush_bytes: twice llc_bytes, less in a "
+        "tiny run); None: twice llc_bytes, as every file before this field flushed",
+    )
     libraries: dict[str, str]
     backend: Literal["numpy", "torch"]
     date: str = Field(description="ISO 8601 time the calibration finished")
@@ -68,6 +74,11 @@ class HostInfo(StrictModel):
         0.0, description="highest 1-minute load average seen at the start and end of the run (above cores: shared, noisy)"
     )
     quick: bool
+
+    @property
+    def flushed_bytes(self) -> int:
+        """The traffic a benchmark's flush put through the caches before its timed call (bytes)."""
+        return self.flush_bytes or FLUSH_LLC_MULTIPLE * self.llc_bytes
 
     @property
     def model_llc_bytes(self) -> int:

@@ -8,9 +8,11 @@ import pytest
 from dlrmsim.calibration.apply import apply_calibration
 from dlrmsim.calibration.benchmarks.cache import cache_reuse_task, reuse_footprints
 from dlrmsim.calibration.benchmarks.timing import QUICK_POLICY
+from dlrmsim.calibration.calibrate import TINY_FLUSH_BYTES
 from dlrmsim.calibration.fit import fit_effective_llc
 from dlrmsim.calibration.schema import Calibration, Measurement
 from dlrmsim.engine.costs import cache_miss_share
+from dlrmsim.host import last_level_cache_bytes
 from dlrmsim.topologies import load_topology
 
 MiB = 1 << 20
@@ -59,6 +61,17 @@ def test_the_model_takes_the_measured_capacity_and_flushes_stay_sized_by_the_rep
     # because miss shares are the cache a process gets, while a benchmark's flush moved 2x the reported cache's bytes
     assert measured.llc_bytes == 8 * MiB and reported.llc_bytes == 32 * MiB
     assert measured.task_overhead_after_bytes == reported.task_overhead_after_bytes
+
+
+def test_a_tiny_run_records_its_flush_and_the_model_takes_it_as_the_traffic_before_a_timed_call(quick_cal: Calibration) -> None:
+    # because the suite's tiny run limits its flush to twice a 32 MiB cache, whatever this host's cache is
+    assert quick_cal.host.flush_bytes == min(2 * last_level_cache_bytes(), TINY_FLUSH_BYTES)
+    spec = apply_calibration(load_topology("host"), quick_cal).compute(0)
+    # because the dispatch benchmark timed its first op after that flush, the first-op cost's traffic is that flush
+    assert spec.task_overhead_after_bytes == quick_cal.host.flush_bytes
+    # because a file from before the field flushed twice its reported cache
+    older = quick_cal.host.model_copy(update={"flush_bytes": None, "llc_bytes": 32 * MiB})
+    assert older.flushed_bytes == 64 * MiB
 
 
 def test_the_benchmark_rows_are_one_core_gathers_per_footprint() -> None:

@@ -276,3 +276,12 @@ def test_flush_streams_twice_the_last_level_cache(backend: str, monkeypatch: pyt
     k.flush()
     k.flush()
     assert sizes == [2 * last_level_cache_bytes()]  # built once, reused by every later flush
+
+
+def test_a_limited_flush_moves_at_most_its_limit() -> None:
+    from dlrmsim.host import last_level_cache_bytes
+
+    k = NumpyOps()
+    k.flush_limit_bytes = 1 << 20
+    # because a tiny calibration limits its flushes (calibrate.TINY_FLUSH_BYTES), and any host's cache is over 512 KiB
+    assert k.flush_bytes() == min(2 * last_level_cache_bytes(), 1 << 20) == 1 << 20

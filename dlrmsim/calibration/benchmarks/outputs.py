@@ -16,9 +16,7 @@ import time
 
 from dlrmsim.calibration.benchmarks.timing import BenchTask, TimingPolicy
 from dlrmsim.calibration.ops import Ops
-from dlrmsim.calibration.ops.base import FLUSH_LLC_MULTIPLE
 from dlrmsim.calibration.schema import Measurement
-from dlrmsim.host import last_level_cache_bytes
 
 OUTPUT_ROWS, OUTPUT_COLS = 1024, 256  # a 1 MiB fp32 result: a DLRM layer's activation at batch 1024
 OUTPUT_KINDS = ("gemm", "elementwise")
@@ -28,7 +26,7 @@ CALLS_PER_REPEAT = 24
 def time_outputs(k: Ops, kind: str, policy: TimingPolicy) -> tuple[float, float]:
     """Median seconds per call of one ``kind`` op writing a warm output, and writing a cold one."""
     nbytes = 4 * OUTPUT_ROWS * OUTPUT_COLS
-    outputs = max(2, math.ceil(FLUSH_LLC_MULTIPLE * last_level_cache_bytes() / nbytes) + 1)
+    outputs = max(2, math.ceil(k.flush_bytes() / nbytes) + 1)
     op = k.make_into(kind, OUTPUT_ROWS, OUTPUT_COLS, outputs)
     warm, cold = [], []
     i = 0

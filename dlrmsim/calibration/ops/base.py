@@ -78,6 +78,9 @@ class Ops(ABC):
     # Elements above which the backend splits one element-wise op over its threads (fork and join); inf: never
     # (NumPy's ufuncs run on the calling thread).
     parallel_grain_elements: float = math.inf
+    # At most this many bytes a flush (None: no limit). A tiny calibration sets it (calibrate.TINY_FLUSH_BYTES): on a
+    # host with a 300 MiB cache a full flush moves 1.2 GB and took 62 ms, some 30 s of a tiny run's 35.
+    flush_limit_bytes: int | None = None
 
     # --- threads and versions ---------------------------------------------------------------------------------
 
@@ -138,13 +141,18 @@ class Ops(ABC):
         buf = np.ones(max(1, nbytes // 4), dtype=np.float32)
         return lambda: np.add(buf, np.float32(1.0), out=buf)
 
+    def flush_bytes(self) -> int:
+        """The bytes :meth:`flush` reads and writes: twice the last-level cache, at most ``flush_limit_bytes``."""
+        full = FLUSH_LLC_MULTIPLE * last_level_cache_bytes()
+        return min(full, self.flush_limit_bytes) if self.flush_limit_bytes else full
+
     def flush(self) -> None:
         """Evict the caches: read and write a private buffer twice the last-level cache. Run before a timed
         call, it leaves code, tensors and framework metadata where the rest of a training iteration leaves
         them (embedding tables and activations stream far more than the cache holds between two calls)."""
         op = getattr(self, "_flush_op", None)
         if op is None:
-            op = self._flush_op = self.make_flush(FLUSH_LLC_MULTIPLE * last_level_cache_bytes())
+            op = self._flush_op = self.make_flush(self.flush_bytes())
         op()
 
     # --- tensor operations of a training step (the DLRM runner) -------------------------------------------------
