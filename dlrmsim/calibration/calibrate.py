@@ -133,7 +133,7 @@ def run_calibration(quick: bool, backend: str | None, out: Path | None, progress
     backend = backend or default_backend()
     ops = get_ops(backend)
     if tiny:
-        ops.flush_limit_bytes = TINY_FLUSH_BYTES
+        ops.limit_flush(TINY_FLUSH_BYTES)
     host = detect_host(backend, quick, ops.versions(), date="").model_copy(update={"flush_bytes": ops.flush_bytes()})
     out = Path(out) if out is not None else default_out(host)
     # Measurements after another flush were taken under other conditions: not reused.

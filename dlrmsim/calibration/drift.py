@@ -82,7 +82,7 @@ def probe_tasks(cal: Calibration, ops: Ops, counts: Sequence[int] = (), tbe: boo
 
     ``ops`` flushes as the calibration's benchmarks did (``cal.host.flush_bytes``), so a probe repeats their
     conditions."""
-    ops.flush_limit_bytes = cal.host.flush_bytes
+    ops.limit_flush(cal.host.flush_bytes)
     cores = cal.host.cores
     mine = [m for m in cal.measurements if m.cores == cores]
     tasks: list[BenchTask] = []

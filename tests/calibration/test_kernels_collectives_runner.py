@@ -278,10 +278,18 @@ def test_flush_streams_twice_the_last_level_cache(backend: str, monkeypatch: pyt
     assert sizes == [2 * last_level_cache_bytes()]  # built once, reused by every later flush
 
 
-def test_a_limited_flush_moves_at_most_its_limit() -> None:
+def test_a_limited_flush_moves_at_most_its_limit(monkeypatch: pytest.MonkeyPatch) -> None:
     from dlrmsim.host import last_level_cache_bytes
 
     k = NumpyOps()
-    k.flush_limit_bytes = 1 << 20
-    # because a tiny calibration limits its flushes (calibrate.TINY_FLUSH_BYTES), and any host's cache is over 512 KiB
+    sizes: list[int] = []
+    make = k.make_flush
+    monkeypatch.setattr(k, "make_flush", lambda n: sizes.append(n) or make(n))
+    k.limit_flush(2 << 20)
+    k.flush()
+    k.limit_flush(1 << 20)
+    k.flush()
+    # because a tiny calibration limits its flushes (calibrate.TINY_FLUSH_BYTES), and any host's cache is over 1 MiB
     assert k.flush_bytes() == min(2 * last_level_cache_bytes(), 1 << 20) == 1 << 20
+    # because a buffer built for one limit must not serve another (a drift probe repeats its calibration's flush)
+    assert sizes == [2 << 20, 1 << 20]

@@ -78,8 +78,8 @@ class Ops(ABC):
     # Elements above which the backend splits one element-wise op over its threads (fork and join); inf: never
     # (NumPy's ufuncs run on the calling thread).
     parallel_grain_elements: float = math.inf
-    # At most this many bytes a flush (None: no limit). A tiny calibration sets it (calibrate.TINY_FLUSH_BYTES): on a
-    # host with a 300 MiB cache a full flush moves 1.2 GB and took 62 ms, some 30 s of a tiny run's 35.
+    # At most this many bytes a flush (None: no limit); set with limit_flush. A tiny calibration limits it
+    # (calibrate.TINY_FLUSH_BYTES): on a host with a 300 MiB cache a full flush moves 1.2 GB and took 62 ms.
     flush_limit_bytes: int | None = None
 
     # --- threads and versions ---------------------------------------------------------------------------------
@@ -140,6 +140,12 @@ class Ops(ABC):
         """Read and write a private ``nbytes`` buffer (see ``flush``)."""
         buf = np.ones(max(1, nbytes // 4), dtype=np.float32)
         return lambda: np.add(buf, np.float32(1.0), out=buf)
+
+    def limit_flush(self, nbytes: int | None) -> None:
+        """Flush at most ``nbytes`` from now on (None: twice the last-level cache); a flush buffer built for another
+        size is dropped."""
+        self.flush_limit_bytes = nbytes
+        self._flush_op = None
 
     def flush_bytes(self) -> int:
         """The bytes :meth:`flush` reads and writes: twice the last-level cache, at most ``flush_limit_bytes``."""
