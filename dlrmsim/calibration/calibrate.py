@@ -35,6 +35,7 @@ from dlrmsim.calibration.fit import (
 from dlrmsim.calibration.host import detect_host, host_key, steady_allocator
 from dlrmsim.calibration.ops import default_backend, get_ops
 from dlrmsim.calibration.schema import Calibration, HostInfo, Measurement, load_calibration, save_calibration
+from dlrmsim.errors import DlrmsimError
 from dlrmsim.output import err_console
 
 
@@ -115,6 +116,24 @@ def run_plan(tasks: list[BenchTask], cache: PartialCache, progress: bool) -> lis
     return out
 
 
+def finished_measurements(tasks: list[BenchTask], cache: PartialCache) -> tuple[list[Measurement], int]:
+    """The rows an interrupted run kept, in plan order, and how many of the plan's later measurements (a second
+    pass, the streams' extra samples) it lacks: what ``calibrate --finish`` fits. Every benchmark must have its
+    first measurement, or a fit would lack the points it needs; a later pass only guards against a slow spell.
+    Raises :class:`DlrmsimError` when the first pass is incomplete."""
+    missing = [t for t in tasks if t.first_pass and t.id not in cache.done]
+    if missing:
+        raise DlrmsimError(
+            f"the interrupted run kept {len(cache.done)} finished benchmarks but {len(missing)} of the first pass "
+            f"are missing (first: {missing[0].id}), and every fit needs its benchmarks measured once",
+            source=cache.path,
+            field="--finish",
+            fix="run the same command without --finish to measure the rest (it resumes)",
+        )
+    rows = [m for t in tasks if t.id in cache.done for m in cache.done[t.id]]
+    return rows, sum(1 for t in tasks if t.id not in cache.done)
+
+
 # A tiny run's flush at most (bytes): twice a 32 MiB cache, the host the suite's time budget was set on. A full flush
 # is twice the last-level cache: 600 MiB on a 2-vCPU Intel Xeon VM with 300 MiB of L3 (2026-11-26), 62 ms a flush,
 # which made each tiny run of the test suite take some 60 s there against 25 s. A tiny run's rates are rough anyway
@@ -123,12 +142,16 @@ def run_plan(tasks: list[BenchTask], cache: PartialCache, progress: bool) -> lis
 TINY_FLUSH_BYTES = 64 << 20
 
 
-def run_calibration(quick: bool, backend: str | None, out: Path | None, progress: bool = True, tiny: bool = False) -> Calibration:
+def run_calibration(
+    quick: bool, backend: str | None, out: Path | None, progress: bool = True, tiny: bool = False, finish: bool = False
+) -> Calibration:
     """Measure this host, fit the cost model, and write the calibration YAML to ``out``.
 
     ``tiny`` runs a small subset of the quick plan (notebooks and smoke tests; rough rates). Interrupted runs resume:
     finished benchmark tasks are kept in ``<out>.partial.jsonl`` (keyed by host,
-    libraries, backend and mode) and reused; the cache is removed once the YAML is written.
+    libraries, backend and mode) and reused; the cache is removed once the YAML is written. ``finish`` measures
+    nothing more: it fits what an interrupted run kept (:func:`finished_measurements`), for a run that cannot be
+    resumed in the time left (a lent machine's lease, a job's limit).
     """
     backend = backend or default_backend()
     ops = get_ops(backend)
@@ -141,8 +164,22 @@ def run_calibration(quick: bool, backend: str | None, out: Path | None, progress
     load = _load_average()
     steady_allocator()  # the kernels see the allocator a training process has (host.steady_allocator)
     tasks = build_plan(ops, quick or tiny, host.cores, implementation_for(backend), tiny=tiny)
+    if finish:
+        if not cache.done:
+            raise DlrmsimError(
+                "no finished benchmarks to fit", source=cache.path, field="--finish", fix="run without --finish first"
+            )
+        rows, lacking = finished_measurements(tasks, cache)
+        if lacking:
+            err_console.print(
+                f"[bold yellow]warning:[/] fitting an interrupted run: {lacking} of {len(tasks)} planned measurements "
+                "(later passes) were not taken, so those benchmarks keep their one pass and a slow spell there is "
+                "not filtered (fix: run without --finish to measure them)",
+                highlight=False,
+                soft_wrap=True,
+            )
     try:
-        measurements = combine_passes(run_plan(tasks, cache, progress))
+        measurements = combine_passes(rows if finish else run_plan(tasks, cache, progress))
     except KeyboardInterrupt:
         err_console.print(
             f"interrupted: {len(cache.done)} finished benchmarks kept in {cache.path}; run the same command again to resume",

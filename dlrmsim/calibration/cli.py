@@ -33,6 +33,14 @@ def calibrate(
             "(--out default: <name>.refit.yaml beside it)",
         ),
     ] = None,
+    finish: Annotated[
+        bool,
+        typer.Option(
+            "--finish",
+            help="measure nothing more: fit what an interrupted run of the same command kept in <out>.partial.jsonl "
+            "(its whole first pass; benchmarks lacking a later pass keep one)",
+        ),
+    ] = False,
 ) -> None:
     """Run the micro-benchmarks (GEMM, embedding bags, memory streams, collectives), fit the cost model and
     write the calibration YAML. An interrupted run resumes from <out>.partial.jsonl."""
@@ -45,6 +53,8 @@ def calibrate(
         raise DlrmsimError("--out is a directory", source=out, fix="give a file path such as calibration/host.yaml")
     t0 = time.perf_counter()
     if refit is not None:
+        if finish:
+            raise DlrmsimError("--refit and --finish both fit without measuring", field="--finish", fix="give one of them")
         if quick or backend is not None:
             raise DlrmsimError(
                 "--refit measures nothing, so --quick and --backend do not apply", field="--refit", fix="drop them"
@@ -53,7 +63,7 @@ def calibrate(
         cal = refit_calibration(refit, out)
     else:
         out = out or default_out()
-        cal = run_calibration(quick=quick, backend=backend, out=out, progress=not (no_progress or json_out))
+        cal = run_calibration(quick=quick, backend=backend, out=out, progress=not (no_progress or json_out), finish=finish)
     elapsed = time.perf_counter() - t0
     summary = error_summary(cal.fit_quality, cal.measurements)
     if json_out:

@@ -7,9 +7,15 @@ from pathlib import Path
 import pytest
 
 from dlrmsim.calibration import backends
-from dlrmsim.calibration.benchmarks.plan import UNSTABLE_PASS_RATIO, build_plan, combine_passes, unstable_benchmarks
+from dlrmsim.calibration.benchmarks.plan import (
+    UNSTABLE_PASS_RATIO,
+    build_plan,
+    combine_passes,
+    measured_again,
+    unstable_benchmarks,
+)
 from dlrmsim.calibration.benchmarks.timing import BenchTask
-from dlrmsim.calibration.calibrate import PartialCache, partial_path, run_plan
+from dlrmsim.calibration.calibrate import PartialCache, finished_measurements, partial_path, run_plan
 from dlrmsim.calibration.dlrm_runner import run_dlrm_iteration
 from dlrmsim.calibration.ops import get_ops
 from dlrmsim.calibration.schema import Measurement
@@ -162,3 +168,72 @@ def test_fit_summary_counts_the_runs_the_host_moved_under() -> None:
     ]
     out = error_summary(rows, measured)
     assert out == {"gemm": ErrorSummary(3, 20.0, 30.0, 1), "stream": ErrorSummary(1, 5.0, 5.0, 1)}
+
+
+def _plan_with_second_pass() -> list[BenchTask]:
+    first = [BenchTask("memory streams", name, lambda name=name: [_row(name)], repeat=True) for name in ("a", "b")]
+    return first + measured_again(list(reversed(first)), "pass 2")
+
+
+def test_finish_fits_what_an_interrupted_run_kept_in_plan_order(tmp_path: Path) -> None:
+    # because a cut-off run (a lease's end) has every benchmark's first pass, --finish fits those and the second
+    # passes it did take, and counts the measurements it lacks so the warning can say how many
+    tasks = _plan_with_second_pass()
+    cache = PartialCache(partial_path(tmp_path / "host.yaml"), "key")
+    for t in (tasks[2], tasks[0], tasks[1]):  # "b pass 2" was the last task run before the cut
+        cache.add(t, t.run())
+    rows, lacking = finished_measurements(tasks, cache)
+    assert [r.name for r in rows] == ["a", "b", "b"] and lacking == 1  # "a pass 2" never ran
+    assert [(m.name, m.passes) for m in combine_passes(rows)] == [("a", 1), ("b", 2)]
+
+
+def test_finish_refuses_a_run_whose_first_pass_is_incomplete(tmp_path: Path) -> None:
+    # because a benchmark measured in no pass leaves its fit without points, the error names the fix: resume
+    tasks = _plan_with_second_pass()
+    cache = PartialCache(partial_path(tmp_path / "host.yaml"), "key")
+    cache.add(tasks[0], tasks[0].run())
+    with pytest.raises(DlrmsimError, match=r"1 of the first pass are missing \(first: b\).*without --finish"):
+        finished_measurements(tasks, cache)
+
+
+def test_calibrate_finish_without_partial_results_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from dlrmsim.cli import main
+
+    out = tmp_path / "cal.yaml"
+    with pytest.raises(SystemExit) as exc:
+        main(["calibrate", "--quick", "--backend", "numpy", "--out", str(out), "--finish", "--no-progress"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "cal.yaml.partial.jsonl: --finish: no finished benchmarks to fit" in err and "Traceback" not in err
+    assert not out.exists()
+    with pytest.raises(SystemExit) as exc:
+        main(["calibrate", "--refit", str(out), "--finish"])
+    assert exc.value.code == 2 and "--refit and --finish" in capsys.readouterr().err
+
+
+def test_run_calibration_finish_fits_the_kept_rows_without_measuring(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # because --finish must measure nothing, every task here fails if run; the fit sees the kept rows with their
+    # passes combined, the warning counts the measurement not taken, and the partial file goes once the YAML is out
+    from dlrmsim.calibration import calibrate
+
+    def never() -> list[Measurement]:
+        raise AssertionError("--finish ran a benchmark")
+
+    first = [BenchTask("memory streams", name, never, repeat=True) for name in ("a", "b")]
+    tasks = first + measured_again(list(reversed(first)), "pass 2")
+    monkeypatch.setattr(calibrate, "build_plan", lambda *a, **k: tasks)
+    seen: dict[str, object] = {}
+    monkeypatch.setattr(calibrate, "fit_calibration", lambda host, rows: seen.setdefault("rows", rows))
+    monkeypatch.setattr(calibrate, "save_calibration", lambda cal, out: seen.setdefault("out", out))
+    out = tmp_path / "cal.yaml"
+    host = calibrate.detect_host("numpy", True, get_ops("numpy").versions(), date="", probe=False)
+    monkeypatch.setattr(calibrate, "detect_host", lambda *a, **k: host)
+    cache = PartialCache(partial_path(out), f"{calibrate.host_key(host)} flush {get_ops('numpy').flush_bytes()}")
+    for t, rows in ((tasks[0], [_row("a")]), (tasks[1], [_row("b")]), (tasks[2], [_row("b")])):
+        cache.add(t, rows)
+    calibrate.run_calibration(quick=True, backend="numpy", out=out, progress=False, finish=True)
+    assert [(m.name, m.passes) for m in seen["rows"]] == [("a", 1), ("b", 2)]  # type: ignore[attr-defined]
+    assert seen["out"] == out and not partial_path(out).exists()
+    assert "1 of 4 planned measurements" in capsys.readouterr().err

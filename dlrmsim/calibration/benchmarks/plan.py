@@ -74,7 +74,7 @@ def build_plan(
     """
     tasks = _first_pass(k, quick, cores, implementation, ranks, tiny)
     if tiny:  # one pass, but the streams sampled again at the end: their passes are combined as in a real run
-        return tasks + _again([t for t in tasks if t.stage == STREAM_STAGE], "last pass")
+        return tasks + measured_again([t for t in tasks if t.stage == STREAM_STAGE], "last pass")
     again = [t for t in tasks if t.repeat]
     streams = [t for t in again if t.stage == STREAM_STAGE]
     first = len(tasks)
@@ -82,18 +82,18 @@ def build_plan(
         # Every other pass runs backwards: a slow spell that covered a block of neighbouring benchmarks in
         # one pass (a quick run once measured all 29 preset MLP shapes at 100 GF/s in both passes, against
         # 150-170 GF/s in the runs before and after) then meets other neighbours, at another distance in time.
-        tasks += _again(again[::-1] if p % 2 == 0 else again, f"pass {p}")
+        tasks += measured_again(again[::-1] if p % 2 == 0 else again, f"pass {p}")
     # The streams are sampled across the whole run, not in one or two places: at the start, in each pass,
     # right after the first pass's collectives and at the very end (see MEDIAN_PASS_BENCHMARKS for why).
     if passes > 1:
-        tasks = _again(streams, "start") + tasks[:first] + _again(streams, "after collectives") + tasks[first:]
-        tasks += _again(streams, "last pass")
+        tasks = measured_again(streams, "start") + tasks[:first] + measured_again(streams, "after collectives") + tasks[first:]
+        tasks += measured_again(streams, "last pass")
     return tasks
 
 
-def _again(tasks: list[BenchTask], label: str) -> list[BenchTask]:
+def measured_again(tasks: list[BenchTask], label: str) -> list[BenchTask]:
     """``tasks`` measured once more, under ids the partial-results cache tells apart."""
-    return [replace(t, stage=f"{t.stage} ({label})", id=f"{t.id} {label}") for t in tasks]
+    return [replace(t, stage=f"{t.stage} ({label})", id=f"{t.id} {label}", first_pass=False) for t in tasks]
 
 
 def combine_passes(measurements: list[Measurement]) -> list[Measurement]:
