@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import os
 import socket
+import time
 from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -84,8 +86,14 @@ class PartialCache:
         self.path.unlink(missing_ok=True)
 
 
-def run_plan(tasks: list[BenchTask], cache: PartialCache, progress: bool) -> list[Measurement]:
-    """Run every task not already in the cache, with one rich progress bar per benchmark stage."""
+def run_plan(
+    tasks: list[BenchTask], cache: PartialCache, progress: bool, later_passes_until: float | None = None
+) -> list[Measurement]:
+    """Run every task not already in the cache, with one rich progress bar per benchmark stage.
+
+    Past ``later_passes_until`` (a ``time.monotonic()`` instant), a task that measures a benchmark again (a later
+    pass, a stream's extra sample) is skipped unless the cache has it; first-pass tasks always run, since every
+    fit needs its benchmarks measured once."""
     stages: dict[str, list[BenchTask]] = {}
     for t in tasks:
         stages.setdefault(t.stage, []).append(t)
@@ -107,6 +115,9 @@ def run_plan(tasks: list[BenchTask], cache: PartialCache, progress: bool) -> lis
             if t.id in cache.done:
                 rows = cache.done[t.id]
                 bar.update(pid, advance=1, note="(cached)")
+            elif not t.first_pass and later_passes_until is not None and time.monotonic() > later_passes_until:
+                bar.update(pid, advance=1, note="(skipped: time limit)")
+                continue
             else:
                 bar.update(pid, note=t.id)
                 rows = t.run()
@@ -143,7 +154,13 @@ TINY_FLUSH_BYTES = 64 << 20
 
 
 def run_calibration(
-    quick: bool, backend: str | None, out: Path | None, progress: bool = True, tiny: bool = False, finish: bool = False
+    quick: bool,
+    backend: str | None,
+    out: Path | None,
+    progress: bool = True,
+    tiny: bool = False,
+    finish: bool = False,
+    max_s: float | None = None,
 ) -> Calibration:
     """Measure this host, fit the cost model, and write the calibration YAML to ``out``.
 
@@ -151,8 +168,10 @@ def run_calibration(
     finished benchmark tasks are kept in ``<out>.partial.jsonl`` (keyed by host,
     libraries, backend and mode) and reused; the cache is removed once the YAML is written. ``finish`` measures
     nothing more: it fits what an interrupted run kept (:func:`finished_measurements`), for a run that cannot be
-    resumed in the time left (a lent machine's lease, a job's limit).
+    resumed in the time left (a lent machine's lease, a job's limit). ``max_s`` bounds the run ahead of time: past
+    it, measurements of later passes are skipped (:func:`run_plan`) and the benchmarks keep the passes they have.
     """
+    deadline = None if max_s is None else time.monotonic() + max_s
     backend = backend or default_backend()
     ops = get_ops(backend)
     if tiny:
@@ -169,17 +188,10 @@ def run_calibration(
             raise DlrmsimError(
                 "no finished benchmarks to fit", source=cache.path, field="--finish", fix="run without --finish first"
             )
-        rows, lacking = finished_measurements(tasks, cache)
-        if lacking:
-            err_console.print(
-                f"[bold yellow]warning:[/] fitting an interrupted run: {lacking} of {len(tasks)} planned measurements "
-                "(later passes) were not taken, so those benchmarks keep their one pass and a slow spell there is "
-                "not filtered (fix: run without --finish to measure them)",
-                highlight=False,
-                soft_wrap=True,
-            )
+        finished_measurements(tasks, cache)  # refuses an incomplete first pass
+        deadline = -math.inf  # measure nothing: every later pass not taken is skipped
     try:
-        measurements = combine_passes(rows if finish else run_plan(tasks, cache, progress))
+        measurements = combine_passes(run_plan(tasks, cache, progress, later_passes_until=deadline))
     except KeyboardInterrupt:
         err_console.print(
             f"interrupted: {len(cache.done)} finished benchmarks kept in {cache.path}; run the same command again to resume",
@@ -189,6 +201,15 @@ def run_calibration(
         raise
     finally:
         clear_table_cache()
+    lacking = sum(1 for t in tasks if t.id not in cache.done)
+    if lacking:
+        err_console.print(
+            f"[bold yellow]warning:[/] {lacking} of {len(tasks)} planned measurements (later passes) were not taken "
+            f"({'--finish' if finish else 'time limit'}), so those benchmarks keep the passes they have and a slow spell "
+            "there is not filtered (fix: run without --finish or --max-minutes to measure them)",
+            highlight=False,
+            soft_wrap=True,
+        )
     load = max(load, _load_average())
     host = host.model_copy(update={"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "load_average": round(load, 2)})
     if load > host.cores:

@@ -47,6 +47,15 @@ def calibrate(
             "(its whole first pass; benchmarks lacking a later pass keep one)",
         ),
     ] = False,
+    max_minutes: Annotated[
+        float | None,
+        typer.Option(
+            "--max-minutes",
+            min=0.0,
+            help="past this many minutes, skip the measurements of later passes still to take; the first pass always "
+            "completes, so the run ends soon after (a lent machine's lease, a job's limit)",
+        ),
+    ] = None,
 ) -> None:
     """Run the micro-benchmarks (GEMM, embedding bags, memory streams, collectives), fit the cost model and
     write the calibration YAML. An interrupted run resumes from <out>.partial.jsonl."""
@@ -59,8 +68,9 @@ def calibrate(
         raise DlrmsimError("--out is a directory", source=out, fix="give a file path such as calibration/host.yaml")
     t0 = time.perf_counter()
     if refit is not None:
-        if finish:
-            raise DlrmsimError("--refit and --finish both fit without measuring", field="--finish", fix="give one of them")
+        if finish or max_minutes is not None:
+            flag = "--finish" if finish else "--max-minutes"
+            raise DlrmsimError(f"--refit measures nothing, so {flag} does not apply", field=flag, fix="drop it")
         if quick or backend is not None:
             raise DlrmsimError(
                 "--refit measures nothing, so --quick and --backend do not apply", field="--refit", fix="drop them"
@@ -69,7 +79,14 @@ def calibrate(
         cal = refit_calibration(refit, out)
     else:
         out = out or default_out()
-        cal = run_calibration(quick=quick, backend=backend, out=out, progress=not (no_progress or json_out), finish=finish)
+        cal = run_calibration(
+            quick=quick,
+            backend=backend,
+            out=out,
+            progress=not (no_progress or json_out),
+            finish=finish,
+            max_s=None if max_minutes is None else 60.0 * max_minutes,
+        )
     elapsed = time.perf_counter() - t0
     summary = error_summary(cal.fit_quality, cal.measurements)
     if json_out:

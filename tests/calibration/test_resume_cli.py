@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -208,7 +209,7 @@ def test_calibrate_finish_without_partial_results_is_one_line_exit_2(tmp_path: P
     assert not out.exists()
     with pytest.raises(SystemExit) as exc:
         main(["calibrate", "--refit", str(out), "--finish"])
-    assert exc.value.code == 2 and "--refit and --finish" in capsys.readouterr().err
+    assert exc.value.code == 2 and "--refit measures nothing, so --finish does not apply" in capsys.readouterr().err
 
 
 def test_run_calibration_finish_fits_the_kept_rows_without_measuring(
@@ -236,4 +237,27 @@ def test_run_calibration_finish_fits_the_kept_rows_without_measuring(
     calibrate.run_calibration(quick=True, backend="numpy", out=out, progress=False, finish=True)
     assert [(m.name, m.passes) for m in seen["rows"]] == [("a", 1), ("b", 2)]  # type: ignore[attr-defined]
     assert seen["out"] == out and not partial_path(out).exists()
-    assert "1 of 4 planned measurements" in capsys.readouterr().err
+    assert "1 of 4 planned measurements (later passes) were not taken (--finish)" in capsys.readouterr().err
+
+
+def test_past_the_time_limit_later_passes_are_skipped_and_the_first_pass_still_runs(tmp_path: Path) -> None:
+    # because every fit needs each benchmark once but a second pass only filters slow spells, a run past its time
+    # limit skips the second pass's measurements still to take, keeps those it has, and never skips a first one
+    calls: list[str] = []
+
+    def task(name: str) -> BenchTask:
+        def run() -> list[Measurement]:
+            calls.append(name)
+            return [_row(name.split()[0])]
+
+        return BenchTask("memory streams", name, run, repeat=True)
+
+    first = [task("a"), task("b")]
+    tasks = first + measured_again(list(reversed(first)), "pass 2")
+    cache = PartialCache(partial_path(tmp_path / "host.yaml"), "key")
+    cache.add(tasks[2], [_row("b")])  # "b pass 2", from an earlier, interrupted run
+    rows = run_plan(tasks, cache, progress=False, later_passes_until=time.monotonic() - 1.0)
+    assert calls == ["a", "b"] and [r.name for r in rows] == ["a", "b", "b"]
+    calls.clear()
+    run_plan(tasks, PartialCache(partial_path(tmp_path / "other.yaml"), "key"), progress=False, later_passes_until=None)
+    assert len(calls) == 4  # no limit: every pass runs
