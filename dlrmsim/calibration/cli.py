@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -212,7 +212,10 @@ def validate(
     phases: bool = typer.Option(False, "--phases", help="also print measured vs predicted time per phase"),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
     against: str = typer.Option(
-        "project", "--against", help="what runs the cases: project (dlrmsim's own runner), torchrec, reference"
+        "project",
+        "--against",
+        help="what runs the cases: project (dlrmsim's own runner), torchrec, reference; several, comma-separated "
+        "(e.g. project,torchrec), run in turn case by case in every round, one report each",
     ),
     reference: Path | None = typer.Option(None, "--reference", help="with --against reference: a facebookresearch/dlrm checkout"),
     results_dir: Path | None = typer.Option(
@@ -238,7 +241,7 @@ def validate(
         load_cases,
         parse_thread_counts,
         repredict,
-        run_validation,
+        run_validations,
         write_results_csv,
     )
 
@@ -267,49 +270,77 @@ def validate(
             _print_phases(report)
         _write_plot(report, html, f"{repredict_csv.name} predicted again with {calibration.name}", json_out)
         return
-    report = run_validation(
+    targets = [t.strip() for t in against.split(",") if t.strip()]
+    if len(targets) > 1 and html is not None:
+        raise DlrmsimError("--html plots one target's validation", field="--html", fix="give one --against target with it")
+    reports = run_validations(
         calibration,
+        targets,
         backend=backend,
         only=case or None,
         iterations=iterations,
         warmup=warmup,
         progress=not json_out,
         rounds=rounds,
-        against=against,
         reference=reference,
         threads=thread_counts,
     )
-    if results_dir is not None and not no_results:
-        saved = write_results_csv(report, results_dir)
-        if not json_out:
-            console.print(f"results kept in {saved}")
-    _write_plot(report, html, f"validation against {against}, calibration {calibration.name}", json_out)
-    if against != "project":
-        _print_target(report, calibration, json_out)
-        if phases and not json_out:
-            _print_phases(report)  # TorchRec's measured phases beside the predicted ones
-        return
+    out: list[dict[str, Any]] = []
+    for report in reports:
+        if results_dir is not None and not no_results:
+            saved = write_results_csv(report, results_dir)
+            if not json_out:
+                console.print(f"results kept in {saved}")
+        _write_plot(report, html, f"validation against {report.backend}, calibration {calibration.name}", json_out)
+        if json_out:
+            out.append(_validation_json(report, phases))
+        else:
+            _print_validation(report, calibration, phases)
     if json_out:
-        data = report.to_json()
-        keys = (
-            "name",
-            "measured_s",
-            "predicted_s",
-            "error",
-            "ranks",
-            "threads",
-            "batch",
-            "measured_rounds_s",
-            "kept_round",
-            "drift_ratio",
-            "drift_by_kind",
-        )
-        data["cases"] = [
-            {k: c[k] for k in keys}
-            | ({"measured_phases_s": c["measured_phases_s"], "predicted_phases_s": c["predicted_phases_s"]} if phases else {})
-            for c in data["cases"]
-        ]
-        print_json(data)
+        print_json(out[0] if len(out) == 1 else {"reports": out})
+
+
+def _other_implementation(report: ValidationReport) -> bool:
+    """A report of TorchRec or the reference DLRM (its backend names the target), not of the project's runner (its
+    backend names the kernels: numpy or torch)."""
+    return report.backend in ("torchrec", "reference")
+
+
+def _validation_json(report: ValidationReport, phases: bool) -> dict[str, Any]:
+    """One report's JSON object: every field for another implementation (with the planner's error), the main
+    fields (and the phases with --phases) for the project's runner."""
+    data = report.to_json()
+    if _other_implementation(report):
+        for c, r in zip(data["cases"], report.cases, strict=True):
+            c["planner_error"] = r.planner_error
+        return data
+    keys = (
+        "name",
+        "measured_s",
+        "predicted_s",
+        "error",
+        "ranks",
+        "threads",
+        "batch",
+        "measured_rounds_s",
+        "kept_round",
+        "drift_ratio",
+        "drift_by_kind",
+    )
+    data["cases"] = [
+        {k: c[k] for k in keys}
+        | ({"measured_phases_s": c["measured_phases_s"], "predicted_phases_s": c["predicted_phases_s"]} if phases else {})
+        for c in data["cases"]
+    ]
+    return data
+
+
+def _print_validation(report: ValidationReport, calibration: Path, phases: bool) -> None:
+    """One report's tables: another implementation's (_print_target) or the project runner's."""
+    if _other_implementation(report):
+        _print_target(report, calibration, False)
+        if phases:
+            _print_phases(report)  # TorchRec's measured phases beside the predicted ones
         return
     print_table(
         f"Validation on this host ({report.backend}), calibration {calibration}",

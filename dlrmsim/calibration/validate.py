@@ -14,7 +14,7 @@ import json
 import os
 import platform
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -372,55 +372,127 @@ def run_validation(
     is kept (with its phases): other jobs on a shared host only ever slow a run down, and a slow spell lasting
     seconds would otherwise land whole on one case. Every round's median stays in the report. Before each
     round a few of the calibration's benchmarks run again (drift.py), so the report says whether the host
-    was still the calibrated one.
+    was still the calibrated one. :func:`run_validations` measures several targets in turn.
     """
+    (report,) = run_validations(
+        calibration_path, [against], backend, only, iterations, warmup, progress, rounds, reference, threads
+    )
+    return report
+
+
+@dataclass
+class _TargetPlan:
+    """One target's part of a validation: its cases, one round of one case, and its report from the rounds."""
+
+    target: str
+    cases: list[ValidationCase]
+    run: Callable[[ValidationCase], Any]
+    report: Callable[[dict[str, list[Any]], list[list[DriftSample]]], ValidationReport]
+    probe_ok: bool = True  # False: the runs use other kernels than the calibration's, so no drift probe
+
+
+def run_validations(
+    calibration_path: Path,
+    targets: Sequence[str],
+    backend: str | None = None,
+    only: list[str] | None = None,
+    iterations: int = 5,
+    warmup: int = 2,
+    progress: bool = True,
+    rounds: int = 3,
+    reference: Path | None = None,
+    threads: list[int] | None = None,
+) -> list[ValidationReport]:
+    """:func:`run_validation` for each of ``targets``, measured in turn: in every round each case runs under every
+    target one after the other (in reverse order every other round), so that a state of the host lasting minutes
+    lands on all of them. Measured one run apart, TorchRec's wide-mlp step on the 2-vCPU Intel VM came out 20-30 %
+    slower than the runner's; in turn, in one process, the two took the same time (bench_targets_interleaved).
+    One report per target, in the order given."""
     cal = load_calibration(calibration_path)  # validate (and warn about another host) before any run
-    if against not in TARGETS:
-        raise DlrmsimError(f"unknown validation target '{against}'", field="--against", fix=f"use one of: {', '.join(TARGETS)}")
-    if against != "project":
-        return _validate_target(cal, calibration_path, against, reference, only, rounds, progress, threads)
+    for against in targets:
+        if against not in TARGETS:
+            raise DlrmsimError(
+                f"unknown validation target '{against}'", field="--against", fix=f"use one of: {', '.join(TARGETS)}"
+            )
+    if len(set(targets)) != len(targets):
+        raise DlrmsimError("a validation target is named twice", field="--against", fix="name each target once")
+    plans = [
+        _project_plan(cal, calibration_path, backend, only, iterations, warmup, threads, progress)
+        if against == "project"
+        else _target_plan(cal, calibration_path, against, reference, only, threads)
+        for against in targets
+    ]
+    # The probe re-runs the calibration's own kernels, so only when every target's runs are the calibration's kind.
+    probe = _probe_ops(cal.host.backend) if all(p.probe_ok for p in plans) else None
+    counts = sorted({c.threads for p in plans for c in p.cases})  # the probe also runs at the cases' counts
+    tbe = any(p.target == "torchrec" for p in plans)
+    names = list(dict.fromkeys(c.name for p in plans for c in p.cases))
+    runs: list[dict[str, list[Any]]] = [{c.name: [] for c in p.cases} for p in plans]
+    drift_rounds: list[list[DriftSample]] = []
+    with Progress(console=err_console, transient=True, disable=not progress) as bar:
+        task = bar.add_task("validating", total=sum(len(p.cases) for p in plans) * rounds)
+        for r in range(rounds):
+            if probe is not None:
+                bar.update(task, description=f"host drift probe (round {r + 1}/{rounds})")
+                drift_rounds.append(drift.measure_drift(cal, probe, counts, tbe=tbe))
+            order = list(range(len(plans))) if r % 2 == 0 else list(range(len(plans)))[::-1]
+            for name in names:
+                for i in order:
+                    case = next((c for c in plans[i].cases if c.name == name), None)
+                    if case is None:
+                        continue
+                    bar.update(task, description=f"{name}: {plans[i].target} (round {r + 1}/{rounds})")
+                    runs[i][name].append(plans[i].run(case))
+                    bar.advance(task)
+    return [p.report(run, drift_rounds) for p, run in zip(plans, runs, strict=True)]
+
+
+def _project_plan(
+    cal: Calibration,
+    path: Path,
+    backend: str | None,
+    only: list[str] | None,
+    iterations: int,
+    warmup: int,
+    threads: list[int] | None,
+    progress: bool,
+) -> _TargetPlan:
+    """The project's runner: each round a median of ``iterations`` steps; the fastest round kept with its phases."""
     # The fitted rates describe the calibration's kernels; compare against runs of the same kernels.
     backend = backend or cal.host.backend
     cases = load_cases(only=only, threads=threads)
     check_fits_host(cases)
-    runs: dict[str, list[tuple[float, dict[str, float]]]] = {c.name: [] for c in cases}
-    predictions: dict[str, tuple[float, dict[str, float]]] = {}
-    drift_rounds: list[list[DriftSample]] = []
-    # The probe re-runs the calibration's kernels, so only when this validation runs the same backend.
-    probe = get_ops(backend) if backend == cal.host.backend else None
-    counts = sorted({c.threads for c in cases})  # the probe also runs at the counts the cases run at
     with Progress(console=err_console, transient=True, disable=not progress) as bar:
-        task = bar.add_task("validating", total=len(cases) * (rounds + 1))
+        task = bar.add_task("simulating", total=len(cases))
+        predictions = {}
         for case in cases:
             bar.update(task, description=f"{case.name}: simulating")
             predictions[case.name] = predict(case, cal, TARGET_IMPLEMENTATIONS["project"])
             bar.advance(task)
-        for r in range(rounds):
-            if probe is not None:
-                bar.update(task, description=f"host drift probe (round {r + 1}/{rounds})")
-                drift_rounds.append(drift.measure_drift(cal, probe, counts))
-            for case in cases:
-                bar.update(task, description=f"{case.name}: running (round {r + 1}/{rounds})")
-                runs[case.name].append(measure(case, backend, iterations, warmup))
-                bar.advance(task)
-    results = []
-    for case in cases:
-        kept = min(range(rounds), key=lambda r: runs[case.name][r][0])
-        measured, mphases = runs[case.name][kept]
-        predicted, pphases = predictions[case.name]
-        results.append(
-            CaseResult.of(
-                case,
-                measured,
-                predicted,
-                measured_phases_s=mphases,
-                predicted_phases_s=pphases,
-                measured_rounds_s=[t for t, _ in runs[case.name]],
-                kept_round=kept,
-                **_kept_drift(drift_rounds, kept),
+
+    def report(runs: dict[str, list[tuple[float, dict[str, float]]]], drift_rounds: list[list[DriftSample]]) -> ValidationReport:
+        results = []
+        for case in cases:
+            kept = min(range(len(runs[case.name])), key=lambda r: runs[case.name][r][0])
+            measured, mphases = runs[case.name][kept]
+            predicted, pphases = predictions[case.name]
+            results.append(
+                CaseResult.of(
+                    case,
+                    measured,
+                    predicted,
+                    measured_phases_s=mphases,
+                    predicted_phases_s=pphases,
+                    measured_rounds_s=[t for t, _ in runs[case.name]],
+                    kept_round=kept,
+                    **_kept_drift(drift_rounds, kept),
+                )
             )
-        )
-    return ValidationReport(results, str(calibration_path), backend, drift_rounds, cal.host.libraries)
+        return ValidationReport(results, str(path), backend, drift_rounds, cal.host.libraries)
+
+    return _TargetPlan(
+        "project", cases, lambda case: measure(case, backend, iterations, warmup), report, backend == cal.host.backend
+    )
 
 
 def warn_if_uncalibrated_kernel(cal: Calibration, source: str, against: str) -> bool:
@@ -442,70 +514,61 @@ def warn_if_uncalibrated_kernel(cal: Calibration, source: str, against: str) -> 
 SAMPLES_PER_ROUND = 5  # samples of whole steps per case and round, each of at least 50 ms (targets/measurement.py)
 
 
-def _validate_target(
+def _target_plan(
     cal: Calibration,
     path: Path,
     against: str,
     reference: Path | None,
     only: list[str] | None,
-    rounds: int,
-    progress: bool,
     threads: list[int] | None = None,
-) -> ValidationReport:
-    """Each case run by another implementation against the prediction: ``rounds`` rounds, round-robin over the
-    cases, each a median of samples of whole steps; the fastest round is kept, as for the project's runner (other
-    jobs on a shared host only slow a run down, and a slow spell then lands on one round of every case instead of
-    on every round of one case)."""
+) -> _TargetPlan:
+    """Each case run by another implementation against the prediction: each round a median of samples of whole
+    steps; the fastest round is kept, as for the project's runner (other jobs on a shared host only slow a run
+    down, and a slow spell then lands on one round of every case instead of on every round of one case)."""
     cases = load_cases(only=only, threads=threads)
     check_fits_host(cases)
     warn_if_uncalibrated_kernel(cal, str(path), against)
     if against == "torchrec":
         # TorchRec's DLRM feeds the bottom MLP's output into the dot interaction with the embeddings
         cases = [c for c in cases if c.workload.bottom_mlp[-1] == c.workload.embedding_dim]
-    runs: dict[str, list[TargetRun]] = {c.name: [] for c in cases}
-    phases: dict[str, list[dict[str, float]]] = {c.name: [] for c in cases}
-    drift_rounds: list[list[DriftSample]] = []
-    # The drift probe re-runs the calibration's own kernels (its backend's ops), as for the project's runner: the
-    # evidence then says which measurements ran on a host that no longer matched its calibration.
-    probe = _probe_ops(cal.host.backend)
-    counts = sorted({c.threads for c in cases})  # the probe also runs at the counts the cases run at
-    with Progress(console=err_console, transient=True, disable=not progress) as bar:
-        task = bar.add_task("validating", total=len(cases) * rounds)
-        for r in range(rounds):
-            if probe is not None:
-                bar.update(task, description=f"host drift probe (round {r + 1}/{rounds})")
-                drift_rounds.append(drift.measure_drift(cal, probe, counts, tbe=against == "torchrec"))
-            for case in cases:
-                bar.update(task, description=f"{case.name}: {against} (round {r + 1}/{rounds})")
-                runs[case.name].append(measure_target(case, against, reference, SAMPLES_PER_ROUND))
-                # Where the step time goes, by dlrmsim's phases: a pass of its own right after the timed samples
-                # (its hooks stay out of the step times), so the kept round's phases share its host's state.
-                phases[case.name].append(measure_target_phases(case, against))
-                bar.advance(task)
-    results = []
-    for case in cases:
-        medians = [statistics.median(run.samples_s) for run in runs[case.name]]
-        kept = min(range(rounds), key=lambda i: medians[i])
-        run = runs[case.name][kept]
-        # The implementation's profile: TorchRec's fused embedding updates rows inside backward (no gradient rows
-        # written and read back), and fbgemm's CPU kernels run on one thread (presets/implementations/torchrec-fused.yaml).
-        predicted, pphases = predict(case, cal, implementation=TARGET_IMPLEMENTATIONS.get(against), placement=run.placement)
-        results.append(
-            CaseResult.of(
-                case,
-                medians[kept],
-                predicted,
-                predicted_phases_s=pphases,
-                measured_phases_s=phases[case.name][kept],
-                measured_rounds_s=run.samples_s,
-                kept_round=kept,
-                target=against,
-                planner_s=run.planner_s,
-                placement=placement_cell(run.placement),
-                **_kept_drift(drift_rounds, kept),
+
+    def run(case: ValidationCase) -> tuple[TargetRun, dict[str, float]]:
+        # Where the step time goes, by dlrmsim's phases: a pass of its own right after the timed samples (its hooks
+        # stay out of the step times), so the kept round's phases share its host's state.
+        return measure_target(case, against, reference, SAMPLES_PER_ROUND), measure_target_phases(case, against)
+
+    def report(
+        runs: dict[str, list[tuple[TargetRun, dict[str, float]]]], drift_rounds: list[list[DriftSample]]
+    ) -> ValidationReport:
+        results = []
+        for case in cases:
+            medians = [statistics.median(r.samples_s) for r, _ in runs[case.name]]
+            kept = min(range(len(medians)), key=lambda i: medians[i])
+            kept_run, kept_phases = runs[case.name][kept]
+            # The implementation's profile: TorchRec's fused embedding updates rows inside backward (no gradient
+            # rows written and read back), and fbgemm's CPU kernels run on one thread
+            # (presets/implementations/torchrec-fused.yaml).
+            predicted, pphases = predict(
+                case, cal, implementation=TARGET_IMPLEMENTATIONS.get(against), placement=kept_run.placement
             )
-        )
-    return ValidationReport(results, str(path), against, drift_rounds, cal.host.libraries)
+            results.append(
+                CaseResult.of(
+                    case,
+                    medians[kept],
+                    predicted,
+                    predicted_phases_s=pphases,
+                    measured_phases_s=kept_phases,
+                    measured_rounds_s=kept_run.samples_s,
+                    kept_round=kept,
+                    target=against,
+                    planner_s=kept_run.planner_s,
+                    placement=placement_cell(kept_run.placement),
+                    **_kept_drift(drift_rounds, kept),
+                )
+            )
+        return ValidationReport(results, str(path), against, drift_rounds, cal.host.libraries)
+
+    return _TargetPlan(against, cases, run, report)
 
 
 def _kept_drift(drift_rounds: list[list[DriftSample]], kept: int) -> dict[str, Any]:

@@ -187,3 +187,52 @@ def test_target_rounds_go_round_robin_over_the_cases_and_keep_the_fastest(
         # round 1's 1.5x
         assert c.drift_ratio == pytest.approx(1.0)
     assert [[d.ratio for d in r] for r in report.drift_rounds] == [[pytest.approx(1.5)], [1.0], [1.0]]
+
+
+def test_several_targets_run_in_turn_case_by_case_with_one_report_each(
+    quick_cal_path: Path, fake_target: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # because a state of the host lasts minutes, targets measured one run apart meet different hosts (TorchRec's
+    # wide-mlp on the Intel VM); in turn, each case runs under both targets back to back in every round, the order
+    # reversed every other round, and the one drift probe per round stands beside both reports
+    calls: list[tuple[str, str]] = []
+    fake = validate.measure_target
+
+    def target(case: validate.ValidationCase, against: str, ref: Path | None, n: int) -> validate.TargetRun:
+        calls.append((against, case.name))
+        return fake(case, against, ref, n)
+
+    def runner(case: validate.ValidationCase, backend: str, iterations: int, warmup: int) -> tuple[float, dict[str, float]]:
+        calls.append(("project", case.name))
+        return 0.02, {}
+
+    monkeypatch.setattr(validate, "measure_target", target)
+    monkeypatch.setattr(validate, "measure", runner)
+    reports = validate.run_validations(
+        quick_cal_path, ["project", "torchrec"], only=["base", "ranks-2"], rounds=2, progress=False
+    )
+    both = [("project", "base"), ("torchrec", "base"), ("project", "ranks-2"), ("torchrec", "ranks-2")]
+    assert calls == both + [("torchrec", "base"), ("project", "base"), ("torchrec", "ranks-2"), ("project", "ranks-2")]
+    project, torchrec = reports
+    assert [c.target for c in project.cases] == ["project", "project"] and project.backend in ("numpy", "torch")
+    assert [c.target for c in torchrec.cases] == ["torchrec", "torchrec"] and torchrec.backend == "torchrec"
+    assert len(project.drift_rounds) == len(torchrec.drift_rounds) == 2
+    assert project.drift_rounds is torchrec.drift_rounds
+    assert project.cases[0].measured_s == pytest.approx(0.02) and torchrec.cases[0].measured_s == pytest.approx(0.011)
+
+
+def test_several_targets_from_the_cli(quick_cal_path: Path, fake_target: None, monkeypatch: pytest.MonkeyPatch, capsys) -> None:  # noqa: ANN001
+    monkeypatch.setattr(validate, "measure", lambda case, backend, iterations, warmup: (0.02, {}))
+    args = ["validate", "--no-results", "-c", str(quick_cal_path), "--case", "base", "--rounds", "1"]
+    main([*args, "--against", "project,torchrec", "--json"])
+    reports = json.loads(capsys.readouterr().out)["reports"]
+    # because --json prints one object, two targets make one object holding a report each, in the order named
+    assert [r["cases"][0]["measured_s"] for r in reports] == pytest.approx([0.02, 0.011])
+    assert "planner_error" in reports[1]["cases"][0] and "planner_error" not in reports[0]["cases"][0]
+    for bad, why in (("project,project", "named twice"), ("project,torchrc", "unknown validation target 'torchrc'")):
+        with pytest.raises(SystemExit) as exc:
+            main([*args, "--against", bad])
+        assert exc.value.code == 2 and why in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main([*args, "--against", "project,torchrec", "--html", "x.html"])
+    assert exc.value.code == 2 and "--html plots one target" in capsys.readouterr().err
