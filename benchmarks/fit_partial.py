@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 from dlrmsim.calibration.benchmarks.plan import build_plan, combine_passes
-from dlrmsim.calibration.calibrate import PartialCache, finished_measurements, fit_calibration
+from dlrmsim.calibration.calibrate import PartialCache, check_first_pass, fit_calibration, not_taken, run_plan
 from dlrmsim.calibration.collectives_host import implementation_for
 from dlrmsim.calibration.host import host_key
 from dlrmsim.calibration.ops import get_ops
@@ -45,10 +46,13 @@ def main() -> None:
     unknown = set(cache.done) - {t.id for t in tasks}
     if unknown:
         raise SystemExit(f"{args.partial}: {len(unknown)} tasks this version does not plan (e.g. {min(unknown)})")
-    rows, lacking = finished_measurements(tasks, cache)
+    check_first_pass(tasks, cache)
+    # As calibrate --finish: every task the run did not take is skipped, a deadline already past.
+    rows = run_plan(tasks, cache, progress=False, later_passes_until=-math.inf)
     cal = fit_calibration(host, combine_passes(rows))
     save_calibration(cal, args.out)
-    print(f"wrote {args.out}: {len(cache.done)} of {len(tasks)} planned measurements ({lacking} later passes not taken)")
+    skipped = not_taken(tasks, cache)
+    print(f"wrote {args.out}: {len(cache.done)} of {len(tasks)} planned measurements ({skipped} later passes not taken)")
 
 
 if __name__ == "__main__":

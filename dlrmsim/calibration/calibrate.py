@@ -127,11 +127,10 @@ def run_plan(
     return out
 
 
-def finished_measurements(tasks: list[BenchTask], cache: PartialCache) -> tuple[list[Measurement], int]:
-    """The rows an interrupted run kept, in plan order, and how many of the plan's later measurements (a second
-    pass, the streams' extra samples) it lacks: what ``calibrate --finish`` fits. Every benchmark must have its
-    first measurement, or a fit would lack the points it needs; a later pass only guards against a slow spell.
-    Raises :class:`DlrmsimError` when the first pass is incomplete."""
+def check_first_pass(tasks: list[BenchTask], cache: PartialCache) -> None:
+    """Refuse to fit an interrupted run (``calibrate --finish``) unless it kept every benchmark's first measurement:
+    a fit would lack the points it needs, while a later pass only guards against a slow spell. Raises
+    :class:`DlrmsimError`. The kept rows are then what :func:`run_plan` returns with ``later_passes_until`` past."""
     missing = [t for t in tasks if t.first_pass and t.id not in cache.done]
     if missing:
         raise DlrmsimError(
@@ -141,8 +140,11 @@ def finished_measurements(tasks: list[BenchTask], cache: PartialCache) -> tuple[
             field="--finish",
             fix="run the same command without --finish to measure the rest (it resumes)",
         )
-    rows = [m for t in tasks if t.id in cache.done for m in cache.done[t.id]]
-    return rows, sum(1 for t in tasks if t.id not in cache.done)
+
+
+def not_taken(tasks: list[BenchTask], cache: PartialCache) -> int:
+    """How many of the plan's measurements the run did not take (later passes skipped past a time limit)."""
+    return sum(1 for t in tasks if t.id not in cache.done)
 
 
 # A tiny run's flush at most (bytes): twice a 32 MiB cache, the host the suite's time budget was set on. A full flush
@@ -167,7 +169,7 @@ def run_calibration(
     ``tiny`` runs a small subset of the quick plan (notebooks and smoke tests; rough rates). Interrupted runs resume:
     finished benchmark tasks are kept in ``<out>.partial.jsonl`` (keyed by host,
     libraries, backend and mode) and reused; the cache is removed once the YAML is written. ``finish`` measures
-    nothing more: it fits what an interrupted run kept (:func:`finished_measurements`), for a run that cannot be
+    nothing more: it fits what an interrupted run kept (:func:`check_first_pass`), for a run that cannot be
     resumed in the time left (a lent machine's lease, a job's limit). ``max_s`` bounds the run ahead of time: past
     it, measurements of later passes are skipped (:func:`run_plan`) and the benchmarks keep the passes they have.
     """
@@ -188,7 +190,7 @@ def run_calibration(
             raise DlrmsimError(
                 "no finished benchmarks to fit", source=cache.path, field="--finish", fix="run without --finish first"
             )
-        finished_measurements(tasks, cache)  # refuses an incomplete first pass
+        check_first_pass(tasks, cache)
         deadline = -math.inf  # measure nothing: every later pass not taken is skipped
     try:
         measurements = combine_passes(run_plan(tasks, cache, progress, later_passes_until=deadline))
@@ -201,7 +203,7 @@ def run_calibration(
         raise
     finally:
         clear_table_cache()
-    lacking = sum(1 for t in tasks if t.id not in cache.done)
+    lacking = not_taken(tasks, cache)
     if lacking:
         err_console.print(
             f"[bold yellow]warning:[/] {lacking} of {len(tasks)} planned measurements (later passes) were not taken "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from dlrmsim.calibration.benchmarks.plan import (
     unstable_benchmarks,
 )
 from dlrmsim.calibration.benchmarks.timing import BenchTask
-from dlrmsim.calibration.calibrate import PartialCache, finished_measurements, partial_path, run_plan
+from dlrmsim.calibration.calibrate import PartialCache, check_first_pass, not_taken, partial_path, run_plan
 from dlrmsim.calibration.dlrm_runner import run_dlrm_iteration
 from dlrmsim.calibration.ops import get_ops
 from dlrmsim.calibration.schema import Measurement
@@ -183,7 +184,8 @@ def test_finish_fits_what_an_interrupted_run_kept_in_plan_order(tmp_path: Path) 
     cache = PartialCache(partial_path(tmp_path / "host.yaml"), "key")
     for t in (tasks[2], tasks[0], tasks[1]):  # "b pass 2" was the last task run before the cut
         cache.add(t, t.run())
-    rows, lacking = finished_measurements(tasks, cache)
+    check_first_pass(tasks, cache)
+    rows, lacking = run_plan(tasks, cache, progress=False, later_passes_until=-math.inf), not_taken(tasks, cache)
     assert [r.name for r in rows] == ["a", "b", "b"] and lacking == 1  # "a pass 2" never ran
     assert [(m.name, m.passes) for m in combine_passes(rows)] == [("a", 1), ("b", 2)]
 
@@ -194,7 +196,7 @@ def test_finish_refuses_a_run_whose_first_pass_is_incomplete(tmp_path: Path) -> 
     cache = PartialCache(partial_path(tmp_path / "host.yaml"), "key")
     cache.add(tasks[0], tasks[0].run())
     with pytest.raises(DlrmsimError, match=r"1 of the first pass are missing \(first: b\).*without --finish"):
-        finished_measurements(tasks, cache)
+        check_first_pass(tasks, cache)
 
 
 def test_calibrate_finish_without_partial_results_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

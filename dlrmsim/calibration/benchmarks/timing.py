@@ -67,7 +67,7 @@ class BenchTask:
     id: str
     run: Callable[[], list[Measurement]]
     repeat: bool = False  # measured again in every pass of the plan (see build_plan)
-    first_pass: bool = True  # False: a later measurement of a benchmark the first pass already took (plan._again)
+    first_pass: bool = True  # False: a later measurement of a benchmark the first pass already took (plan.measured_again)
 
 
 def core_counts(cores: int) -> list[int]:
