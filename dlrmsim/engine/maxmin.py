@@ -168,7 +168,8 @@ def progressive_filling(
                 _weight_sums(ea, er, ew, k, wsum, None)
             for r in range(n_res):
                 left = res_cap[r] if first else max(res_cap[r] - used[r], 0.0)
-                t_res[r] = left / wsum[r]
+                # A resource no unfrozen activity uses never saturates (no entry reads its level).
+                t_res[r] = left / wsum[r] if wsum[r] > 0.0 else np.inf
             for r in range(n_res):
                 settled[r] = True
             for a in range(n_act):
