@@ -14,7 +14,15 @@ from pathlib import Path
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from dlrmsim.calibration.benchmarks.embedding import clear_table_cache
-from dlrmsim.calibration.benchmarks.plan import UNSTABLE_PASS_RATIO, build_plan, combine_passes, unstable_benchmarks
+from dlrmsim.calibration.benchmarks.plan import (
+    UNSTABLE_PASS_RATIO,
+    ScalingAnomaly,
+    build_plan,
+    combine_passes,
+    scaling_check,
+    slower_with_more_cores,
+    unstable_benchmarks,
+)
 from dlrmsim.calibration.benchmarks.timing import BenchTask
 from dlrmsim.calibration.collectives_host import implementation_for
 from dlrmsim.calibration.compare import eq_check, fit_quality
@@ -193,7 +201,16 @@ def run_calibration(
         check_first_pass(tasks, cache)
         deadline = -math.inf  # measure nothing: every later pass not taken is skipped
     try:
-        measurements = combine_passes(run_plan(tasks, cache, progress, later_passes_until=deadline))
+        measured = run_plan(tasks, cache, progress, later_passes_until=deadline)
+        measurements = combine_passes(measured)
+        disturbed = slower_with_more_cores(measurements)
+        if disturbed:
+            # Measured again even past --max-minutes (a repair of the first pass, not a later pass); --finish takes
+            # only what an interrupted run already measured of it.
+            again = scaling_check(tasks, list(disturbed))
+            measured += run_plan(again, cache, progress, later_passes_until=-math.inf if finish else None)
+            measurements = combine_passes(measured)
+            _report_scaling(disturbed, slower_with_more_cores(measurements), len(again))
     except KeyboardInterrupt:
         err_console.print(
             f"interrupted: {len(cache.done)} finished benchmarks kept in {cache.path}; run the same command again to resume",
@@ -237,6 +254,27 @@ def run_calibration(
     save_calibration(cal, out)
     cache.remove()
     return cal
+
+
+def _report_scaling(found: dict[int, ScalingAnomaly], left: dict[int, ScalingAnomaly], remeasured: int) -> None:
+    """Say which core counts' GEMMs ran slower than at fewer cores, and whether measuring them again cleared it."""
+    for c in sorted(found.keys() | left.keys()):
+        if c in left:
+            err_console.print(
+                f"[bold yellow]warning:[/] GEMMs at {c} cores ran slower than at fewer cores after measuring them again "
+                f"({left[c].describe()}): something else ran on this host's cores, so the fits at {c} cores predict "
+                "that state (fix: calibrate again when the host is quiet)",
+                highlight=False,
+                soft_wrap=True,
+            )
+        else:
+            err_console.print(
+                f"GEMMs at {c} cores ran slower than at fewer cores ({found[c].describe()}): the host was disturbed; "
+                f"{remeasured} GEMM benchmarks at {', '.join(map(str, found))} cores measured again, each keeping "
+                "its faster pass",
+                highlight=False,
+                soft_wrap=True,
+            )
 
 
 def fit_calibration(host: HostInfo, measurements: list[Measurement]) -> Calibration:
