@@ -210,7 +210,8 @@ def run_calibration(
             again = scaling_check(tasks, list(disturbed))
             measured += run_plan(again, cache, progress, later_passes_until=-math.inf if finish else None)
             measurements = combine_passes(measured)
-            _report_scaling(disturbed, slower_with_more_cores(measurements), len(again))
+            taken = sum(1 for t in again if t.id in cache.done)
+            _report_scaling(disturbed, slower_with_more_cores(measurements), taken)
     except KeyboardInterrupt:
         err_console.print(
             f"interrupted: {len(cache.done)} finished benchmarks kept in {cache.path}; run the same command again to resume",
@@ -257,11 +258,13 @@ def run_calibration(
 
 
 def _report_scaling(found: dict[int, ScalingAnomaly], left: dict[int, ScalingAnomaly], remeasured: int) -> None:
-    """Say which core counts' GEMMs ran slower than at fewer cores, and whether measuring them again cleared it."""
+    """Say which core counts' GEMMs ran slower than at fewer cores, and whether measuring ``remeasured`` of their
+    benchmarks again (none under --finish, unless an interrupted run had) cleared it."""
+    again = "after measuring them again" if remeasured else "and were not measured again (--finish)"
     for c in sorted(found.keys() | left.keys()):
         if c in left:
             err_console.print(
-                f"[bold yellow]warning:[/] GEMMs at {c} cores ran slower than at fewer cores after measuring them again "
+                f"[bold yellow]warning:[/] GEMMs at {c} cores ran slower than at fewer cores {again} "
                 f"({left[c].describe()}): something else ran on this host's cores, so the fits at {c} cores predict "
                 "that state (fix: calibrate again when the host is quiet)",
                 highlight=False,
