@@ -6,12 +6,17 @@ collectives meet. Two measurements, rounds interleaved (the order rotates each r
 - ``gemm``: a single-threaded GEMM (``--rows`` x 1024 x 1024, fp32, torch) in one process alone, in two processes at
   once, and as one process with two threads doing both shares. p10 and median ms per share, per process.
 - ``runner`` (``--case``): one rank's work of a 2-rank validation case run alone (the whole workload at the local
-  batch, 1 thread: the same MLP, interaction and embedding rows per rank) against the 2-rank run, 1 thread a rank,
-  per phase. The 2-rank phases are each phase's slowest rank (``dlrm_runner.iteration_phases``), so they include
-  the later-of-two-ranks effect as well as any slowdown from computing side by side.
+  batch, 1 thread: the same MLP, interaction and embedding rows per rank) against the 2-rank run, 1 thread a rank:
+  each phase's median over iterations, per rank. Per rank, not the slower rank per iteration as
+  ``dlrm_runner.iteration_phases`` reports a step: a max of two noisy samples is slower than either rank's typical
+  time, which once read as compute slowed by the other rank (1.2-1.8x) where each rank's own phases were mostly
+  0.85-1.15x of the same work alone (2026-11-26, Intel VM).
+  A rank's collective phases include its wait for the other rank.
 
     .venv/bin/python -m benchmarks.bench_corun [--rounds 3] [--seconds 4] [--case ranks-2 --case ranks-2-wide]
         [--out validation/results]
+
+Needs torch (the runner's torch backend, gloo between the ranks).
 """
 
 from __future__ import annotations
@@ -44,16 +49,19 @@ def _gemm(queue: Any, threads: int, rows: int, seconds: float) -> None:
     queue.put({"p10_ms": times[len(times) // 10] * 1e3, "median_ms": times[len(times) // 2] * 1e3, "samples": len(times)})
 
 
-def _runner(queue: Any, case_name: str, alone: bool) -> None:
-    from dlrmsim.calibration.dlrm_runner import run_dlrm_iteration
+def _alone(queue: Any, case_name: str, iterations: int) -> None:
+    from dlrmsim.calibration.dlrm_runner import _run_rank
+    from dlrmsim.calibration.host import steady_allocator
     from dlrmsim.calibration.validate import load_cases
 
+    steady_allocator()  # as the rank processes of a validation run set it up
     case = load_cases(only=[case_name])[0]
-    if alone:
-        m = run_dlrm_iteration(case.workload, case.batch // case.ranks, ranks=1, threads=1, backend="torch", iterations=7)
-    else:
-        m = run_dlrm_iteration(case.workload, case.batch, ranks=case.ranks, threads=1, backend="torch", iterations=7)
-    queue.put({"step_ms": m.iteration_s * 1e3, "phases_ms": {k: v * 1e3 for k, v in m.phases_s.items()}})
+    queue.put(_run_rank(None, case.workload, case.batch // case.ranks, "torch", 1, iterations, 2, 0))
+
+
+def _medians(rank: dict[str, Any]) -> dict[str, float]:
+    """A rank's median time per phase over its iterations (ms)."""
+    return {ph: statistics.median(it.get(ph, 0.0) for it in rank["phases"]) * 1e3 for ph in rank["phases"][0]}
 
 
 def gemm_rounds(rounds: int, rows: int, seconds: float) -> dict[str, list[list[dict[str, float]]]]:
@@ -75,20 +83,30 @@ def gemm_rounds(rounds: int, rows: int, seconds: float) -> dict[str, list[list[d
     return out
 
 
-def runner_rounds(case: str, rounds: int) -> dict[str, Any]:
-    """The case's 2-rank run and one rank's work alone, ``rounds`` times each in turn; per phase the fastest round."""
-    runs: dict[str, list[dict[str, Any]]] = {"alone": [], "ranks": []}
+def runner_rounds(case_name: str, rounds: int, iterations: int = 9) -> list[dict[str, Any]]:
+    """Per round: one rank's work alone, then the 2-rank run (the order swapped every other round); each phase's
+    median per rank."""
+    from dlrmsim.calibration.collectives_host import implementation_for, run_ranks
+    from dlrmsim.calibration.dlrm_runner import _run_rank
+    from dlrmsim.calibration.validate import load_cases
+
+    case = load_cases(only=[case_name])[0]
+    out = []
     for r in range(rounds):
+        got: dict[str, Any] = {}
         for mode in ("alone", "ranks") if r % 2 == 0 else ("ranks", "alone"):
-            runs[mode] += in_processes(_runner, [(case, mode == "alone")])
-    phases = list(runs["ranks"][0]["phases_ms"])
-    best = {mode: {ph: min(x["phases_ms"][ph] for x in rs) for ph in phases} for mode, rs in runs.items()}
-    for ph in phases:
-        a, p = best["alone"][ph], best["ranks"][ph]
-        print(f"{case:14s} {ph:18s} alone {a:8.3f} ms  2 ranks {p:8.3f} ms" + (f"  x{p / a:.2f}" if a > 0 else ""))
-    steps = {mode: [round(x["step_ms"], 3) for x in rs] for mode, rs in runs.items()}
-    print(f"{case:14s} step ms alone {steps['alone']}  2 ranks {steps['ranks']}")
-    return {"fastest_round_phases_ms": best, "steps_ms": steps}
+            if mode == "alone":
+                got["alone"] = _medians(in_processes(_alone, [(case_name, iterations)])[0])
+            else:
+                args = (case.workload, case.batch, "torch", 1, iterations, 2, 0)
+                ranks = run_ranks(_run_rank, case.ranks, implementation_for("torch"), args=args, threads_per_rank=1)
+                got["ranks"] = [_medians(x) for x in ranks]
+        for ph, alone in got["alone"].items():
+            each = " ".join(f"{x[ph]:8.3f}" for x in got["ranks"])
+            ratios = " ".join(f"x{x[ph] / alone:.2f}" for x in got["ranks"]) if alone > 0.01 else ""
+            print(f"{case_name:14s} round {r} {ph:18s} alone {alone:8.3f} ms  ranks {each} ms  {ratios}")
+        out.append(got)
+    return out
 
 
 def main() -> None:
@@ -102,7 +120,7 @@ def main() -> None:
     gemm = gemm_rounds(args.rounds, args.rows, args.seconds)
     summary = {m: statistics.median(g["p10_ms"] for rnd in rs for g in rnd) for m, rs in gemm.items()}
     print("median of p10 ms per share:", {m: round(v, 3) for m, v in summary.items()})
-    runner = {c: runner_rounds(c, args.rounds) for c in args.case}
+    runner = {c: runner_rounds(c, args.rounds) for c in args.case}  # per case, per round: phase medians (ms)
     write_evidence(
         args.out,
         "corun",
