@@ -20,9 +20,8 @@ import math
 from pathlib import Path
 
 from dlrmsim.calibration.benchmarks.plan import build_plan, combine_passes
-from dlrmsim.calibration.calibrate import PartialCache, check_first_pass, fit_calibration, not_taken, run_plan
+from dlrmsim.calibration.calibrate import PartialCache, check_first_pass, fit_calibration, not_taken, partial_key, run_plan
 from dlrmsim.calibration.collectives_host import implementation_for
-from dlrmsim.calibration.host import host_key
 from dlrmsim.calibration.ops import get_ops
 from dlrmsim.calibration.schema import load_calibration, save_calibration
 
@@ -34,12 +33,12 @@ def main() -> None:
     ap.add_argument("out", type=Path)
     ap.add_argument("--date", default="", help="when the measuring machine's run ended (ISO 8601)")
     args = ap.parse_args()
-    host = load_calibration(args.host_from).host.model_copy(update={"date": args.date, "load_average": 0.0})
+    host = load_calibration(args.host_from).host
+    host = host.model_copy(update={"date": args.date, "load_average": 0.0, "flush_bytes": host.flushed_bytes})
     keys = {json.loads(line)["key"] for line in args.partial.read_text().splitlines() if line.strip()}
-    key = f"{host_key(host)} flush {host.flushed_bytes}"
+    key = partial_key(host)
     if keys != {key}:
         raise SystemExit(f"{args.partial}: keys {sorted(keys)} are not this host record's {key!r}: another kind of machine")
-    host = host.model_copy(update={"flush_bytes": host.flushed_bytes})
     # The plan of the measuring machine: its cores and this library's plan (task ids must all be known).
     tasks = build_plan(get_ops(host.backend), host.quick, host.cores, implementation_for(host.backend))
     cache = PartialCache(args.partial, key)

@@ -135,6 +135,12 @@ def run_plan(
     return out
 
 
+def partial_key(host: HostInfo) -> str:
+    """A run's partial-results key: the machine and software (:func:`host_key`) and the flush its benchmarks made
+    (measurements after another flush were taken under other conditions, so they are not reused)."""
+    return f"{host_key(host)} flush {host.flushed_bytes}"
+
+
 def check_first_pass(tasks: list[BenchTask], cache: PartialCache) -> None:
     """Refuse to fit an interrupted run (``calibrate --finish``) unless it kept every benchmark's first measurement:
     a fit would lack the points it needs, while a later pass only guards against a slow spell. Raises
@@ -188,8 +194,7 @@ def run_calibration(
         ops.limit_flush(TINY_FLUSH_BYTES)
     host = detect_host(backend, quick, ops.versions(), date="").model_copy(update={"flush_bytes": ops.flush_bytes()})
     out = Path(out) if out is not None else default_out(host)
-    # Measurements after another flush were taken under other conditions: not reused.
-    cache = PartialCache(partial_path(out), f"{host_key(host)} flush {host.flush_bytes}")
+    cache = PartialCache(partial_path(out), partial_key(host))
     load = _load_average()
     steady_allocator()  # the kernels see the allocator a training process has (host.steady_allocator)
     tasks = build_plan(ops, quick or tiny, host.cores, implementation_for(backend), tiny=tiny)
@@ -210,8 +215,7 @@ def run_calibration(
             again = scaling_check(tasks, list(disturbed))
             measured += run_plan(again, cache, progress, later_passes_until=-math.inf if finish else None)
             measurements = combine_passes(measured)
-            taken = sum(1 for t in again if t.id in cache.done)
-            _report_scaling(disturbed, slower_with_more_cores(measurements), taken)
+            _report_scaling(disturbed, slower_with_more_cores(measurements), len(again) - not_taken(again, cache))
     except KeyboardInterrupt:
         err_console.print(
             f"interrupted: {len(cache.done)} finished benchmarks kept in {cache.path}; run the same command again to resume",

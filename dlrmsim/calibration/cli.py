@@ -286,31 +286,25 @@ def validate(
         threads=thread_counts,
     )
     out: list[dict[str, Any]] = []
-    for report in reports:
+    for target, report in zip(targets, reports, strict=True):
         if results_dir is not None and not no_results:
             saved = write_results_csv(report, results_dir)
             if not json_out:
                 console.print(f"results kept in {saved}")
-        _write_plot(report, html, f"validation against {report.backend}, calibration {calibration.name}", json_out)
+        _write_plot(report, html, f"validation against {target}, calibration {calibration.name}", json_out)
         if json_out:
-            out.append(_validation_json(report, phases))
+            out.append(_validation_json(report, target, phases))
         else:
-            _print_validation(report, calibration, phases)
+            _print_validation(report, target, calibration, phases)
     if json_out:
         print_json(out[0] if len(out) == 1 else {"reports": out})
 
 
-def _other_implementation(report: ValidationReport) -> bool:
-    """A report of TorchRec or the reference DLRM (its backend names the target), not of the project's runner (its
-    backend names the kernels: numpy or torch)."""
-    return report.backend in ("torchrec", "reference")
-
-
-def _validation_json(report: ValidationReport, phases: bool) -> dict[str, Any]:
+def _validation_json(report: ValidationReport, target: str, phases: bool) -> dict[str, Any]:
     """One report's JSON object: every field for another implementation (with the planner's error), the main
     fields (and the phases with --phases) for the project's runner."""
     data = report.to_json()
-    if _other_implementation(report):
+    if target != "project":
         for c, r in zip(data["cases"], report.cases, strict=True):
             c["planner_error"] = r.planner_error
         return data
@@ -335,9 +329,9 @@ def _validation_json(report: ValidationReport, phases: bool) -> dict[str, Any]:
     return data
 
 
-def _print_validation(report: ValidationReport, calibration: Path, phases: bool) -> None:
+def _print_validation(report: ValidationReport, target: str, calibration: Path, phases: bool) -> None:
     """One report's tables: another implementation's (_print_target) or the project runner's."""
-    if _other_implementation(report):
+    if target != "project":
         _print_target(report, calibration, False)
         if phases:
             _print_phases(report)  # TorchRec's measured phases beside the predicted ones

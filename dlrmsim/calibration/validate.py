@@ -426,8 +426,9 @@ def run_validations(
     probe = _probe_ops(cal.host.backend) if all(p.probe_ok for p in plans) else None
     counts = sorted({c.threads for p in plans for c in p.cases})  # the probe also runs at the cases' counts
     tbe = any(p.target == "torchrec" for p in plans)
-    names = list(dict.fromkeys(c.name for p in plans for c in p.cases))
-    runs: list[dict[str, list[Any]]] = [{c.name: [] for c in p.cases} for p in plans]
+    by_name = [{c.name: c for c in p.cases} for p in plans]
+    names = list(dict.fromkeys(name for cases in by_name for name in cases))
+    runs: list[dict[str, list[Any]]] = [{name: [] for name in cases} for cases in by_name]
     drift_rounds: list[list[DriftSample]] = []
     with Progress(console=err_console, transient=True, disable=not progress) as bar:
         task = bar.add_task("validating", total=sum(len(p.cases) for p in plans) * rounds)
@@ -438,8 +439,8 @@ def run_validations(
             order = list(range(len(plans))) if r % 2 == 0 else list(range(len(plans)))[::-1]
             for name in names:
                 for i in order:
-                    case = next((c for c in plans[i].cases if c.name == name), None)
-                    if case is None:
+                    case = by_name[i].get(name)
+                    if case is None:  # a case this target does not run (TorchRec's needs bottom MLP width = dim)
                         continue
                     bar.update(task, description=f"{name}: {plans[i].target} (round {r + 1}/{rounds})")
                     runs[i][name].append(plans[i].run(case))
