@@ -119,7 +119,18 @@ def calibrated_compute(
         ),
         # The dispatch benchmark times its first op after the ops' cache flush (Ops.flush).
         task_overhead_after_bytes=(host.flushed_bytes if cal.overhead is not None else spec.task_overhead_after_bytes),
+        **arrival_skew_fields(cal, spec),
     )
+
+
+def arrival_skew_fields(cal: Calibration, spec: ComputeSpec) -> dict[str, object]:
+    """The ComputeSpec fields of the calibration's arrival skew (segment seconds -> lateness fraction, and the ranks
+    it was measured with); the spec's own where the calibration did not measure it."""
+    skew = cal.arrival_skew
+    if skew is None:
+        return {"arrival_excess": spec.arrival_excess, "arrival_excess_ranks": spec.arrival_excess_ranks}
+    table = EfficiencyTable(tuple((ms * 1e-3, fraction) for ms, fraction in skew.points))
+    return {"arrival_excess": table, "arrival_excess_ranks": skew.ranks}
 
 
 # Simulator task kinds of the embedding ops (dlrmsim.training.taskgraph); their bytes follow the same

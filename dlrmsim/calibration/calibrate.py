@@ -29,6 +29,7 @@ from dlrmsim.calibration.compare import eq_check, fit_quality
 from dlrmsim.calibration.fit import (
     FittedModel,
     cache_bound_host,
+    fit_arrival_skew,
     fit_cold_output,
     fit_collectives,
     fit_collectives_at_once,
@@ -315,6 +316,7 @@ def fit_calibration(host: HostInfo, measurements: list[Measurement]) -> Calibrat
         cold_output=cold_output,
         collectives_at_once=fit_collectives_at_once(measurements),
         sharded_software=sharded,
+        arrival_skew=fit_arrival_skew(measurements),
         measurements=measurements,
         fit_quality=fit_quality(measurements, fitted),
         eq_check=eq_check(measurements, collectives),

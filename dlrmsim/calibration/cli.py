@@ -175,6 +175,16 @@ def calibrate(
                 (f"{c.op} alpha us / beta GB/s ({c.implementation})", f"{c.alpha_us:g} / {c.beta_GBps:g}")
                 for c in cal.collectives
             ],
+            *(
+                [
+                    (
+                        f"last of {s.ranks} ranks at a barrier, % late after (ms of compute)",
+                        ", ".join(f"{ms:.3g}: {100 * f:.1f}" for ms, f in s.points),
+                    )
+                ]
+                if (s := cal.arrival_skew) is not None
+                else []
+            ),
         ],
     )
     print_table(

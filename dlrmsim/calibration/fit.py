@@ -31,6 +31,7 @@ from dlrmsim.calibration.cycle import cycle_gemms
 from dlrmsim.calibration.host import peak_gflops, raise_peak_to
 from dlrmsim.calibration.ops.base import TORCH_GRAIN_ELEMENTS
 from dlrmsim.calibration.schema import (
+    ArrivalSkewFit,
     ColdOutputFit,
     CollectiveFit,
     EmbeddingFit,
@@ -897,6 +898,23 @@ def fit_collectives_at_once(measurements: Sequence[Measurement]) -> float | None
     if "series" not in times or "together" not in times:  # a Measurement's time is positive
         return None
     return _sig(times["series"] / times["together"])
+
+
+def fit_arrival_skew(measurements: Sequence[Measurement]) -> ArrivalSkewFit | None:
+    """The arrival-skew table (benchmarks/skew.py): per segment length, the slowest rank's mean segment over the
+    ranks' mean segment, less 1. None where the benchmark did not run."""
+    ms = sorted((m for m in measurements if m.benchmark == "skew"), key=lambda m: float(m.params["segment_s"]))
+    if not ms:
+        return None
+    points = [
+        (_sig(float(m.params["segment_s"]) * 1e3), _sig(max(m.time_s / float(m.params["segment_s"]) - 1.0, 0.0))) for m in ms
+    ]
+    return ArrivalSkewFit(
+        ranks=int(ms[0].params["ranks"]),
+        threads_per_rank=int(ms[0].params["threads_per_rank"]),
+        implementation=str(ms[0].params["implementation"]),  # type: ignore[arg-type]
+        points=points,
+    )
 
 
 def predict_collective_s(fit: CollectiveFit, nbytes: float) -> float:

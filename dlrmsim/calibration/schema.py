@@ -195,6 +195,19 @@ class ShardedSoftwareFit(StrictModel):
     per_id_ns: Annotated[float, Field(ge=0)] = Field(description="per index value of the rank's local batch")
 
 
+class ArrivalSkewFit(StrictModel):
+    """How much later than a typical rank the last of ``ranks`` rank processes of this host reaches a barrier after
+    the same compute (benchmarks/skew.py): per measured stretch of compute, its length and the lateness as a
+    fraction of it (the mean over barriers of the slowest rank's stretch over the ranks' mean stretch, less 1)."""
+
+    ranks: Annotated[int, Field(ge=2)]
+    threads_per_rank: Annotated[int, Field(ge=1)]
+    implementation: Literal["shm", "gloo"]
+    points: list[tuple[Positive, Annotated[float, Field(ge=0)]]] = Field(
+        min_length=1, description="(segment_ms, excess_fraction), segments ascending"
+    )
+
+
 class ColdOutputFit(StrictModel):
     """What writing an op's result into memory evicted since its last use adds per byte, at one core count
     (benchmarks/outputs.py): cold minus warm time of the same op, over its output's bytes."""
@@ -279,6 +292,7 @@ class Measurement(StrictModel):
         "cold_output",
         "cache_reuse",
         "sharded",
+        "skew",
     ]
     name: str
     cores: Annotated[int, Field(gt=0)]
@@ -372,6 +386,12 @@ class Calibration(StrictModel):
         description="TorchRec's sharded-module software per multi-rank step on each rank's compute thread "
         "(benchmarks/sharded.py), for an implementation whose sharded_software is set; null: not measured "
         "(no torchrec, older files), not charged",
+    )
+    arrival_skew: ArrivalSkewFit | None = Field(
+        None,
+        description="the last rank's lateness at a barrier after equal compute, by stretch length (benchmarks/skew.py); "
+        "the simulator delays each collective of ranks on this host by it (ComputeSpec.arrival_excess); null: not "
+        "measured (one rank, older files), not charged",
     )
     measurements: list[Measurement] = []
     fit_quality: list[FitRow] = []

@@ -295,9 +295,14 @@ def predict(
         for (name, cat), part in tasks.groupby(["name", "category"]):
             ph = sim_phase(str(name), str(cat))
             phases[ph] = phases.get(ph, 0.0) + float((part["end"] - part["start"]).sum())
+    # As the runner reports a step (dlrm_runner.iteration_phases): the wait for the last rank to arrive is its own
+    # phase, taken out of the collective's.
+    late = res.arrival_wait_s
     for cid, t in res.wait_per_collective_s.items():
         ph = "allreduce" if cid.startswith("allreduce") else "alltoall"
-        phases[ph] = phases.get(ph, 0.0) + t
+        phases[ph] = phases.get(ph, 0.0) + t - min(late.get(cid, 0.0), t)
+    if late:
+        phases["arrival_wait"] = sum(late.values())
     return res.iteration_s, phases
 
 

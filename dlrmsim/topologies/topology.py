@@ -173,6 +173,16 @@ class ComputeSpec:
     cold_output_s_per_byte_by_kind: dict[str, float] = field(default_factory=dict)
     cold_output_after_bytes: float = math.inf
     gemm_evicted_after_bytes: float = math.inf
+    # Ranks whose programs are identical still reach a synchronising collective at different times: each rank's
+    # compute since the ranks were last together varies (scheduler ticks, interrupts, a hypervisor's steal, a slower
+    # core), and the collective waits for the last one. arrival_excess gives how much later than a typical rank the
+    # last of arrival_excess_ranks ranks arrives, as a fraction of that stretch of compute, against the stretch's
+    # length in seconds (a table interpolated in log(length), as the efficiency tables; here a fraction >= 0, not an
+    # efficiency). costs.arrival_excess_s scales it to other rank counts. Constant 0 = not modelled (built-in
+    # presets: no cited figure); a host calibration measures it ("skew" benchmark: ranks of equal work meeting at a
+    # barrier).
+    arrival_excess: EfficiencyTable = field(default_factory=lambda: EfficiencyTable.constant(0.0))
+    arrival_excess_ranks: int = 2
 
     def flops_rate(self, precision: str) -> float:
         """Peak op/s for ``precision``; falls back to fp32 when the unit has no faster path."""

@@ -21,6 +21,7 @@ from dlrmsim.config import StrictModel
 from dlrmsim.engine.backends import Backend, load_backend
 from dlrmsim.engine.costs import (
     MATRIX_KINDS,
+    arrival_excess_s,
     charges_evicted_gemms,
     cold_output_time_s,
     evicted_operand_time_s,
@@ -158,6 +159,10 @@ class TrainingResult:
     records: list[Any] = field(repr=False, default_factory=list)
     time_to_train_s: float | None = None
     epochs: float | None = None
+    # The ranks' arrival skew (CollectiveCoordinator): the delay each collective started with after its last post,
+    # and "iteration_end", the last rank's lateness at the next iteration's first synchronisation (s). Part of the
+    # exposed waits and other_s; empty where the compute spec measures no skew.
+    arrival_wait_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def imbalance(self) -> float:
@@ -385,6 +390,12 @@ class CollectiveCoordinator:
     every rank has a free engine, and none overtakes an earlier one. ``None``: no limit. In-order
     *completion* (MPI) is the engine's job: it holds back a rank's completion events until its earlier
     communication has completed.
+
+    Arrival skew: identical simulated ranks post a collective at the same instant, real ones do not. Where the
+    ranks' compute spec measures it (``ComputeSpec.arrival_excess``, a host calibration), a fully posted collective
+    starts :func:`~dlrmsim.engine.costs.arrival_excess_s` later: the expected lateness of the last of the ranks
+    after the compute since they were last together (``aligned``: the latest end of a wait that held a rank, or
+    the iteration's start). The delays keep the posting order. ``arrival_wait_s`` holds each delay by collective.
     """
 
     def __init__(self, sim: Any, graph: IterationGraph, backend: Backend, ranks: int) -> None:
@@ -399,12 +410,41 @@ class CollectiveCoordinator:
         self.engines = getattr(backend, "progress_engines", None)  # None: no backend (single-rank test graphs)
         self.active = [0] * ranks  # collectives each rank's engines are progressing now
         self.queue: list[str] = []  # fully posted, waiting for free engines (posting order)
+        # The ranks' distinct compute specs (a host's ranks share one): the latest arrival is the largest excess.
+        specs = {id(sp): sp for sp in (sim.rank_resources[r].spec for r in self.ranks)}
+        self.skew_specs = [sp for sp in specs.values() if any(f > 0 for _, f in sp.arrival_excess.points)] if ranks > 1 else []
+        self.aligned = 0.0  # when the ranks were last together (s)
+        self.released = 0.0  # the latest start a delayed collective was given (s): delays keep the posting order
+        self.arrival_wait_s: dict[str, float] = {}
+
+    def arrival_excess(self, segment_s: float) -> float:
+        """Expected lateness (s) of the last rank after ``segment_s`` of compute since the ranks were together."""
+        return max((arrival_excess_s(sp, segment_s, len(self.ranks)) for sp in self.skew_specs), default=0.0)
+
+    def waited(self, t0: float) -> None:
+        """A rank's wait that began at ``t0`` ended now; if it held the rank, the ranks are together again."""
+        if self.env.now > t0:
+            self.aligned = max(self.aligned, self.env.now)
 
     def post(self, cid: str) -> None:
         self.posted[cid] = self.posted.get(cid, 0) + 1
         if self.posted[cid] == len(self.ranks):
+            skew = self.arrival_excess(self.env.now - self.aligned) if self.skew_specs else 0.0
+            if skew > 0.0:
+                self.env.process(self._late_arrival(cid, skew))
+                return
             self.queue.append(cid)
             self._start_queued()
+
+    def _late_arrival(self, cid: str, skew: float) -> Any:
+        start = max(self.env.now + skew, self.released)
+        self.released = start
+        self.arrival_wait_s[cid] = start - self.env.now
+        for r in self.ranks:
+            self.sim.records.append(Record(r, "arrival", f"{cid}.arrival", "arrival_wait", self.env.now, start))
+        yield self.env.timeout(start - self.env.now)
+        self.queue.append(cid)
+        self._start_queued()
 
     def _start_queued(self) -> None:
         while self.queue and (self.engines is None or max(self.active) < self.engines):
@@ -509,6 +549,7 @@ def _rank_process(
         elif isinstance(step, Wait):
             t0 = env.now
             yield from coord.wait(step.collective, rank)
+            coord.waited(t0)
             c = graph.collectives[step.collective]
             acc[f"wait_{c.category}"] += env.now - t0
             waits[step.collective] = waits.get(step.collective, 0.0) + (env.now - t0)
@@ -545,7 +586,15 @@ def _run_iteration(inputs: Inputs, cfg: TrainingConfig, record_flows: bool, run_
     threads = dict(inputs.settings.op_threads)
     procs = [sim.env.process(_rank_process(sim, r, graph, coord, precision, accs[r], waits[r], threads)) for r in range(p)]
     sim.run(simpy.AllOf(sim.env, procs))
-    iteration = max(a["end"] for a in accs)
+    end = max(a["end"] for a in accs)
+    # The compute after the ranks were last together ends at the next iteration's first synchronisation: the last
+    # rank arrives there late by the same measure (the ranks' idle time at the end, other_s).
+    tail = coord.arrival_excess(end - coord.aligned) if coord.skew_specs else 0.0
+    if tail > 0.0:
+        coord.arrival_wait_s["iteration_end"] = tail
+        for r in range(p):
+            sim.records.append(Record(r, "arrival", "iteration_end.arrival", "arrival_wait", end, end + tail))
+    iteration = end + tail
     per_rank = [
         Breakdown(
             compute_s=a["compute"],
@@ -570,6 +619,7 @@ def _run_iteration(inputs: Inputs, cfg: TrainingConfig, record_flows: bool, run_
         wait_per_collective_s=wait_max,
         comm_bytes=comm_bytes,
         records=sim.records,
+        arrival_wait_s=dict(coord.arrival_wait_s),
     )
     result.epochs, result.time_to_train_s = time_to_train(
         inputs.workload, inputs.settings.optimizer.name, inputs.settings.global_batch, iteration

@@ -41,7 +41,13 @@ def test_file_written_valid_and_round_trips(quick_cal_path: Path, quick_cal: Cal
         "dispatch",
         "fork",
         "cold_output",
+        "skew",
     }
+    # Because the calibration's ranks met at barriers after equal work, the fit has the last one's lateness: a
+    # fraction of each measured stretch, not negative, at the ranks the collectives were measured with.
+    skew = quick_cal.arrival_skew
+    assert skew is not None and skew.ranks == 2 and len(skew.points) == 1
+    assert all(ms > 0 and fraction >= 0 for ms, fraction in skew.points)
     # because the cold-output benchmark times a warm and a cold write of each op kind, whose difference is not negative
     assert [f.cores for f in quick_cal.cold_output] == [quick_cal.host.cores]
     assert all(f.gemm_ns_per_KiB >= 0 and f.elementwise_ns_per_KiB >= 0 for f in quick_cal.cold_output)
@@ -50,12 +56,12 @@ def test_file_written_valid_and_round_trips(quick_cal_path: Path, quick_cal: Cal
     }
     assert quick_cal.overhead is not None and all(us > 0 for _, us in quick_cal.overhead.task_overhead_us_by_cores)
     # Every non-Eq. measurement a fitted parameter predicts has a fit-quality row (the dispatch timings are the
-    # per-op overhead itself, not predicted by another parameter; the fork and cold-output timings are the fitted
-    # quantities themselves).
+    # per-op overhead itself, not predicted by another parameter; the fork, cold-output and skew timings are the
+    # fitted quantities themselves).
     assert len(quick_cal.fit_quality) == sum(
         1
         for m in quick_cal.measurements
-        if not m.name.startswith("eq ") and m.benchmark not in ("dispatch", "fork", "cold_output")
+        if not m.name.startswith("eq ") and m.benchmark not in ("dispatch", "fork", "cold_output", "skew")
     )
     # The repeated kernels record how far apart their passes were; the fit keeps the faster one.
     repeated = [m for m in quick_cal.measurements if m.passes > 1]

@@ -40,17 +40,27 @@ def _inner_calls(nbytes: int) -> int:
     return max(2, min(8, (32 * 2**20) // max(nbytes, 1)))
 
 
-def _gap_work(gap_s: float) -> Callable[[], None]:
-    """A fixed amount of GEMM work lasting about ``gap_s`` on this rank's threads (sized once, up front)."""
+def gap_count(gap_s: float) -> int:
+    """How many of the gap's GEMMs last about ``gap_s`` on this process's threads (timed here)."""
     a = np.full((GAP_MATRIX, GAP_MATRIX), 0.5, dtype=np.float32)
     one, _, _ = time_op(lambda: a @ a, GAP_SIZING_POLICY)
-    count = max(1, round(gap_s / max(one, 1e-7)))
+    return max(1, round(gap_s / max(one, 1e-7)))
+
+
+def gemm_work(count: int) -> Callable[[], None]:
+    """``count`` of the gap's GEMMs, one after another."""
+    a = np.full((GAP_MATRIX, GAP_MATRIX), 0.5, dtype=np.float32)
 
     def work() -> None:
         for _ in range(count):
             a @ a
 
     return work
+
+
+def _gap_work(gap_s: float) -> Callable[[], None]:
+    """A fixed amount of GEMM work lasting about ``gap_s`` on this rank's threads (sized once, up front)."""
+    return gemm_work(gap_count(gap_s))
 
 
 CallTimes = list[list[tuple[float, float]]]  # per repeat, per call: (entry, exit) on perf_counter's clock

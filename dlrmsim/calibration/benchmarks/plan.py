@@ -28,6 +28,7 @@ from dlrmsim.calibration.benchmarks.optimizer import optimizer_task
 from dlrmsim.calibration.benchmarks.outputs import cold_output_task
 from dlrmsim.calibration.benchmarks.overhead import dispatch_task, fork_task
 from dlrmsim.calibration.benchmarks.sharded import sharded_software_task
+from dlrmsim.calibration.benchmarks.skew import skew_task
 from dlrmsim.calibration.benchmarks.tbe import calibrated_module, tbe_available, tbe_configs, tbe_task
 from dlrmsim.calibration.benchmarks.timing import BenchTask, TimingPolicy, core_counts, policy_for
 from dlrmsim.calibration.ops import Ops
@@ -248,6 +249,7 @@ def _first_pass(k: Ops, quick: bool, cores: int, implementation: str, ranks: int
             tasks.append(collective_task(op, collective_sizes(quick), ranks, implementation, threads, policy))
         tasks.append(eq_check_task(quick, ranks, implementation, threads, policy))
         tasks.append(together_task(ranks, implementation, threads, policy))
+        tasks.append(skew_task(ranks, implementation, threads))
     # What TorchRec's sharded modules run on the compute thread in a multi-rank step (2 gloo ranks of one thread).
     if k.name == "torch" and torchrec_interaction_available() and tbe_available():
         tasks.append(sharded_software_task(policy))
@@ -291,4 +293,5 @@ def _tiny_plan(k: Ops, cores: int, implementation: str, ranks: int, policy: Timi
         collective_task(op, TINY_COLLECTIVE_SIZES, ranks, implementation, threads, light) for op in ("allreduce", "alltoall")
     ]
     tasks.append(eq_check_task(True, ranks, implementation, threads, light))
+    tasks.append(skew_task(ranks, implementation, threads, tiny=True))
     return tasks
