@@ -17,7 +17,12 @@ barrier, their cores idle, as a one-process calibration runs. Per segment length
 - ``rank_gap_ms``: half the difference between the ranks' means in together blocks: the part of the excess that
   one rank being slower throughout gives, not segment-to-segment jitter.
 
-    .venv/bin/python -m benchmarks.bench_sync [--ranks 2] [--seg-ms 2 10 40] [--seconds 6] [--out validation/results]
+With ``--work update`` a segment is instead the sparse SGD update of the rank's embedding tables, as the project
+runner's 2-rank step runs it (``EmbeddingBag`` gradients, ``weight.add_``; by default the ranks-2-wide case's share:
+2 tables of 200,000 x 32, 2,048 samples of 16 lookups), ``--seg-ms`` ignored: does one rank's update slow the other's?
+
+    .venv/bin/python -m benchmarks.bench_sync [--ranks 2] [--seg-ms 2 10 40] [--seconds 6] [--work gemm|update]
+        [--out validation/results]
 
 Needs torch.
 """
@@ -51,13 +56,45 @@ def _reps_for(seg_ms: float) -> int:
     return max(1, round(seg_ms * 1e-3 / per))
 
 
-def _rank(queue: Any, barrier: Any, rank: int, ranks: int, reps: int, blocks: int) -> None:
+UPDATE_TABLES, UPDATE_ROWS, UPDATE_DIM, UPDATE_BATCH, UPDATE_LOOKUPS = 2, 200_000, 32, 2048, 16
+
+
+def _segment(work: str, reps: int) -> Any:
+    """The segment's work as a function: ``reps`` GEMMs, or one sparse update of the rank's tables."""
     import torch
 
     torch.set_num_threads(1)
-    a, w = torch.randn(SHAPE[0], SHAPE[1]), torch.randn(SHAPE[1], SHAPE[2])
-    for _ in range(reps):
-        a @ w
+    if work == "gemm":
+        a, w = torch.randn(SHAPE[0], SHAPE[1]), torch.randn(SHAPE[1], SHAPE[2])
+
+        def gemms() -> None:
+            for _ in range(reps):
+                a @ w
+
+        return gemms
+    grads = []
+    tables = []
+    for _ in range(UPDATE_TABLES):
+        table = torch.nn.EmbeddingBag.from_pretrained(
+            torch.empty(UPDATE_ROWS, UPDATE_DIM).uniform_(-0.01, 0.01), freeze=False, mode="sum", sparse=True
+        )
+        idx = torch.randint(0, UPDATE_ROWS, (UPDATE_BATCH * UPDATE_LOOKUPS,))
+        offsets = torch.arange(0, UPDATE_BATCH * UPDATE_LOOKUPS, UPDATE_LOOKUPS)
+        table(idx, offsets).sum().backward()
+        tables.append(table)
+        grads.append(table.weight.grad)
+
+    def update() -> None:
+        with torch.no_grad():
+            for table, grad in zip(tables, grads, strict=True):
+                table.weight.add_(grad, alpha=-0.01)
+
+    return update
+
+
+def _rank(queue: Any, barrier: Any, rank: int, ranks: int, reps: int, blocks: int, work_kind: str = "gemm") -> None:
+    work = _segment(work_kind, reps)
+    work()
     rows: list[tuple[int, int, float]] = []  # (block, who computes: -1 all, else that rank, segment s)
     for b in range(blocks):
         who = -1 if b % 2 == 0 else (b // 2) % ranks
@@ -65,19 +102,18 @@ def _rank(queue: Any, barrier: Any, rank: int, ranks: int, reps: int, blocks: in
             barrier.wait()
             if who in (-1, rank):
                 t = time.perf_counter()
-                for _ in range(reps):
-                    a @ w
+                work()
                 rows.append((b, who, time.perf_counter() - t))
     queue.put((rank, rows))
 
 
-def _run(ranks: int, reps: int, blocks: int) -> list[list[tuple[int, int, float]]]:
+def _run(ranks: int, reps: int, blocks: int, work: str = "gemm") -> list[list[tuple[int, int, float]]]:
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     barrier = ctx.Barrier(ranks)
-    procs = [ctx.Process(target=_rank, args=(queue, barrier, r, ranks, reps, blocks)) for r in range(ranks)]
+    procs = [ctx.Process(target=_rank, args=(queue, barrier, r, ranks, reps, blocks, work)) for r in range(ranks)]
     for p in procs:
         p.start()
     got = dict(queue.get() for _ in procs)
@@ -114,14 +150,17 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--seg-ms", type=float, nargs="+", default=[2.0, 10.0, 40.0])
     ap.add_argument("--seconds", type=float, default=6.0, help="about this long per segment length")
+    ap.add_argument("--work", choices=("gemm", "update"), default="gemm")
     ap.add_argument("--out", type=Path, default=Path("validation/results"))
     args = ap.parse_args()
+    if args.work == "update":
+        args.seg_ms = [10.0]  # one update of the tables: its own length (blocks are sized as if 10 ms)
     rows: list[dict[str, Any]] = []
     for seg in args.seg_ms:
-        reps = _reps_for(seg)
+        reps = _reps_for(seg) if args.work == "gemm" else 0
         # a together block and an alone block take about 2 * BLOCK segments
         blocks = 2 * max(2, round(args.seconds / (2 * BLOCK * seg * 1e-3)))
-        s = summarise(_run(args.ranks, reps, blocks))
+        s = summarise(_run(args.ranks, reps, blocks, args.work))
         rows.append({"seg_ms": seg, "reps": reps, "blocks": blocks, **s})
         print(
             f"seg {seg:5.1f} ms: together {s['together_ms']:.3f} alone {s['alone_ms']:.3f} (x{s['corun_ratio']:.3f}); "
@@ -129,7 +168,9 @@ def main() -> None:
             f"{s['segments_together']} + {s['segments_alone']} segments",
             flush=True,
         )
-    write_evidence(args.out, "sync", {"ranks": args.ranks, "shape": SHAPE, "block": BLOCK, "rows": rows})
+    work = {"gemm": SHAPE, "update": [UPDATE_TABLES, UPDATE_ROWS, UPDATE_DIM, UPDATE_BATCH, UPDATE_LOOKUPS]}[args.work]
+    kind = "sync" if args.work == "gemm" else f"sync-{args.work}"
+    write_evidence(args.out, kind, {"ranks": args.ranks, "work": args.work, "shape": work, "block": BLOCK, "rows": rows})
 
 
 if __name__ == "__main__":
