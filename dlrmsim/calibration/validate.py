@@ -296,13 +296,17 @@ def predict(
             ph = sim_phase(str(name), str(cat))
             phases[ph] = phases.get(ph, 0.0) + float((part["end"] - part["start"]).sum())
     # As the runner reports a step (dlrm_runner.iteration_phases): the wait for the last rank to arrive is its own
-    # phase, taken out of the collective's.
+    # phase, taken out of the collective's. The runner's phase is the first rank's wait for the last (per
+    # collective, the latest arrival less the earliest); the simulator's delay is the last rank's lateness behind a
+    # typical one. The ranks' deviations being symmetric about their mean, the first arrives as early as the last
+    # arrives late: the phase is twice the collectives' delays. (The iteration's end meets the runner's barrier
+    # before the next step, not a collective: in the iteration, not in this phase.)
     late = res.arrival_wait_s
     for cid, t in res.wait_per_collective_s.items():
         ph = "allreduce" if cid.startswith("allreduce") else "alltoall"
         phases[ph] = phases.get(ph, 0.0) + t - min(late.get(cid, 0.0), t)
     if late:
-        phases["arrival_wait"] = sum(late.values())
+        phases["arrival_wait"] = 2.0 * sum(t for cid, t in late.items() if cid in res.wait_per_collective_s)
     return res.iteration_s, phases
 
 

@@ -8,6 +8,7 @@ from dlrmsim.calibration.apply import arrival_skew_fields
 from dlrmsim.calibration.benchmarks.skew import arrival_excess
 from dlrmsim.calibration.fit import fit_arrival_skew
 from dlrmsim.calibration.schema import ArrivalSkewFit, Calibration, Measurement
+from dlrmsim.calibration.validate import load_cases, predict, simulate_case
 from tests.engine.handmade import simple_spec
 
 
@@ -52,3 +53,17 @@ def test_the_host_spec_takes_the_table_in_seconds(quick_cal: Calibration) -> Non
     assert 0.05 < table(10e-3) < 0.15
     # Without the benchmark the spec keeps its own (none).
     assert arrival_skew_fields(quick_cal.model_copy(update={"arrival_skew": None}), simple_spec())["arrival_excess"](0.01) == 0.0
+
+
+def test_the_predicted_arrival_wait_is_the_first_ranks_wait_for_the_last(quick_cal: Calibration) -> None:
+    skew = ArrivalSkewFit(ranks=2, threads_per_rank=1, implementation="shm", points=[(1.0, 0.1)])
+    cal = quick_cal.model_copy(update={"arrival_skew": skew})
+    case = next(c for c in load_cases() if c.name == "ranks-2")
+    res = simulate_case(case, cal, "project-runner")
+    _, phases = predict(case, cal, "project-runner")
+    delays = {cid: t for cid, t in res.arrival_wait_s.items() if cid != "iteration_end"}
+    # Because the runner reports, per collective, the earliest rank's wait for the latest, and the first arrives as
+    # far ahead of the mean as the last arrives behind it: twice the simulator's delays, over the collectives only
+    # (the iteration's end meets the runner's barrier, which it does not count).
+    assert delays and phases["arrival_wait"] == pytest.approx(2 * sum(delays.values()))
+    assert res.arrival_wait_s["iteration_end"] > 0
