@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.evidence import write_evidence
+from dlrmsim.calibration.benchmarks.skew import arrival_excess
 
 SHAPE = (128, 256, 256)  # one GEMM of 16.8 MFLOP: tens of microseconds, so a segment's length is set finely
 BLOCK = 4  # segments per block
@@ -128,8 +129,7 @@ def summarise(per_rank: list[list[tuple[int, int, float]]]) -> dict[str, Any]:
     alone = [s for rows in per_rank for _, who, s in rows if who >= 0]
     n = min(len(t) for t in together)
     means = [statistics.fmean(t[:n]) for t in together]
-    avg = statistics.fmean(means)
-    mean_max = statistics.fmean(max(t[i] for t in together) for i in range(n))
+    mean_max, avg, _ = arrival_excess(together)  # the calibration's statistic (benchmarks/skew.py)
     alone_mean = statistics.fmean(alone)
     return {
         "segments_together": n,

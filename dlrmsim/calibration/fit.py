@@ -906,9 +906,8 @@ def fit_arrival_skew(measurements: Sequence[Measurement]) -> ArrivalSkewFit | No
     ms = sorted((m for m in measurements if m.benchmark == "skew"), key=lambda m: float(m.params["segment_s"]))
     if not ms:
         return None
-    points = [
-        (_sig(float(m.params["segment_s"]) * 1e3), _sig(max(m.time_s / float(m.params["segment_s"]) - 1.0, 0.0))) for m in ms
-    ]
+    segments = [float(m.params["segment_s"]) for m in ms]
+    points = [(_sig(seg * 1e3), _sig(max(m.time_s / seg - 1.0, 0.0))) for m, seg in zip(ms, segments, strict=True)]
     return ArrivalSkewFit(
         ranks=int(ms[0].params["ranks"]),
         threads_per_rank=int(ms[0].params["threads_per_rank"]),

@@ -429,7 +429,7 @@ class CollectiveCoordinator:
     def post(self, cid: str) -> None:
         self.posted[cid] = self.posted.get(cid, 0) + 1
         if self.posted[cid] == len(self.ranks):
-            skew = self.arrival_excess(self.env.now - self.aligned) if self.skew_specs else 0.0
+            skew = self.arrival_excess(self.env.now - self.aligned)
             if skew > 0.0:
                 self.env.process(self._late_arrival(cid, skew))
                 return
@@ -439,12 +439,23 @@ class CollectiveCoordinator:
     def _late_arrival(self, cid: str, skew: float) -> Any:
         start = max(self.env.now + skew, self.released)
         self.released = start
-        self.arrival_wait_s[cid] = start - self.env.now
-        for r in self.ranks:
-            self.sim.records.append(Record(r, "arrival", f"{cid}.arrival", "arrival_wait", self.env.now, start))
+        self._record_late(cid, self.env.now, start)
         yield self.env.timeout(start - self.env.now)
         self.queue.append(cid)
         self._start_queued()
+
+    def late_end(self, end: float) -> float:
+        """How late (s) the last rank ends an iteration whose ranks are done at ``end``: the compute since they were
+        last together meets the next iteration's first synchronisation (``arrival_wait_s["iteration_end"]``)."""
+        tail = self.arrival_excess(end - self.aligned)
+        if tail > 0.0:
+            self._record_late("iteration_end", end, end + tail)
+        return tail
+
+    def _record_late(self, what: str, start: float, end: float) -> None:
+        self.arrival_wait_s[what] = end - start
+        for r in self.ranks:
+            self.sim.records.append(Record(r, "arrival", f"{what}.arrival", "arrival_wait", start, end))
 
     def _start_queued(self) -> None:
         while self.queue and (self.engines is None or max(self.active) < self.engines):
@@ -587,14 +598,8 @@ def _run_iteration(inputs: Inputs, cfg: TrainingConfig, record_flows: bool, run_
     procs = [sim.env.process(_rank_process(sim, r, graph, coord, precision, accs[r], waits[r], threads)) for r in range(p)]
     sim.run(simpy.AllOf(sim.env, procs))
     end = max(a["end"] for a in accs)
-    # The compute after the ranks were last together ends at the next iteration's first synchronisation: the last
-    # rank arrives there late by the same measure (the ranks' idle time at the end, other_s).
-    tail = coord.arrival_excess(end - coord.aligned) if coord.skew_specs else 0.0
-    if tail > 0.0:
-        coord.arrival_wait_s["iteration_end"] = tail
-        for r in range(p):
-            sim.records.append(Record(r, "arrival", "iteration_end.arrival", "arrival_wait", end, end + tail))
-    iteration = end + tail
+    # The last rank's lateness at the next iteration's first synchronisation: the ranks' idle time at the end, other_s.
+    iteration = end + coord.late_end(end)
     per_rank = [
         Breakdown(
             compute_s=a["compute"],

@@ -31,7 +31,7 @@ from dlrmsim.calibration.schema import Measurement
 # wide top MLP's tens. The fit interpolates between them in log(length) and holds the end values beyond.
 SKEW_SEGMENTS_S = (2e-3, 10e-3, 40e-3)
 TINY_SKEW_SEGMENTS_S = (10e-3,)
-# Barriers per segment length: enough that the median over them settles. 200 x 2 ms, 80 x 10 ms, 40 x 40 ms is about
+# Barriers per segment length: enough that the mean over them settles. 200 x 2 ms, 80 x 10 ms, 40 x 40 ms is about
 # 3 s a calibration (quick and full alike); the tiny plan times 20.
 SKEW_BARRIERS = {2e-3: 200, 10e-3: 80, 40e-3: 40}
 TINY_SKEW_BARRIERS = 20
