@@ -393,7 +393,7 @@ def _no_rank_ends(
     return True
 
 
-if RUNNERS_MAX != 8:
+if RUNNERS_MAX != 16:
     raise ImportError("phases._nth has one branch per runner slot: give it RUNNERS_MAX branches")
 
 
@@ -415,7 +415,23 @@ def _nth(colls, ci: int) -> Ahead:
         return colls[5]
     if ci == 6:
         return colls[6]
-    return colls[7]
+    if ci == 7:
+        return colls[7]
+    if ci == 8:
+        return colls[8]
+    if ci == 9:
+        return colls[9]
+    if ci == 10:
+        return colls[10]
+    if ci == 11:
+        return colls[11]
+    if ci == 12:
+        return colls[12]
+    if ci == 13:
+        return colls[13]
+    if ci == 14:
+        return colls[14]
+    return colls[15]
 
 
 @njit(cache=True)

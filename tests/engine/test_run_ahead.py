@@ -30,6 +30,14 @@ MIX = [
     ("allgather", "ring", 1e6),
     ("allreduce", "rhd", 3e6),
     ("alltoall", "pairwise", 2e6),
+    ("allreduce", "ring", 5e6),
+    ("reduce_scatter", "ring", 2e6),
+    ("allgather", "ring", 3e6),
+    ("allreduce", "rhd", 1e6),
+    ("scatter", "binomial", 1e6),
+    ("alltoall", "pairwise", 4e6),
+    ("allreduce", "ring", 1e6),
+    ("allgather", "ring", 2e6),
 ]
 assert len(MIX) > RUNNERS_MAX
 
