@@ -22,6 +22,7 @@ runner's 2-rank step runs it (``EmbeddingBag`` gradients, ``weight.add_``; by de
 2 tables of 200,000 x 32, 2,048 samples of 16 lookups), ``--seg-ms`` ignored: does one rank's update slow the other's?
 
     .venv/bin/python -m benchmarks.bench_sync [--ranks 2] [--seg-ms 2 10 40] [--seconds 6] [--work gemm|update]
+        [--blocks interleaved|together]
         [--out validation/results]
 
 Needs torch.
@@ -93,12 +94,14 @@ def _segment(work: str, reps: int) -> Any:
     return update
 
 
-def _rank(queue: Any, barrier: Any, rank: int, ranks: int, reps: int, blocks: int, work_kind: str = "gemm") -> None:
+def _rank(
+    queue: Any, barrier: Any, rank: int, ranks: int, reps: int, blocks: int, work_kind: str = "gemm", alone: bool = True
+) -> None:
     work = _segment(work_kind, reps)
     work()
     rows: list[tuple[int, int, float]] = []  # (block, who computes: -1 all, else that rank, segment s)
     for b in range(blocks):
-        who = -1 if b % 2 == 0 else (b // 2) % ranks
+        who = -1 if b % 2 == 0 or not alone else (b // 2) % ranks
         for _ in range(BLOCK):
             barrier.wait()
             if who in (-1, rank):
@@ -108,13 +111,13 @@ def _rank(queue: Any, barrier: Any, rank: int, ranks: int, reps: int, blocks: in
     queue.put((rank, rows))
 
 
-def _run(ranks: int, reps: int, blocks: int, work: str = "gemm") -> list[list[tuple[int, int, float]]]:
+def _run(ranks: int, reps: int, blocks: int, work: str = "gemm", alone: bool = True) -> list[list[tuple[int, int, float]]]:
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     barrier = ctx.Barrier(ranks)
-    procs = [ctx.Process(target=_rank, args=(queue, barrier, r, ranks, reps, blocks, work)) for r in range(ranks)]
+    procs = [ctx.Process(target=_rank, args=(queue, barrier, r, ranks, reps, blocks, work, alone)) for r in range(ranks)]
     for p in procs:
         p.start()
     got = dict(queue.get() for _ in procs)
@@ -130,7 +133,7 @@ def summarise(per_rank: list[list[tuple[int, int, float]]]) -> dict[str, Any]:
     n = min(len(t) for t in together)
     means = [statistics.fmean(t[:n]) for t in together]
     mean_max, avg, _ = arrival_excess(together)  # the calibration's statistic (benchmarks/skew.py)
-    alone_mean = statistics.fmean(alone)
+    alone_mean = statistics.fmean(alone) if alone else float("nan")
     return {
         "segments_together": n,
         "segments_alone": len(alone),
@@ -151,6 +154,13 @@ def main() -> None:
     ap.add_argument("--seg-ms", type=float, nargs="+", default=[2.0, 10.0, 40.0])
     ap.add_argument("--seconds", type=float, default=6.0, help="about this long per segment length")
     ap.add_argument("--work", choices=("gemm", "update"), default="gemm")
+    ap.add_argument(
+        "--blocks",
+        choices=("interleaved", "together"),
+        default="interleaved",
+        help="together: every block has all ranks computing (no core ever idles for a block), as the calibration's "
+        "skew benchmark runs; interleaved: together and alone blocks alternate",
+    )
     ap.add_argument("--out", type=Path, default=Path("validation/results"))
     args = ap.parse_args()
     if args.work == "update":
@@ -160,7 +170,7 @@ def main() -> None:
         reps = _reps_for(seg) if args.work == "gemm" else 0
         # a together block and an alone block take about 2 * BLOCK segments
         blocks = 2 * max(2, round(args.seconds / (2 * BLOCK * seg * 1e-3)))
-        s = summarise(_run(args.ranks, reps, blocks, args.work))
+        s = summarise(_run(args.ranks, reps, blocks, args.work, alone=args.blocks == "interleaved"))
         rows.append({"seg_ms": seg, "reps": reps, "blocks": blocks, **s})
         print(
             f"seg {seg:5.1f} ms: together {s['together_ms']:.3f} alone {s['alone_ms']:.3f} (x{s['corun_ratio']:.3f}); "
@@ -169,8 +179,12 @@ def main() -> None:
             flush=True,
         )
     work = {"gemm": SHAPE, "update": [UPDATE_TABLES, UPDATE_ROWS, UPDATE_DIM, UPDATE_BATCH, UPDATE_LOOKUPS]}[args.work]
-    kind = "sync" if args.work == "gemm" else f"sync-{args.work}"
-    write_evidence(args.out, kind, {"ranks": args.ranks, "work": args.work, "shape": work, "block": BLOCK, "rows": rows})
+    kind = ("sync" if args.work == "gemm" else f"sync-{args.work}") + ("-together" if args.blocks == "together" else "")
+    write_evidence(
+        args.out,
+        kind,
+        {"ranks": args.ranks, "work": args.work, "blocks": args.blocks, "shape": work, "block": BLOCK, "rows": rows},
+    )
 
 
 if __name__ == "__main__":

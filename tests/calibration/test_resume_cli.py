@@ -105,6 +105,22 @@ def test_combine_passes_keeps_the_fastest_pass_and_the_streams_median_one() -> N
     assert [(x.time_s, x.passes, x.slowest_pass_s) for x in streams] == [(4.0, 5, 4.3), (3.9, 4, 4.3)]
 
 
+def test_the_arrival_skews_runs_are_averaged() -> None:
+    # because the skew estimates an expectation over the host's states (one rank slower than the other by an amount
+    # that changes from run to run), its runs are combined by their mean: of the slowest rank's segment and of the
+    # ranks' mean segment alike, so the fitted fraction is mean(last) / mean(typical) - 1
+    runs = [(10.5e-3, 10.0e-3), (10.1e-3, 10.0e-3), (11.4e-3, 10.2e-3), (10.2e-3, 9.8e-3)]
+    rows = [
+        Measurement(benchmark="skew", name="s", cores=2, time_s=last, params={"ranks": 2, "segment_s": typ}, repeats=80)
+        for last, typ in runs
+    ]
+    (out,) = combine_passes(rows)
+    assert out.time_s == pytest.approx(sum(r[0] for r in runs) / 4)
+    assert out.params["segment_s"] == pytest.approx(sum(r[1] for r in runs) / 4)
+    assert out.params["ranks"] == 2 and out.passes == 4 and out.slowest_pass_s == 11.4e-3
+    assert out.spread_pct == pytest.approx((11.4 - 10.1) / 10.35 * 100)
+
+
 def test_benchmarks_whose_passes_disagree_are_reported_worst_first() -> None:
     def m(name: str, fast: float, slow: float | None) -> Measurement:
         return Measurement(benchmark="gemm", name=name, cores=1, time_s=fast, slowest_pass_s=slow, passes=2, repeats=3)
@@ -137,11 +153,13 @@ def test_plan_repeats_single_process_kernels_in_later_passes_only() -> None:
         "cold outputs",
         "embedding bags",
         "dot interaction",
+        "arrival skew",
     }
-    streams = [t for t in again if t.stage == "memory streams"]
+    streams = [t for t in again if t.stage in ("memory streams", "arrival skew")]
+    assert len(streams) == len([t for t in one if t.stage == "memory streams"]) + 1
     assert len(two) == len(one) + len(again) + 3 * len(streams)
-    # the streams open the run, and run again right after the first pass (its last tasks are the collectives)
-    # and at the very end: five samples spread over the run
+    # the streams and the arrival skew open the run, and run again right after the first pass (its last tasks are the
+    # collectives) and at the very end: five samples spread over the run
     ids = [t.id for t in two]
     assert ids[: len(streams)] == [f"{t.id} start" for t in streams]
     assert ids[len(streams) : len(streams) + len(one)] == [t.id for t in one]

@@ -3,6 +3,7 @@ the passes combine into one measurement per benchmark."""
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -28,7 +29,7 @@ from dlrmsim.calibration.benchmarks.optimizer import optimizer_task
 from dlrmsim.calibration.benchmarks.outputs import cold_output_task
 from dlrmsim.calibration.benchmarks.overhead import dispatch_task, fork_task
 from dlrmsim.calibration.benchmarks.sharded import sharded_software_task
-from dlrmsim.calibration.benchmarks.skew import skew_task
+from dlrmsim.calibration.benchmarks.skew import SKEW_STAGE, skew_task
 from dlrmsim.calibration.benchmarks.tbe import calibrated_module, tbe_available, tbe_configs, tbe_task
 from dlrmsim.calibration.benchmarks.timing import BenchTask, TimingPolicy, core_counts, policy_for
 from dlrmsim.calibration.ops import Ops
@@ -54,6 +55,12 @@ TINY_EMBEDDING_POLICY = TimingPolicy(warmup=1, repeats=4, min_sample_s=0.01)
 # training step meets. Each sample is still the best of its own trials (STREAM's convention, bench
 # stream_task), so one sample filters short interference and the median filters the rare state.
 MEDIAN_PASS_BENCHMARKS = frozenset({"stream"})
+# The arrival skew's runs are combined by their mean: what it estimates is an expectation over the host's states
+# (benchmarks/skew.py, SKEW_STAGE), and neither the fastest nor the typical run is that.
+MEAN_PASS_BENCHMARKS = frozenset({"skew"})
+# Stages sampled across the whole run, not only once per pass: at the start, in each pass, right after the first
+# pass's collectives and at the very end (see MEDIAN_PASS_BENCHMARKS and MEAN_PASS_BENCHMARKS for why).
+SPREAD_STAGES = (STREAM_STAGE, SKEW_STAGE)
 
 # Passes over the single-process kernels. A shared host slows down in spells of seconds (a fixed GEMM on
 # this 2-core VM ran anywhere from 1x to 2.3x its best time within 30 s), longer than one benchmark takes,
@@ -81,18 +88,16 @@ def build_plan(
     if tiny:  # one pass, but the streams sampled again at the end: their passes are combined as in a real run
         return tasks + measured_again([t for t in tasks if t.stage == STREAM_STAGE], "last pass")
     again = [t for t in tasks if t.repeat]
-    streams = [t for t in again if t.stage == STREAM_STAGE]
+    spread = [t for t in again if t.stage in SPREAD_STAGES]
     first = len(tasks)
     for p in range(2, passes + 1):
         # Every other pass runs backwards: a slow spell that covered a block of neighbouring benchmarks in
         # one pass (a quick run once measured all 29 preset MLP shapes at 100 GF/s in both passes, against
         # 150-170 GF/s in the runs before and after) then meets other neighbours, at another distance in time.
         tasks += measured_again(again[::-1] if p % 2 == 0 else again, f"pass {p}")
-    # The streams are sampled across the whole run, not in one or two places: at the start, in each pass,
-    # right after the first pass's collectives and at the very end (see MEDIAN_PASS_BENCHMARKS for why).
-    if passes > 1:
-        tasks = measured_again(streams, "start") + tasks[:first] + measured_again(streams, "after collectives") + tasks[first:]
-        tasks += measured_again(streams, "last pass")
+    if passes > 1:  # SPREAD_STAGES
+        tasks = measured_again(spread, "start") + tasks[:first] + measured_again(spread, "after collectives") + tasks[first:]
+        tasks += measured_again(spread, "last pass")
     return tasks
 
 
@@ -111,9 +116,26 @@ def combine_passes(measurements: list[Measurement]) -> list[Measurement]:
     out: list[Measurement] = []
     for ms in runs.values():
         ordered = sorted(ms, key=lambda m: m.time_s)
-        kept = ordered[(len(ordered) - 1) // 2] if ms[0].benchmark in MEDIAN_PASS_BENCHMARKS else ordered[0]
+        if ms[0].benchmark in MEAN_PASS_BENCHMARKS:
+            kept = _mean_pass(ms)
+        else:
+            kept = ordered[(len(ordered) - 1) // 2] if ms[0].benchmark in MEDIAN_PASS_BENCHMARKS else ordered[0]
         out.append(kept.model_copy(update={"passes": len(ms), "slowest_pass_s": ordered[-1].time_s if len(ms) > 1 else None}))
     return out
+
+
+def _mean_pass(ms: list[Measurement]) -> Measurement:
+    """One row for the runs ``ms`` of a :data:`MEAN_PASS_BENCHMARKS` benchmark: the mean time and the mean of each
+    numeric parameter that varies between runs (the skew's ranks' mean segment), spread the runs' (max - min) over
+    their median, in %."""
+    times = [m.time_s for m in ms]
+    params = dict(ms[0].params)
+    for key, value in ms[0].params.items():
+        values = [m.params.get(key) for m in ms]
+        if isinstance(value, float) and all(isinstance(v, float) for v in values):
+            params[key] = statistics.fmean(values)  # type: ignore[arg-type]
+    spread = (max(times) - min(times)) / statistics.median(times) * 100.0 if len(ms) > 1 else ms[0].spread_pct
+    return ms[0].model_copy(update={"time_s": statistics.fmean(times), "params": params, "spread_pct": spread})
 
 
 # Slowest over fastest pass above which a benchmark is reported as measured while the host changed speed.
