@@ -436,12 +436,14 @@ class _Run:
         return float(self.sim.rng.uniform(0.0, window))
 
     # -- instance programs -------------------------------------------------------------------------------
-    def layer(self, p: _Part, n: int, t: InstanceTask) -> Any:
+    def layer(self, p: _Part, n: int, t: InstanceTask) -> simpy.Event:
+        """Start part ``p``'s task of layer ``t`` now; the event that fires when the layer is done. That is the
+        task's own event unless the layer has a serial chain, whose remainder a small process waits out: a process
+        per layer (its start, its end) was two of the five SimPy events a layer cost."""
         f = self._jitter()
-        t0 = self.env.now
         name = self._name(f"it{n}.i{p.instance}.r{p.rank}.{t.name}")
         self.cores_of[name] = self.lay.cores
-        yield self.sim.compute(
+        done = self.sim.compute(
             p.rank,
             name,
             flops=t.flops * f,
@@ -451,9 +453,15 @@ class _Run:
             cores=self.lay.cores,
             columns=t.columns,  # a batch share changes a GEMM's rows or depth, not its output columns
         )
-        if t.serial_s * f > self.env.now - t0:
+        if t.serial_s > 0:
+            return self.env.process(self._serial_rest(done, t.serial_s * f, self.env.now))
+        return done
+
+    def _serial_rest(self, done: simpy.Event, serial_s: float, t0: float) -> Any:
+        yield done
+        if serial_s > self.env.now - t0:
             # Conflicting row updates serialise; more cores cannot shorten the chain (see taskgraph).
-            yield self.env.timeout(t.serial_s * f - (self.env.now - t0))
+            yield self.env.timeout(serial_s - (self.env.now - t0))
 
     def instance(self, i: int) -> Any:
         parts = self.by_instance[i]
@@ -464,8 +472,8 @@ class _Run:
             if d > 0:
                 yield self.env.timeout(d)
             for j in range(len(parts[0].tasks)):
-                procs = [self.env.process(self.layer(p, n, p.tasks[j])) for p in parts]
-                yield simpy.AllOf(self.env, procs) if len(procs) > 1 else procs[0]
+                layers = [self.layer(p, n, p.tasks[j]) for p in parts]
+                yield simpy.AllOf(self.env, layers) if len(layers) > 1 else layers[0]
             for p in parts:
                 self.compute_end[n][p.pid] = self.env.now
                 self.compute_done[n][p.pid].succeed()

@@ -41,8 +41,8 @@ def test_flags_build_the_simulated_model() -> None:
 
 
 def test_zipf_is_refused_in_one_line() -> None:
-    zipf = W.model_copy(update={"index_distribution": {"kind": "zipf", "exponent": 1.05}})
-    zipf = Workload.model_validate(zipf.model_dump())
+    # validated from a dict: model_copy(update=...) would skip validation and warn when dumped
+    zipf = Workload.model_validate({**W.model_dump(), "index_distribution": {"kind": "zipf", "exponent": 1.05}})
     # Because the reference's random data generator draws uniform indices only, a zipf case cannot be matched.
     with pytest.raises(DlrmsimError, match="uniform"):
         reference_args(zipf, 64, 20)
