@@ -77,6 +77,12 @@ def fitted_parameters(cal: Calibration) -> dict[str, float]:
         value = getattr(cal, part)
         if value is not None:
             _flatten(part, value.model_dump() if hasattr(value, "model_dump") else [v.model_dump() for v in value], out)
+    if cal.arrival_skew is not None:
+        # Each run times its own stretch lengths (the GEMM count that lasts about 2, 10 or 40 ms on that run's
+        # host), so the points are named by their place among the lengths, not by a length the other run lacks.
+        pts = cal.arrival_skew.points
+        for i, (_ms, fraction) in enumerate(pts):
+            out[f"arrival_skew.excess[{i + 1} of {len(pts)}]"] = float(fraction)
     return out
 
 
