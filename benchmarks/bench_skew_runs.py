@@ -7,7 +7,7 @@ per run and segment length, as fractions of the ranks' mean segment:
 - ``mean_excess``: the calibration's statistic, the mean over barriers of the slowest rank's segment less the ranks'
   mean (``skew.arrival_excess``);
 - ``median_excess``: the same with the median over barriers (is a robust statistic more repeatable?);
-- ``rank_gap``: half the difference between the two slowest and fastest ranks' mean segments: the part of the
+- ``rank_gap``: half the difference between the slowest and the fastest rank's mean segment: the part of the
   excess that one rank being slower for the whole run gives.
 
 If the runs disagree by more than their barriers' sampling explains, the skew is a state of the host that changes
@@ -31,7 +31,8 @@ from dlrmsim.calibration.collectives_host import run_ranks
 
 
 def parts(per_rank: list[list[float]]) -> dict[str, float]:
-    """The three statistics of the module docstring, as fractions, from each rank's segment times (s)."""
+    """The three statistics of the module docstring, as fractions, and the ranks' mean segment (ms), from each rank's
+    segment times (s). ``bench_sync`` reports the same excess and gap in ms."""
     n = min(len(t) for t in per_rank)
     typical = [statistics.fmean(t[i] for t in per_rank) for i in range(n)]
     mean_last, mean_typical, _ = arrival_excess(per_rank)

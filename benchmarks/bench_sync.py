@@ -36,8 +36,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.bench_skew_runs import parts
 from benchmarks.evidence import write_evidence
-from dlrmsim.calibration.benchmarks.skew import arrival_excess
 
 SHAPE = (128, 256, 256)  # one GEMM of 16.8 MFLOP: tens of microseconds, so a segment's length is set finely
 BLOCK = 4  # segments per block
@@ -132,7 +132,8 @@ def summarise(per_rank: list[list[tuple[int, int, float]]]) -> dict[str, Any]:
     alone = [s for rows in per_rank for _, who, s in rows if who >= 0]
     n = min(len(t) for t in together)
     means = [statistics.fmean(t[:n]) for t in together]
-    mean_max, avg, _ = arrival_excess(together)  # the calibration's statistic (benchmarks/skew.py)
+    p = parts(together)  # the calibration's statistic (benchmarks/skew.py) and the ranks' gap
+    avg = p["segment_ms"] * 1e-3
     alone_mean = statistics.fmean(alone) if alone else float("nan")
     return {
         "segments_together": n,
@@ -142,9 +143,9 @@ def summarise(per_rank: list[list[tuple[int, int, float]]]) -> dict[str, Any]:
         "corun_ratio": avg / alone_mean,
         "rank_means_ms": [m * 1e3 for m in means],
         "rank_sd_ms": [statistics.pstdev(t[:n]) * 1e3 for t in together],
-        "excess_ms": (mean_max - avg) * 1e3,
-        "excess_fraction": (mean_max - avg) / avg,
-        "rank_gap_ms": (max(means) - min(means)) / 2 * 1e3,
+        "excess_ms": p["mean_excess"] * p["segment_ms"],
+        "excess_fraction": p["mean_excess"],
+        "rank_gap_ms": p["rank_gap"] * p["segment_ms"],
     }
 
 

@@ -95,7 +95,9 @@ def build_plan(
         # one pass (a quick run once measured all 29 preset MLP shapes at 100 GF/s in both passes, against
         # 150-170 GF/s in the runs before and after) then meets other neighbours, at another distance in time.
         tasks += measured_again(again[::-1] if p % 2 == 0 else again, f"pass {p}")
-    if passes > 1:  # SPREAD_STAGES
+    # The SPREAD_STAGES are sampled across the whole run, not in one or two places: at the start, in each pass,
+    # right after the first pass's collectives and at the very end.
+    if passes > 1:
         tasks = measured_again(spread, "start") + tasks[:first] + measured_again(spread, "after collectives") + tasks[first:]
         tasks += measured_again(spread, "last pass")
     return tasks
