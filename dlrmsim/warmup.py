@@ -1,8 +1,8 @@
 """Compile the simulator's numba kernels into their on-disk cache, once, at install time.
 
 The fluid solver, the collectives' bookkeeping and the hashed-ECMP route search are numba functions cached next to
-their modules (``cache=True``). The first simulation after a fresh install would pay their compilation (one to two
-minutes on a 2-core VM, most of it the run-ahead kernel) inside whatever the user ran first; ``make`` runs this
+their modules (``cache=True``). The first simulation after a fresh install would pay their compilation (about a
+minute on a 2-core VM, most of it the run-ahead kernel) inside whatever the user ran first; ``make`` runs this
 module after installing instead, so ``make demo`` and the first ``dlrmsim simulate`` start warm. It simulates one
 small iteration on the fat-tree cluster three times: with and without per-flow records (without, collectives run
 ahead in compiled code), and under the lockstep approximation (its barrier is a kernel of its own on the Python

@@ -17,7 +17,7 @@ import heapq
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import simpy
@@ -34,11 +34,6 @@ DONE_REL_EPS = 1e-9
 # activity at a large ``now`` is left with such a residue (a relative one above ``DONE_REL_EPS`` when its whole time
 # is under ~1e9 spacings, e.g. 2 us at t = 8 s), and waking for it at ``now + residue == now`` would loop forever.
 DONE_ULPS = 4.0
-# Collectives the run-ahead kernel drives at once (FluidScheduler.set_runner). Large's overlapping 64-rank iteration
-# has 9-12 gradient buckets' allreduces in flight at most instants; with 8 slots the others' flows were foreign, and
-# each of their completions stopped the kernel (12,017 calls, that point 11.5 s; with 16: 2,065 calls, 6.8 s). More
-# slots cost compile time once (the kernel unrolls one branch per slot, phases._nth) and unboxing per call.
-RUNNERS_MAX = 16
 TRIG_NONE = 0  # rate cap never changes
 TRIG_COMPUTE = 1  # a compute task: slowed while communication is in flight on its rank
 TRIG_COMM = 2  # a flow: slowed while compute runs on either end rank
@@ -145,11 +140,12 @@ class FluidScheduler:
         self._held = False  # between hold() and resume(): simulated time passes without integration or wake-ups
         self._runners: dict[int, Runner] = {}
         self._own_callbacks = (self._on_wake, self._on_flush)  # bound once: is_own_event runs per queued event
-        self._ahead_tuple: tuple | None = None  # the kernel's view of the runners (see _run_ahead)
+        self._ahead_colls: Any = None  # the kernel's view of the runners (see _run_ahead)
         self._ahead_oids: list[int] = []
+        self._ahead_views: list = []  # the runners' ahead() views, as packed into _ahead_colls
         self._ahead_oid_array = np.zeros(0, dtype=np.int64)
         self._ahead_kernel: Callable | None = None
-        self._no_runner: tuple | None = None
+        self._pack_runners: Callable[[list], Any] | None = None
         self._need_solve = False
 
     # ---- views of the running activities (read-only by convention) ---------------------------
@@ -265,17 +261,17 @@ class FluidScheduler:
         through the instants that only the runners shape (:meth:`_run_ahead`)."""
         if runner is None:
             if self._runners.pop(oid, None) is not None:
-                self._ahead_tuple = None
+                self._ahead_colls = None
         elif self._ahead_kernel is not None:
             self._runners[oid] = runner
-            self._ahead_tuple = None
+            self._ahead_colls = None
 
-    def set_ahead_kernel(self, kernel: Callable, no_runner: tuple) -> None:
+    def set_ahead_kernel(self, kernel: Callable, pack_runners: Callable[[list], Any]) -> None:
         """The compiled function that drives runners (``phases.run_ahead`` bound to a network's pair tables), and
-        the filler for unused runner slots: the kernel takes the :data:`RUNNERS_MAX` runners of lowest owner id as
-        one fixed-size tuple (compiled once, cached on disk); further runners' activities count as foreign."""
+        the function that packs the runners' views (``Runner.ahead()``, in ascending owner id) into the one
+        argument the kernel takes for all of them (``phases.runner_list``)."""
         self._ahead_kernel = kernel
-        self._no_runner = no_runner
+        self._pack_runners = pack_runners
 
     @property
     def n_active(self) -> int:
@@ -486,10 +482,10 @@ class FluidScheduler:
             return False
         runners = self._runners
         now = self.env.now
-        if self._ahead_tuple is None:
-            oids = self._ahead_oids = sorted(runners)[:RUNNERS_MAX]
-            got = [runners[o].ahead() for o in oids]
-            self._ahead_tuple = tuple(got + [self._no_runner] * (RUNNERS_MAX - len(got)))
+        if self._ahead_colls is None:
+            oids = self._ahead_oids = sorted(runners)
+            self._ahead_views = [runners[o].ahead() for o in oids]
+            self._ahead_colls = self._pack_runners(self._ahead_views)
             self._ahead_oid_array = np.array(oids, dtype=np.int64)
         oids = self._ahead_oids
         own, foreign = [], []
@@ -516,13 +512,13 @@ class FluidScheduler:
             QI[2, j : j + k] = ib[_TAG]
             j += k
         counts = np.zeros(4, dtype=np.int64)
-        fin = np.zeros(RUNNERS_MAX, dtype=np.int64)
+        fin = np.zeros(len(oids), dtype=np.int64)
         # A cycle the kernel observed counted this call's activities: the next call starts observing afresh.
-        for runner in self._ahead_tuple[: len(oids)]:
-            runner.snap_i[0] = -1
+        for view in self._ahead_views:
+            view.snap_i[0] = -1
         F, I, E, EW, n, m, t, _t_next, outcome, t_at, QF, QI, nq, seq = self._ahead_kernel(  # noqa: E741
             self._F, self._I, self._E, self._EW, self._n, self._m, self.res_cap, self.n_ranks, now, t_next, t_ext,
-            QF, QI, nq, self._seq, self._ahead_tuple, self._ahead_oid_array, counts, fin,
+            QF, QI, nq, self._seq, self._ahead_colls, self._ahead_oid_array, counts, fin,
         )  # fmt: skip
         self._F, self._I, self._E, self._EW, self._n, self._m, self._t, self._seq = F, I, E, EW, n, m, t, seq
         started, finished, solves, instants = counts.tolist()
@@ -530,7 +526,7 @@ class FluidScheduler:
         self.stats["finished"] += finished
         self.stats["solves"] += solves
         self.stats["wakeups"] += instants
-        for o, k in zip(oids, fin.tolist(), strict=False):
+        for o, k in zip(oids, fin.tolist(), strict=True):
             self._owner_left[o] -= k
         # the runners' flows still waiting go back on the heap, one entry per push (sequence number) as before
         if nq:

@@ -1,6 +1,6 @@
 """A collective's phase machine, compiled: which flows start when ranks enter phases, which ranks a finished flow
-frees, and :func:`run_ahead`, which drives collectives (up to ``fluid.RUNNERS_MAX`` at once) and the fluid state
-together without SimPy.
+frees, and :func:`run_ahead`, which drives collectives (any number at once, a typed list of :class:`Ahead`) and the
+fluid state together without SimPy.
 
 Why run ahead: a ring allreduce of p ranks has 2(p-1) phases, and once the ranks fall out of lockstep (a slow
 link delays its neighbours a little more each phase) almost every flow ends at its own instant, so one collective
@@ -19,13 +19,13 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
+from numba.typed import List
 
 from dlrmsim.engine.fluid import (
     _OWNER,
     _REM,
     _TAG,
     DONE_ULPS,
-    RUNNERS_MAX,
     TRIG_COMM,
     TRIG_NONE,
     _compact,
@@ -222,10 +222,37 @@ class Ahead(NamedTuple):
 
 _E0 = np.zeros(0, dtype=np.int64)
 _F0 = np.zeros(0)
-# An unused runner slot: no activity has this owner id (ids are >= 0; -1 is a Batch's default).
+# The type of every collective :func:`run_ahead` drives (the typed list's item type); no activity has its owner id
+# (ids are >= 0; -1 is a Batch's default).
 NO_COLLECTIVE = Ahead(-(1 << 62), 0, 0, False, 1.0, _E0, _E0, _E0, _E0, _F0, _E0, _E0, _E0, _E0, _E0, _E0,
                       np.zeros(0, dtype=np.bool_), _E0, _F0, _F0, _E0, _E0, False, np.zeros(0, dtype=np.bool_),
                       np.zeros(1, dtype=np.int64), _E0, _E0, np.full(4, -1, dtype=np.int64), np.zeros(1), _F0)  # fmt: skip
+
+
+def runner_list(colls: list[Ahead]) -> List:
+    """The collectives for :func:`run_ahead`, in the given order, as numba's typed list: the kernel takes any number
+    of them with one argument to unbox (a tuple of them cost one branch of compiled code per slot, and unboxing
+    every collective's arrays at each call), and ``colls[ci]`` fetches one collective. The list holds the
+    collectives' own arrays, so what the kernel updates in place (``cur``, ``remaining``, ...) is theirs."""
+    out = _empty_runner_list(NO_COLLECTIVE)
+    for c in colls:
+        _append_runner(out, c)
+    return out
+
+
+@njit(cache=True)
+def _empty_runner_list(proto: Ahead) -> List:
+    # built in compiled code from a prototype, so its type is known here and the list's own functions are compiled
+    # into these two cached kernels (a list typed from Python compiles them at each process start)
+    out = List()
+    out.append(proto)
+    out.pop()
+    return out
+
+
+@njit(cache=True)
+def _append_runner(out: List, c: Ahead) -> None:
+    out.append(c)
 
 
 @njit(cache=True)
@@ -245,8 +272,8 @@ def run_ahead(
     QI: np.ndarray,
     nq: int,
     seq: int,
-    colls: tuple,  # fluid.RUNNERS_MAX Ahead, ascending oid, padded with NO_COLLECTIVE
-    oids: np.ndarray,  # the owner ids of the real ones (colls[: len(oids)])
+    colls: List,  # of Ahead, ascending oid (runner_list)
+    oids: np.ndarray,  # their owner ids
     pt: PairTables,
     rendezvous: bool,
     comm_slow: float,
@@ -283,9 +310,9 @@ def run_ahead(
         counts[3] += 1
         _integrate(F, n, tn - t)
         t = tn
-        # No function below is passed the tuple of collectives: a call that takes it pays a reference count on each
-        # of its arrays, in and out (some 200), about 2 us a call, which at two calls an instant was a seventh of a
-        # 64-rank iteration. _nth, inlined, does not; the helpers get the one collective's arrays they read.
+        # The helpers below get one collective (colls[ci]) or the arrays of it they read, never all of them: when the
+        # collectives came as a tuple, a call that took it paid a reference count on each of their arrays, in and
+        # out (some 200), about 2 us a call, a seventh of a 64-rank iteration at two calls an instant.
         if nq:
             due_by = t * (1 + 1e-15) + 1e-18  # a queued flow starts now up to this time, as FluidScheduler._step pops
             due = _due(QF, QI, nq, due_by)
@@ -295,7 +322,7 @@ def run_ahead(
                 b = a + 1
                 while b < due.size and QI[Q_COLL, due[b]] == ci:
                     b += 1
-                c = _nth(colls, ci)
+                c = colls[ci]
                 F, I, E, EW, n, m = _start_due_flows(  # noqa: E741
                     F, I, E, EW, n, m, QF, QI, due[a:b], c.oid, c.fpid, c.fnb, c.fsrc, c.fdst, c.g, pt, comm_slow
                 )
@@ -313,7 +340,7 @@ def run_ahead(
             safe = _all_owned(I, done, oids)
             for ci in range(oids.shape[0]):
                 if safe and _owns_any(I, done, oids[ci]):
-                    c = _nth(colls, ci)
+                    c = colls[ci]
                     safe = _no_rank_ends(I, done, c.oid, c.fsrc, c.fdst, c.cur, c.last_busy)
             if not safe:
                 return F, I, E, EW, n, m, t, t_next, STOPPED_AT, t, QF, QI, nq, seq
@@ -333,7 +360,7 @@ def run_ahead(
                         k += 1
                 if not k:
                     continue
-                c = _nth(colls, ci)
+                c = colls[ci]
                 fin[ci] += k
                 mine = np.empty(k, dtype=np.int64)
                 k = 0
@@ -391,47 +418,6 @@ def _no_rank_ends(
         elif cur[-tag - 1] >= last_busy[-tag - 1]:
             return False
     return True
-
-
-if RUNNERS_MAX != 16:
-    raise ImportError("phases._nth has one branch per runner slot: give it RUNNERS_MAX branches")
-
-
-@njit(cache=True)
-def _nth(colls, ci: int) -> Ahead:
-    """``colls[ci]``. Indexing the tuple with a runtime value copies all of it (every collective's arrays) to the
-    stack first; a chain of literal indices copies one collective."""
-    if ci == 0:
-        return colls[0]
-    if ci == 1:
-        return colls[1]
-    if ci == 2:
-        return colls[2]
-    if ci == 3:
-        return colls[3]
-    if ci == 4:
-        return colls[4]
-    if ci == 5:
-        return colls[5]
-    if ci == 6:
-        return colls[6]
-    if ci == 7:
-        return colls[7]
-    if ci == 8:
-        return colls[8]
-    if ci == 9:
-        return colls[9]
-    if ci == 10:
-        return colls[10]
-    if ci == 11:
-        return colls[11]
-    if ci == 12:
-        return colls[12]
-    if ci == 13:
-        return colls[13]
-    if ci == 14:
-        return colls[14]
-    return colls[15]
 
 
 @njit(cache=True)

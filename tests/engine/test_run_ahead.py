@@ -3,7 +3,7 @@
 The kernel replays what the scheduler and ``_CollectiveRun`` would do and stops before anything else could act,
 so every record (start and end of every task and every rank's collective span) must agree to rounding, in
 scenarios that exercise each of its stops: compute tasks finishing beside the collectives, rank processes'
-timeouts, more concurrent collectives than it drives at once, eager and rendezvous starts, reductions, ranks that
+timeouts, 18 collectives in flight at once, eager and rendezvous starts, reductions, ranks that
 idle in some phases, and a run cut off by ``until``.
 """
 
@@ -13,12 +13,13 @@ import numpy as np
 import pytest
 import simpy
 
-from dlrmsim.engine import CommSettings, Simulation
-from dlrmsim.engine.fluid import RUNNERS_MAX
+from dlrmsim.engine import CommSettings, Simulation, simulation
+from dlrmsim.engine.phases import runner_list
 from dlrmsim.topologies.topology import Topology
 from tests.engine.handmade import GB, clx_like, ring
 
-# (op, algorithm, bytes) per concurrent collective; more than the kernel drives at once, so some stay foreign
+# (op, algorithm, bytes) per concurrent collective: 18, more than the 16 a tuple of collectives once limited the
+# kernel to
 MIX = [
     ("allreduce", "ring", 24e6),
     ("allreduce", "rhd", 6e6),
@@ -39,7 +40,6 @@ MIX = [
     ("allreduce", "ring", 1e6),
     ("allgather", "ring", 2e6),
 ]
-assert len(MIX) > RUNNERS_MAX
 
 
 def scenario(
@@ -136,3 +136,17 @@ def test_sends_to_start_lists_each_startable_flow_once_in_order(entering: int) -
         if ((fk[f], fsrc[f]) in entered and cur[fdst[f]] >= fk[f]) or ((fk[f], fdst[f]) in entered and cur[fsrc[f]] >= fk[f])
     ]
     assert got.tolist() == want
+
+
+def test_every_collective_in_flight_runs_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Because the kernel takes the collectives as one list, not a fixed number of slots, a moment with all 18 of MIX
+    # in flight (more than the 16 slots it once had) hands it every one of them, none left foreign.
+    sizes: list[int] = []
+
+    def recording(colls: list) -> object:
+        sizes.append(len(colls))
+        return runner_list(colls)
+
+    monkeypatch.setattr(simulation, "runner_list", recording)
+    scenario(ring(8, bw=10 * GB, lat=1e-6), CommSettings(), run_ahead=True)
+    assert max(sizes) == len(MIX)
