@@ -1,8 +1,16 @@
-"""Shared test fixtures: run the CLI in-process and capture its exit code and output."""
+"""Shared test fixtures: run the CLI in-process and capture its exit code and output; one calibration of this host
+per test session.
+
+The calibration runs the tiny plan: every benchmark kind and every fit, in one pass (about 25 s on 2 cores against
+about 130 s for the quick plan), so the suite checks the whole calibration path on any host within its time budget.
+It uses the numpy backend, so it runs without torch. The calibration tests reuse it, and so does notebook 03's
+small run (DLRMSIM_CALIBRATION): one tiny calibration fewer, some 25 s of the suite. The quick plan's own agreement
+check is `slow` (tests/calibration/test_quick_calibration.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -46,3 +54,19 @@ def assert_one_line_error(result: CliResult, *needles: str) -> None:
     assert "Traceback" not in result.err
     for needle in needles:
         assert needle in lines[0], (needle, lines[0])
+
+
+@pytest.fixture(scope="session")
+def quick_cal_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from dlrmsim.calibration.calibrate import run_calibration
+
+    out = tmp_path_factory.mktemp("cal") / "host-test.yaml"
+    run_calibration(quick=True, backend="numpy", out=out, progress=False, tiny=True)
+    return out
+
+
+@pytest.fixture(scope="session")
+def quick_cal(quick_cal_path: Path):  # noqa: ANN201 - a Calibration (imported here so collection stays light)
+    from dlrmsim.calibration.schema import load_calibration
+
+    return load_calibration(quick_cal_path)

@@ -1,7 +1,8 @@
 """The exploration notebooks run top to bottom without an error, and are committed without outputs.
 
 Each notebook reads DLRMSIM_NOTEBOOK_SMALL: set to 1 it cuts its rank lists, fabric sizes and (notebook 03) the
-calibration to a tiny subset, so the default suite executes all three in about a minute on 2 cores. The
+calibration to a tiny subset, so the default suite executes all three in about a minute on 2 cores; notebook 03
+reads the session's tiny calibration (DLRMSIM_CALIBRATION) instead of measuring one of its own. The
 full-size runs (Large at 64 ranks, a whole quick calibration) are opt-in: ``pytest -m slow tests/test_notebooks.py``.
 
 The kernel is always this interpreter (the venv's python with dlrmsim installed): the test writes its own
@@ -83,8 +84,14 @@ def _check_ran(nb: nbformat.NotebookNode, name: str) -> None:
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("name", REQUIRED, ids=lambda n: n.removesuffix(".ipynb"))
-def test_notebook_runs_small(name: str, kernel_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_notebook_runs_small(
+    name: str, kernel_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
     monkeypatch.setenv("DLRMSIM_NOTEBOOK_SMALL", "1")
+    if name == "03_calibration.ipynb":
+        # the session's tiny calibration (tests/conftest.py) instead of measuring another: the calibration tests run
+        # the same plan through the same run_calibration, and test_notebook_runs_full measures inside the notebook
+        monkeypatch.setenv("DLRMSIM_CALIBRATION", str(request.getfixturevalue("quick_cal_path")))
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # the notebooks' temporary files land in pytest's directory
     # No wall-time assertion (a timed test passes or fails with the host's load): each cell has a 300 s timeout,
     # and `pytest --durations` shows what small mode costs.
@@ -105,6 +112,7 @@ def _check_clean(tmp: Path, name: str) -> None:
 @pytest.mark.parametrize("name", REQUIRED, ids=lambda n: n.removesuffix(".ipynb"))
 def test_notebook_runs_full(name: str, kernel_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DLRMSIM_NOTEBOOK_SMALL", "0")
+    monkeypatch.delenv("DLRMSIM_CALIBRATION", raising=False)  # notebook 03 measures
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     _check_ran(execute(NOTEBOOK_DIR / name, kernel_dir, tmp_path, timeout_s=1800), name)
     _check_clean(tmp_path, name)
