@@ -254,10 +254,13 @@ class Simulation:
         nbytes = demand.domain_bytes
         if nbytes > 0:
             bw = demand.rate_fraction * costs.task_bandwidth_cap(spec, nbytes, cores)
-            bw_s = demand.rate_fraction * costs.task_bandwidth_cap(spec, nbytes, cores * share)
             # The bytes are the task's work: its cap is the rate that moves them in its time alone.
             cap = nbytes / costs.gemm_time_s(flops / fr, nbytes / bw, overlap) if flops > 0 else bw
-            cap_s = nbytes / costs.gemm_time_s(flops / fr_s, nbytes / bw_s, overlap) if flops > 0 else bw_s
+            if share == 1.0:  # nothing slows it (no unpinned progress thread): the same arithmetic again
+                cap_s = cap
+            else:
+                bw_s = demand.rate_fraction * costs.task_bandwidth_cap(spec, nbytes, cores * share)
+                cap_s = nbytes / costs.gemm_time_s(flops / fr_s, nbytes / bw_s, overlap) if flops > 0 else bw_s
             work = nbytes
         else:
             cap, cap_s, work = fr, fr_s, flops
