@@ -451,7 +451,7 @@ def run_validations(
             # right after the probe: whatever a place in the order costs then lands on one round of a case, as a
             # slow spell does, and the fastest round escapes it. (The base case, first in every round, was both
             # targets' worst case at 01:59 on 2026-11-27, 1.5-1.9x slow in all three rounds; a check in one process
-            # found at most 6-15 % for running right after the probe.)
+            # found 6-17 % for running right after the probe.)
             start = r * len(names) // rounds
             for name in names[start:] + names[:start]:
                 for i in order:
