@@ -15,8 +15,7 @@ import dataclasses
 import math
 from collections.abc import Mapping
 
-from dlrmsim.calibration.fit import memory_bandwidth_GBps
-from dlrmsim.calibration.schema import Calibration, EmbeddingFit, select_embedding_fit
+from dlrmsim.calibration.schema import Calibration, EmbeddingFit, memory_bandwidth_GBps, select_embedding_fit
 from dlrmsim.topologies.topology import ComputeSpec, EfficiencyTable, Link, Topology
 from dlrmsim.training.implementations import ImplementationProfile
 

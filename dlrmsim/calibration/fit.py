@@ -44,6 +44,7 @@ from dlrmsim.calibration.schema import (
     OptimizerFit,
     OverheadFit,
     ShardedSoftwareFit,
+    memory_bandwidth_GBps,  # evaluates a MemoryFit; imported from here by notebooks and tests too
     nearest_cores,
     select_embedding_fit,
     select_interaction_fit,
@@ -459,13 +460,6 @@ def fit_memory(measurements: Sequence[Measurement], host: HostInfo) -> MemoryFit
         copy_GBps_by_cores=[(c, _sig(v)) for c, v in sorted(curves["copy"].items())],
         triad_GBps_by_cores=[(c, _sig(v)) for c, v in sorted(triad.items())],
     )
-
-
-def memory_bandwidth_GBps(fit: MemoryFit, cores: int) -> float:
-    """Stream bandwidth of ``cores`` cores as the simulator gives a calibrated rank (costs.task_bandwidth_cap):
-    the socket's bandwidth times min(cores / saturation_cores, 1), i.e. min(cores x per_core, bandwidth) with
-    the knee as the YAML records it."""
-    return fit.bandwidth_GBps * min(cores / fit.saturation_cores, 1.0)
 
 
 # --- embedding -----------------------------------------------------------------------------------------------

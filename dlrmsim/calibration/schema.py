@@ -112,6 +112,15 @@ class MemoryFit(StrictModel):
     triad_GBps_by_cores: list[tuple[Annotated[int, Field(gt=0)], Positive]]
 
 
+def memory_bandwidth_GBps(fit: MemoryFit, cores: int) -> float:
+    """Stream bandwidth of ``cores`` cores as the simulator gives a calibrated rank (costs.task_bandwidth_cap):
+    the socket's bandwidth times min(cores / saturation_cores, 1), i.e. min(cores x per_core, bandwidth) with
+    the knee as the YAML records it. Here beside the fit it reads, so that applying a calibration (apply.py) does
+    not import the fitting (fit.py and the benchmark definitions it reads, a few tenths of a second of every
+    first simulation)."""
+    return fit.bandwidth_GBps * min(cores / fit.saturation_cores, 1.0)
+
+
 class EmbeddingFit(StrictModel):
     """One embedding op for one index distribution: t = first-op dispatch + fixed + lookups x (row_time + walk
     miss share x walk_time + reload miss share x reload_time) + bytes / bandwidth (bytes as in
