@@ -46,6 +46,19 @@ class Owner(Protocol):
         """``tags`` are the owner's own labels of the finished activities, ``t_issue`` when each was added (s)."""
 
 
+class RunnerPacking(Protocol):
+    """How the run-ahead kernel's one argument for all runners is built and kept (``phases.RunnerListPacking``)."""
+
+    def pack(self, views: list) -> Any:
+        """The runners' views (``Runner.ahead()``), in this order, as the kernel takes them."""
+
+    def append(self, packed: Any, view: tuple) -> None:
+        """Add a runner's view at the end of ``packed``."""
+
+    def drop(self, packed: Any, i: int) -> None:
+        """Remove the ``i``-th view of ``packed``."""
+
+
 class Runner(Protocol):
     """An owner whose activities compiled code can drive without SimPy (see :meth:`FluidScheduler.set_runner`)."""
 
@@ -145,7 +158,8 @@ class FluidScheduler:
         self._ahead_views: list = []  # the runners' ahead() views, as packed into _ahead_colls
         self._ahead_oid_array = np.zeros(0, dtype=np.int64)
         self._ahead_kernel: Callable | None = None
-        self._pack_runners: Callable[[list], Any] | None = None
+        self._packing: RunnerPacking | None = None
+        self._ahead_stale = False  # runners came or went since _ahead_colls was brought up to date
         self._need_solve = False
 
     # ---- views of the running activities (read-only by convention) ---------------------------
@@ -261,17 +275,17 @@ class FluidScheduler:
         through the instants that only the runners shape (:meth:`_run_ahead`)."""
         if runner is None:
             if self._runners.pop(oid, None) is not None:
-                self._ahead_colls = None
+                self._ahead_stale = True
         elif self._ahead_kernel is not None:
             self._runners[oid] = runner
-            self._ahead_colls = None
+            self._ahead_stale = True
 
-    def set_ahead_kernel(self, kernel: Callable, pack_runners: Callable[[list], Any]) -> None:
+    def set_ahead_kernel(self, kernel: Callable, packing: RunnerPacking) -> None:
         """The compiled function that drives runners (``phases.run_ahead`` bound to a network's pair tables), and
-        the function that packs the runners' views (``Runner.ahead()``, in ascending owner id) into the one
-        argument the kernel takes for all of them (``phases.runner_list``)."""
+        how the runners' views (``Runner.ahead()``, in ascending owner id) are kept as the one argument the kernel
+        takes for all of them (``phases.RunnerListPacking``)."""
         self._ahead_kernel = kernel
-        self._pack_runners = pack_runners
+        self._packing = packing
 
     @property
     def n_active(self) -> int:
@@ -482,11 +496,8 @@ class FluidScheduler:
             return False
         runners = self._runners
         now = self.env.now
-        if self._ahead_colls is None:
-            oids = self._ahead_oids = sorted(runners)
-            self._ahead_views = [runners[o].ahead() for o in oids]
-            self._ahead_colls = self._pack_runners(self._ahead_views)
-            self._ahead_oid_array = np.array(oids, dtype=np.int64)
+        if self._ahead_stale:
+            self._update_ahead()
         oids = self._ahead_oids
         own, foreign = [], []
         for item in self._delayed:
@@ -544,6 +555,25 @@ class FluidScheduler:
         if foreign:
             self._schedule_wake(foreign[0][0])
         return True
+
+    def _update_ahead(self) -> None:
+        """Bring the kernel's view of the runners up to date: drop the runners gone and append the new ones when
+        their owner ids all come after the kept ones' (a new collective gets a new, larger id), else pack them all
+        again. Every runner's ``ahead()`` is called either way (it forgets a cycle the Python path was watching)."""
+        runners, packing, old = self._runners, self._packing, self._ahead_oids
+        oids = sorted(runners)
+        views = [runners[o].ahead() for o in oids]
+        kept = [o for o in old if o in runners]
+        if self._ahead_colls is None or oids[: len(kept)] != kept:
+            self._ahead_colls = packing.pack(views)
+        else:
+            for i in reversed([i for i, o in enumerate(old) if o not in runners]):
+                packing.drop(self._ahead_colls, i)
+            for view in views[len(kept) :]:
+                packing.append(self._ahead_colls, view)
+        self._ahead_oids, self._ahead_views = oids, views
+        self._ahead_oid_array = np.array(oids, dtype=np.int64)
+        self._ahead_stale = False
 
     def load(self) -> np.ndarray:
         """Current load of every resource (units/s): what the latest rates draw."""

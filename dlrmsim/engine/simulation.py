@@ -31,12 +31,12 @@ from dlrmsim.engine.fluid import TRIG_COMM, TRIG_COMPUTE, TRIG_NONE, Batch, Flui
 from dlrmsim.engine.network import Network
 from dlrmsim.engine.phases import (
     Ahead,
+    RunnerListPacking,
     cycles_to_skip,
     last_busy_phase,
     lockstep_barrier,
     ranks_with_flows_done,
     run_ahead,
-    runner_list,
     sends_to_start,
 )
 from dlrmsim.engine.records import Record, RecordLog
@@ -104,7 +104,7 @@ class Simulation:
         self.network = Network(topology, self.comm)
         self.fluid = FluidScheduler(self.env, self.network.capacity, topology.num_ranks)
         if run_ahead:
-            self.fluid.set_ahead_kernel(self._ahead_kernel(), runner_list)
+            self.fluid.set_ahead_kernel(self._ahead_kernel(), RunnerListPacking())
         self.rank_resources = [RankResources(self.env, r, topology.compute(r), self.comm) for r in range(topology.num_ranks)]
         self._collective_seq = 0
         self._counted: dict[str, int] = {}  # fluid.stats already added to RUN_TOTALS
