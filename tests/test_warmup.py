@@ -10,13 +10,13 @@ import sys
 CHECK = """
 import json
 import numba.core.registry
-from dlrmsim.engine import fluid, maxmin, routes, simulation
+from dlrmsim.engine import fluid, maxmin, phases, routes, simulation
 from dlrmsim.warmup import warm_up
 
 warm_up()
 kernels = {
     f"{mod.__name__}.{name}": obj
-    for mod in (fluid, maxmin, routes, simulation)
+    for mod in (fluid, maxmin, phases, routes, simulation)
     for name, obj in vars(mod).items()
     if isinstance(obj, numba.core.registry.CPUDispatcher)
 }

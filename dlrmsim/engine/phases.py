@@ -242,7 +242,7 @@ def runner_list(colls: list[Ahead]) -> List:
 
 class RunnerListPacking:
     """How ``fluid.FluidScheduler`` keeps the kernel's list of collectives (``fluid.RunnerPacking``): packed once,
-    then a collective appended or dropped at a time. Appending costs some 100 us (numba types the 30 fields of an
+    then a collective appended or dropped at a time. Appending costs 20-140 us (numba types the 30 fields of an
     :class:`Ahead` in Python), so repacking at every start and end of a collective would grow as the square of the
     collectives in flight."""
 
