@@ -10,16 +10,23 @@ solver wake-ups, SimPy events scheduled) and the peak RSS. Counters are determin
 machines and loads; wall times only on one machine.
 
     .venv/bin/python -m benchmarks.bench_speed [--out out/bench_speed.json] [--repeat 3] [--curve] [--rows NAME ...]
+        [--compile]
+
+``--compile`` also times what an install pays once: ``python -m dlrmsim.warmup`` compiling every engine kernel
+into an empty numba cache (``NUMBA_CACHE_DIR`` pointed at a temporary directory, so the project's own cache is
+neither used nor touched).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 BIG = ("--placement", "column_wise", "--replicate-below-rows", "2048", "-w", "mlperf")
@@ -87,6 +94,23 @@ def run_once(args: tuple[str, ...], timeout_s: float) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def time_compile(timeout_s: float) -> dict:
+    """Wall time (s) of ``python -m dlrmsim.warmup`` with an empty kernel cache: the compilation an install pays."""
+    with tempfile.TemporaryDirectory() as cache:
+        env = os.environ | {"NUMBA_CACHE_DIR": cache}
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-m", "dlrmsim.warmup"], env=env, capture_output=True, text=True, timeout=timeout_s, check=False
+            )
+        except subprocess.TimeoutExpired:
+            return {"row": "compile", "wall_s": None, "timed_out_after_s": timeout_s}
+        wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        return {"row": "compile", "wall_s": None, "error": (proc.stderr.strip().splitlines() or ["?"])[-1]}
+    return {"row": "compile", "command": "python -m dlrmsim.warmup (empty numba cache)", "wall_s": wall}
+
+
 def measure(name: str, args: tuple[str, ...], goal: float | None, repeat: int, timeout_s: float) -> dict:
     runs = [run_once(args, timeout_s) for _ in range(max(1, repeat))]
     ok = [r for r in runs if r.get("wall_s") is not None]
@@ -121,9 +145,13 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument(
         "--curve", action="store_true", help="also wall time against ranks, MLPerf column-wise on the scaled fat-tree"
     )
+    ap.add_argument("--compile", action="store_true", help="also the kernels' compilation into an empty cache (install)")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds before a run counts as too slow")
     args = ap.parse_args(argv)
     report: dict = {"python": sys.version.split()[0], "rows": [], "curve": []}
+    if args.compile:
+        report["compile"] = time_compile(args.timeout)
+        print(f"{'compile':<26} {_seconds(report['compile']['wall_s'])}  {report['compile'].get('error', '')}", flush=True)
     for name in args.rows:
         cmd, goal = ROWS[name]
         report["rows"].append(measure(name, cmd, goal, args.repeat, args.timeout))
