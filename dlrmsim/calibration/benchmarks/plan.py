@@ -31,7 +31,7 @@ from dlrmsim.calibration.benchmarks.overhead import dispatch_task, fork_task
 from dlrmsim.calibration.benchmarks.sharded import sharded_software_task
 from dlrmsim.calibration.benchmarks.skew import SKEW_STAGE, skew_task
 from dlrmsim.calibration.benchmarks.tbe import calibrated_module, tbe_available, tbe_configs, tbe_task
-from dlrmsim.calibration.benchmarks.timing import BenchTask, TimingPolicy, core_counts, policy_for
+from dlrmsim.calibration.benchmarks.timing import BenchTask, TimingPolicy, core_counts, median_spread, policy_for
 from dlrmsim.calibration.ops import Ops
 from dlrmsim.calibration.schema import Measurement
 from dlrmsim.host import l2_cache_bytes, last_level_cache_bytes
@@ -136,7 +136,7 @@ def _mean_pass(ms: list[Measurement]) -> Measurement:
         values = [m.params.get(key) for m in ms]
         if isinstance(value, float) and all(isinstance(v, float) for v in values):
             params[key] = statistics.fmean(values)  # type: ignore[arg-type]
-    spread = (max(times) - min(times)) / statistics.median(times) * 100.0 if len(ms) > 1 else ms[0].spread_pct
+    spread = median_spread(times)[1] if len(ms) > 1 else ms[0].spread_pct
     return ms[0].model_copy(update={"time_s": statistics.fmean(times), "params": params, "spread_pct": spread})
 
 

@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from dlrmsim.calibration.benchmarks.collectives import gap_count, gemm_work
-from dlrmsim.calibration.benchmarks.timing import BenchTask
+from dlrmsim.calibration.benchmarks.timing import BenchTask, median_spread
 from dlrmsim.calibration.collectives_host import run_ranks
 from dlrmsim.calibration.schema import Measurement
 
@@ -73,7 +73,7 @@ def arrival_excess(per_rank: list[list[float]]) -> tuple[float, float, float]:
     n = min(len(t) for t in per_rank)
     last = [max(t[i] for t in per_rank) for i in range(n)]
     typical = statistics.fmean(statistics.fmean(t[i] for t in per_rank) for i in range(n))
-    return statistics.fmean(last), typical, (max(last) - min(last)) / statistics.median(last) * 100.0
+    return statistics.fmean(last), typical, median_spread(last)[1]
 
 
 def skew_task(ranks: int, implementation: str, threads: int, tiny: bool = False) -> BenchTask:
