@@ -229,25 +229,21 @@ NO_COLLECTIVE = Ahead(-(1 << 62), 0, 0, False, 1.0, _E0, _E0, _E0, _E0, _F0, _E0
                       np.zeros(1, dtype=np.int64), _E0, _E0, np.full(4, -1, dtype=np.int64), np.zeros(1), _F0)  # fmt: skip
 
 
-def runner_list(colls: list[Ahead]) -> List:
-    """The collectives for :func:`run_ahead`, in the given order, as numba's typed list: the kernel takes any number
-    of them with one argument to unbox (a tuple of them cost one branch of compiled code per slot, and unboxing
-    every collective's arrays at each call), and ``colls[ci]`` fetches one collective. The list holds the
-    collectives' own arrays, so what the kernel updates in place (``cur``, ``remaining``, ...) is theirs."""
-    out = _empty_runner_list(NO_COLLECTIVE)
-    for c in colls:
-        _append_runner(out, c)
-    return out
-
-
 class RunnerListPacking:
-    """How ``fluid.FluidScheduler`` keeps the kernel's list of collectives (``fluid.RunnerPacking``): packed once,
-    then a collective appended or dropped at a time. Appending costs 20-140 us (numba types the 30 fields of an
-    :class:`Ahead` in Python), so repacking at every start and end of a collective would grow as the square of the
-    collectives in flight."""
+    """How ``fluid.FluidScheduler`` keeps the kernel's collectives (``fluid.RunnerPacking``): as numba's typed list
+    of :class:`Ahead`, so that :func:`run_ahead` takes any number of them with one argument to unbox (a tuple of them
+    cost one branch of compiled code per slot, and unboxing every collective's arrays at each call) and ``colls[ci]``
+    fetches one. The list holds the collectives' own arrays, so what the kernel updates in place (``cur``,
+    ``remaining``, ...) is theirs. It is packed once, then a collective appended or dropped at a time: appending
+    costs 20-140 us (numba types the 30 fields of an :class:`Ahead` in Python), so repacking at every start and end
+    of a collective would grow as the square of the collectives in flight."""
 
     def pack(self, views: list[Ahead]) -> List:
-        return runner_list(views)
+        """``views`` in the given order."""
+        out = _empty_runner_list(NO_COLLECTIVE)
+        for c in views:
+            _append_runner(out, c)
+        return out
 
     def append(self, packed: List, view: Ahead) -> None:
         _append_runner(packed, view)
@@ -293,7 +289,7 @@ def run_ahead(
     QI: np.ndarray,
     nq: int,
     seq: int,
-    colls: List,  # of Ahead, ascending oid (runner_list)
+    colls: List,  # of Ahead, ascending oid (RunnerListPacking)
     oids: np.ndarray,  # their owner ids
     pt: PairTables,
     rendezvous: bool,
