@@ -23,6 +23,11 @@ def gemm_sizes(quick: bool) -> list[int]:
     return [16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072]
 
 
+# The stages of the square-GEMM sweep and of the preset MLP layers (plan.SPREAD_STAGES samples them across the run).
+SWEEP_STAGE = "gemm size sweep"
+PRESET_STAGE = "gemm preset MLP shapes"
+
+
 def gemm_task(k: Ops, n: int, cores: int, policy: TimingPolicy) -> BenchTask:
     name = f"gemm {n}x{n}x{n} c{cores}"
 
@@ -43,7 +48,7 @@ def gemm_task(k: Ops, n: int, cores: int, policy: TimingPolicy) -> BenchTask:
             )
         ]
 
-    return BenchTask("gemm size sweep", name, run, repeat=True)
+    return BenchTask(SWEEP_STAGE, name, run, repeat=True)
 
 
 # Output widths n of C[1024, n] = A[1024, 256] B[256, n], one core: multiples of 16 and the widths around them that
@@ -101,7 +106,7 @@ def linear_task(
     which: str,
     cores: int,
     policy: TimingPolicy,
-    stage: str = "gemm preset MLP shapes",
+    stage: str = PRESET_STAGE,
 ) -> BenchTask:
     name = f"linear {fi}->{fo} {which} b{batch} c{cores}"
 

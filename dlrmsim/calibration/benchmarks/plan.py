@@ -14,6 +14,8 @@ from dlrmsim.calibration.benchmarks.eq_check import eq_check_task
 from dlrmsim.calibration.benchmarks.gemm import (
     COLUMN_WIDTHS,
     CYCLE_MLPS,
+    PRESET_STAGE,
+    SWEEP_STAGE,
     TINY_COLUMN_WIDTHS,
     columns_task,
     gemm_sizes,
@@ -59,8 +61,17 @@ MEDIAN_PASS_BENCHMARKS = frozenset({"stream"})
 # (benchmarks/skew.py, SKEW_STAGE), and neither the fastest nor the typical run is that.
 MEAN_PASS_BENCHMARKS = frozenset({"skew"})
 # Stages sampled across the whole run, not only once per pass: at the start, in each pass, right after the first
-# pass's collectives and at the very end (see MEDIAN_PASS_BENCHMARKS and MEAN_PASS_BENCHMARKS for why).
-SPREAD_STAGES = (STREAM_STAGE, SKEW_STAGE)
+# pass's collectives and at the very end. The streams and the skew combine their samples by the median and the mean
+# (MEDIAN_PASS_BENCHMARKS, MEAN_PASS_BENCHMARKS). The square GEMMs and the preset MLP layers, which set every
+# layer's compute time, keep their fastest sample as the other kernels do, but from five moments instead of two:
+# this 2-vCPU VM's slow states can last minutes. A quick calibration at 02:07 on 2026-11-27 timed the whole cube
+# sweep 1.12-2.0x slower than one twenty minutes before *in both of its passes* (the first pass at the start, the
+# second, reversed, at the end), and its preset layers 1.1-1.7x, while the narrow layers, the step-order MLPs and
+# the column sweep timed between those passes agreed within ~10 %; the validation's GEMM probe found the host
+# 1/0.79 faster again ten minutes later, and that calibration predicted the GEMM-bound wide-mlp case 38 % slower
+# than the other one (validation/results/20261127T0220-vm-agreement-0147-0207.json). Three more samples cost
+# about a minute of a quick run (the sweep takes a few seconds, the preset layers ~15 s).
+SPREAD_STAGES = (SWEEP_STAGE, PRESET_STAGE, STREAM_STAGE, SKEW_STAGE)
 
 # Passes over the single-process kernels. A shared host slows down in spells of seconds (a fixed GEMM on
 # this 2-core VM ran anywhere from 1x to 2.3x its best time within 30 s), longer than one benchmark takes,
@@ -75,9 +86,10 @@ def build_plan(
     """Every micro-benchmark of a calibration, in the order they run.
 
     Tasks marked ``repeat`` (GEMMs, streams, dispatch, embedding bags, interaction) run again in each of
-    ``passes`` passes, after all of the first pass (every second pass in reverse order), and the streams once
-    more at the start, after the collectives and at the end; :func:`combine_passes` keeps each measurement's
-    fastest pass (the streams' median one). Collectives run once (they start processes, and their spells of
+    ``passes`` passes, after all of the first pass (every second pass in reverse order), and the
+    :data:`SPREAD_STAGES` (square GEMMs, preset MLP layers, streams, arrival skew) once more at the start, after
+    the collectives and at the end; :func:`combine_passes` keeps each measurement's fastest pass (the streams'
+    median one, the skew's mean). Collectives run once (they start processes, and their spells of
     noise are averaged by their many ranks and sizes). ``tiny`` keeps a subset of the quick plan that still
     feeds every fit and every benchmark kind, in one pass: GEMMs up to 1024^3, one preset, one narrow and one
     step-order MLP layer set, the streams, the dispatch cost, the first table shape's embedding bags (at all cores
