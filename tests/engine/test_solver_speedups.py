@@ -6,6 +6,18 @@ import numpy as np
 import pytest
 
 from dlrmsim.engine import Simulation
+from dlrmsim.engine.fluid import (
+    _ISSUE,
+    _OWNER,
+    _RATE,
+    _REM,
+    _TAG,
+    _WORK,
+    _advance_and_take_done,
+    _compact,
+    _done_indices,
+    _integrate,
+)
 from dlrmsim.engine.maxmin import caps_fit, maxmin_rates, progressive_filling
 from tests.engine.handmade import two_node
 
@@ -143,3 +155,39 @@ def test_a_task_boundary_costs_one_solve_at_its_instant() -> None:
     assert sim.stats["solves"] == 3, "because the solve after a's end waits for b's start at the same instant"
     # because the tasks alone run at their roofline rate, b ends after two task times
     assert ends[0] == pytest.approx(2 * sim.records[0].end, rel=1e-12)
+
+
+def test_the_fused_step_kernel_does_what_its_three_parts_did() -> None:
+    # because a scheduler step now integrates, finds the finished activities and squeezes them out in one compiled
+    # call (fluid._advance_and_take_done), it must leave the tables exactly as _integrate, _done_indices and
+    # _compact did in turn, and report each finished activity's owner, tag and issue time in table order
+    rng = np.random.default_rng(5)
+    for trial in range(200):
+        n = int(rng.integers(0, 40))
+        F = rng.uniform(0.5, 2.0, (7, 48))
+        F[_WORK, :n] = rng.uniform(1.0, 4.0, n)
+        F[_RATE, :n] = rng.choice([0.0, 1.0, 3.0, np.inf], n)
+        F[_REM, :n] = F[_WORK, :n] * rng.choice([0.0, 1e-12, 0.3, 1.0], n)
+        I = rng.integers(0, 9, (5, 48))  # noqa: E741
+        per = rng.integers(0, 3, n)
+        m = int(per.sum())
+        E = np.zeros((2, 96), dtype=np.int64)
+        E[0, :m] = np.repeat(np.arange(n), per)
+        E[1, :m] = rng.integers(0, 5, m)
+        EW = rng.uniform(0.5, 2.0, 96)
+        dt, integrate, t_eps = float(rng.choice([0.0, 0.1, 0.5])), bool(trial % 3), float(rng.choice([0.0, 1e-3]))
+        want = [F.copy(), I.copy(), E.copy(), EW.copy()]
+        if integrate:
+            _integrate(want[0], n, dt)
+        idx = _done_indices(want[0], n, t_eps)
+        owners, tags, issued = want[1][_OWNER, idx], want[1][_TAG, idx], want[0][_ISSUE, idx]
+        m_want = _compact(*want, n, m, idx) if len(idx) else m
+        DI, DF = np.zeros((3, 48), dtype=np.int64), np.zeros(48)
+        k, m_got = _advance_and_take_done(F, I, E, EW, n, m, dt, integrate, t_eps, DI, DF)
+        assert (k, m_got) == (len(idx), m_want)
+        for got, exp in zip((F, I, E, EW), want, strict=True):
+            np.testing.assert_array_equal(got, exp)
+        np.testing.assert_array_equal(DI[0, :k], owners)
+        np.testing.assert_array_equal(DI[1, :k], tags)
+        np.testing.assert_array_equal(DI[2, :k], idx)
+        np.testing.assert_array_equal(DF[:k], issued)
