@@ -524,7 +524,10 @@ def _on_done(F, I, E, EW, n, m, t, t_ext, tags, ci, c, QF, QI, nq, seq, pt, rend
     p = c.p
     if ft.size:
         cand = ranks_with_flows_done(ft, c.fsrc, c.fdst, c.fk, p, c.n_phases, c.remaining, c.cur, c.in_reduction)
-        F, I, E, EW, n, m, ready = _flows_complete(F, I, E, EW, n, m, t, cand, c, counts)  # noqa: E741
+        F, I, E, EW, n, m, ready = _flows_complete(  # noqa: E741
+            F, I, E, EW, n, m, t, cand, c.oid, p, c.reduce_on, c.red_share, c.cur, c.red_work, c.red_cap, c.red_res,
+            c.in_reduction, c.g, counts,
+        )  # fmt: skip
         adv = np.concatenate((adv, ready))
     rs = adv
     if c.lockstep:
@@ -553,8 +556,9 @@ def _on_done(F, I, E, EW, n, m, t, t_ext, tags, ci, c, QF, QI, nq, seq, pt, rend
         fidx = sends_to_start(ks_s, rs_s, p, c.s_ptr, c.s_order, c.d_ptr, c.d_order, c.fsrc, c.fdst, c.fk, c.cur, rendezvous)
         if fidx.size:
             F, I, E, EW, n, m, QF, QI, nq, seq = _start_flows(  # noqa: E741
-                F, I, E, EW, n, m, t, fidx, ci, c, QF, QI, nq, seq, pt, comm_slow, counts
-            )
+                F, I, E, EW, n, m, t, fidx, ci, c.oid, c.fpid, c.fnb, c.fsrc, c.fdst, c.g, QF, QI, nq, seq, pt, comm_slow,
+                counts,
+            )  # fmt: skip
         n_ready = 0
         for j in range(rs.size):
             if c.remaining[ks[j] * p + rs[j]] == 0:
@@ -565,7 +569,10 @@ def _on_done(F, I, E, EW, n, m, t, t_ext, tags, ci, c, QF, QI, nq, seq, pt, rend
             if c.remaining[ks[j] * p + rs[j]] == 0:
                 ready[k] = rs[j]
                 k += 1
-        F, I, E, EW, n, m, rs = _flows_complete(F, I, E, EW, n, m, t, ready, c, counts)  # noqa: E741
+        F, I, E, EW, n, m, rs = _flows_complete(  # noqa: E741
+            F, I, E, EW, n, m, t, ready, c.oid, p, c.reduce_on, c.red_share, c.cur, c.red_work, c.red_cap, c.red_res,
+            c.in_reduction, c.g, counts,
+        )  # fmt: skip
         if c.lockstep:
             rs = lockstep_barrier(rs, c.held, c.n_held)
     return F, I, E, EW, n, m, QF, QI, nq, seq, t
@@ -643,11 +650,11 @@ def _add_flow(F, I, E, EW, n, m, f, issue, oid, fpid, fnb, fsrc, fdst, g, pt, co
 
 
 @njit(cache=True)
-def _start_flows(F, I, E, EW, n, m, t, fidx, ci, c, QF, QI, nq, seq, pt, comm_slow, counts):  # noqa: E741
-    """Start flows ``fidx`` at ``t`` as ``FluidScheduler.add`` does with their start delays: those without a delay
-    join the tables now, the others wait in the queue, one heap push (sequence number) per distinct delay in
-    ascending order."""
-    oid, fpid, fnb, fsrc, fdst, g = c.oid, c.fpid, c.fnb, c.fsrc, c.fdst, c.g
+def _start_flows(F, I, E, EW, n, m, t, fidx, ci, oid, fpid, fnb, fsrc, fdst, g, QF, QI, nq, seq, pt, comm_slow, counts):  # noqa: E741
+    """Start flows ``fidx`` of collective ``ci`` (owner ``oid``; its :class:`Ahead` fields ``fpid`` ... ``g``, not the
+    tuple, as :func:`_flows_complete`) at ``t`` as ``FluidScheduler.add`` does with their start delays: those
+    without a delay join the tables now, the others wait in the queue, one heap push (sequence number) per distinct
+    delay in ascending order."""
     k = fidx.size
     d = np.empty(k)
     for j in range(k):
@@ -689,15 +696,16 @@ def _start_flows(F, I, E, EW, n, m, t, fidx, ci, c, QF, QI, nq, seq, pt, comm_sl
 
 
 @njit(cache=True)
-def _flows_complete(F, I, E, EW, n, m, t, ready, c, counts):  # noqa: E741
+def _flows_complete(F, I, E, EW, n, m, t, ready, oid, p, reduce_on, share, cur, work, caps, res, in_red, g, counts):  # noqa: E741
     """Ranks ``ready`` finished their current phase's flows: start the reductions of those that reduce in it (as
-    ``_CollectiveRun._start_reductions``); return the tables and the ranks free to advance."""
-    if not ready.size or not c.reduce_on:
+    ``_CollectiveRun._start_reductions``); return the tables and the ranks free to advance. Takes the fields of the
+    collective's :class:`Ahead` it reads, not the tuple: a call that takes the tuple pays a reference count on each
+    of its 24 arrays, in and out, and this runs twice per collective at every instant one of its flows ends."""
+    if not ready.size or not reduce_on:
         return F, I, E, EW, n, m, ready
-    p = c.p
     n_need = 0
     for r in ready:
-        if c.red_work[c.cur[r] * p + r] > 0:
+        if work[cur[r] * p + r] > 0:
             n_need += 1
     if not n_need:
         return F, I, E, EW, n, m, ready
@@ -705,13 +713,13 @@ def _flows_complete(F, I, E, EW, n, m, t, ready, c, counts):  # noqa: E741
     free = np.empty(ready.size - n_need, dtype=np.int64)
     k = 0
     for r in ready:
-        key = c.cur[r] * p + r
-        if c.red_work[key] > 0:
-            c.in_reduction[r] = True
-            cap = c.red_cap[key]
-            write_activity(F, I, n, c.red_work[key], cap, cap, c.red_share, t, TRIG_NONE, c.g[r], -1, -(r + 1), c.oid)
+        key = cur[r] * p + r
+        if work[key] > 0:
+            in_red[r] = True
+            cap = caps[key]
+            write_activity(F, I, n, work[key], cap, cap, share, t, TRIG_NONE, g[r], -1, -(r + 1), oid)
             E[0, m] = n
-            E[1, m] = c.red_res[key]
+            E[1, m] = res[key]
             EW[m] = 1.0
             n += 1
             m += 1
