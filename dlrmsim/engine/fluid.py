@@ -880,18 +880,17 @@ def _advance_and_take_done(
     five times (and without three fancy-indexing copies) is most of what a compute task's finish costs."""
     if integrate:
         _integrate(F, n, dt)
-    k = 0
-    for a in range(n):
-        rem = F[_REM, a]
-        if rem <= DONE_REL_EPS * F[_WORK, a] or rem <= t_eps * F[_RATE, a]:
-            DI[0, k] = I[_OWNER, a]
-            DI[1, k] = I[_TAG, a]
-            DI[2, k] = a
-            DF[k] = F[_ISSUE, a]
-            k += 1
+    done = _done_indices(F, n, t_eps)
+    k = done.shape[0]
     if k == 0:
         return 0, m
-    return k, _compact(F, I, E, EW, n, m, DI[2, :k])
+    for j in range(k):
+        a = done[j]
+        DI[0, j] = I[_OWNER, a]
+        DI[1, j] = I[_TAG, a]
+        DI[2, j] = a
+        DF[j] = F[_ISSUE, a]
+    return k, _compact(F, I, E, EW, n, m, done)
 
 
 @njit(cache=True)
