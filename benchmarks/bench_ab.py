@@ -8,9 +8,10 @@ then base, each run a few seconds after the other. The statistic is each pair's 
 process's, less sensitive than wall time to other load), summarised by its median and quartiles; the engine's
 counters (``RUN_TOTALS``) must agree run for run, or the two trees did different work and the ratio means nothing.
 
-    git worktree add /tmp/base <rev> --detach && (cd /tmp/base && ../work/main/.venv/bin/python -m dlrmsim.warmup)
-    .venv/bin/python -m benchmarks.bench_ab --base /tmp/base --pairs 12 -- \\
-        instances -t clx-2s-56c -w mlp-like --instances 1,2,4,7,14,28 --json
+    git worktree add /tmp/base <rev> --detach
+    (cd /tmp/base && "$OLDPWD/.venv/bin/python" -m dlrmsim.warmup)  # the base's own kernel cache, once
+    .venv/bin/python -m benchmarks.bench_ab --base /tmp/base --pairs 12 --rows instances large-64-weak
+    .venv/bin/python -m benchmarks.bench_ab --base /tmp/base -- simulate -t clx-64s-opa -w mlperf -r 26 --json
 
 (A worker imports the ``dlrmsim`` of its checkout because ``python -c`` puts its working directory first on the
 module path; each checkout keeps its own numba cache next to its sources, so compile the base's once first.)
@@ -26,17 +27,21 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchmarks import bench_speed
+
 ROOT = Path(__file__).resolve().parents[1]
+# bench_speed's rows (the demo writes files and is left out: it is not one repeatable command)
+ROWS = bench_speed.ROWS
 
 _WORKER = """
 import contextlib, io, json, sys, time
 from dlrmsim.cli import main
 from dlrmsim.engine.simulation import RUN_TOTALS
 import dlrmsim
-args = json.loads(sys.argv[1])
 print(json.dumps({"ready": dlrmsim.__file__}), flush=True)
 for line in sys.stdin:
-    if line.strip() != "run":
+    args = json.loads(line)
+    if not args:
         break
     RUN_TOTALS.clear()
     c0, w0 = time.process_time(), time.perf_counter()
@@ -57,13 +62,12 @@ class Worker:
 
     name: str
     checkout: Path
-    args: list[str]
     proc: subprocess.Popen = field(init=False)
     module: str = ""
 
     def __post_init__(self) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", _WORKER, json.dumps(self.args)],
+            [sys.executable, "-c", _WORKER],
             cwd=self.checkout,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -78,9 +82,10 @@ class Worker:
             raise RuntimeError(f"the {self.name} worker ({self.checkout}) exited: see its error above")
         return line
 
-    def run(self) -> dict:
+    def run(self, args: list[str]) -> dict:
+        """Run the CLI command ``args`` once; its CPU and wall time (s) and the engine's counters."""
         assert self.proc.stdin is not None
-        self.proc.stdin.write("run\n")
+        self.proc.stdin.write(json.dumps(args) + "\n")
         self.proc.stdin.flush()
         return json.loads(self._line())
 
@@ -98,18 +103,19 @@ def quartiles(xs: list[float]) -> tuple[float, float, float]:
     return q[0], statistics.median(xs), q[2]
 
 
-def compare(base: Worker, head: Worker, pairs: int, warm: int = 1) -> dict:
-    """Run ``warm`` untimed rounds each, then ``pairs`` pairs in alternating order; the summary as a dict."""
+def compare(base: Worker, head: Worker, args: list[str], pairs: int, warm: int = 1) -> dict:
+    """Run the command ``args`` ``warm`` untimed times in each worker, then ``pairs`` pairs in alternating order; the
+    summary as a dict."""
     for _ in range(warm):
-        base.run()
-        head.run()
+        base.run(args)
+        head.run(args)
     runs: dict[str, list[dict]] = {"base": [], "head": []}
     for i in range(pairs):
         order = (("base", base), ("head", head)) if i % 2 == 0 else (("head", head), ("base", base))
         for side, w in order:
-            runs[side].append(w.run())
+            runs[side].append(w.run(args))
     same = all(b["totals"] == h["totals"] for b, h in zip(runs["base"], runs["head"], strict=True))
-    out: dict = {"pairs": pairs, "counters_equal": same, "base_module": base.module, "head_module": head.module}
+    out: dict = {"command": "dlrmsim " + " ".join(args), "pairs": pairs, "counters_equal": same}
     for side in ("base", "head"):
         cpu = [r["cpu_s"] for r in runs[side]]
         wall = [r["wall_s"] for r in runs[side]]
@@ -126,32 +132,45 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", type=Path, required=True, help="checkout of the base revision (e.g. a git worktree)")
     ap.add_argument("--head", type=Path, default=ROOT, help="checkout of the changed tree (default: this one)")
-    ap.add_argument("--pairs", type=int, default=10, help="timed pairs (alternating order)")
+    ap.add_argument("--pairs", type=int, default=10, help="timed pairs per command (alternating order)")
     ap.add_argument("--warm", type=int, default=1, help="untimed runs per side first (kernel loading, caches)")
-    ap.add_argument("--out", type=Path, default=None, help="also write the summary as JSON here")
+    ap.add_argument(
+        "--rows", nargs="*", default=[], choices=[r for r in ROWS if r != "demo"], metavar="ROW",
+        help=f"bench_speed rows to compare instead of a command ({', '.join(r for r in ROWS if r != 'demo')})",
+    )  # fmt: skip
+    ap.add_argument("--out", type=Path, default=None, help="also write the summaries as JSON here")
     ap.add_argument("command", nargs=argparse.REMAINDER, help="-- then the dlrmsim CLI arguments")
     ns = ap.parse_args(argv)
     cmd = ns.command[1:] if ns.command[:1] == ["--"] else ns.command
-    if not cmd:
-        ap.error("give the dlrmsim command after --")
-    base, head = Worker("base", ns.base.resolve(), cmd), Worker("head", ns.head.resolve(), cmd)
+    commands = [list(ROWS[r][0]) for r in ns.rows] + ([cmd] if cmd else [])
+    if not commands:
+        ap.error("give --rows or a dlrmsim command after --")
+    base, head = Worker("base", ns.base.resolve()), Worker("head", ns.head.resolve())
+    results = []
     try:
-        res = {"command": "dlrmsim " + " ".join(cmd), **compare(base, head, ns.pairs, ns.warm)}
+        for args in commands:
+            results.append(compare(base, head, args, ns.pairs, ns.warm))
+            _print(results[-1])
     finally:
         base.close()
         head.close()
+    report = {"base_module": base.module, "head_module": head.module, "results": results}
+    print(f"base {base.module}, head {head.module}")
+    if ns.out is not None:
+        ns.out.parent.mkdir(parents=True, exist_ok=True)
+        ns.out.write_text(json.dumps(report, indent=1) + "\n")
+    return report
+
+
+def _print(res: dict) -> None:
     r = res["ratio_cpu_s"]
     print(
         f"{res['command']}\n  base cpu {res['base']['cpu_median_s']:.3f} s (min {res['base']['cpu_min_s']:.3f}), head cpu "
         f"{res['head']['cpu_median_s']:.3f} s (min {res['head']['cpu_min_s']:.3f}); head/base per pair: median "
         f"{r['median']:.3f}, p25-p75 {r['p25']:.3f}-{r['p75']:.3f} over {res['pairs']} pairs; counters "
-        f"{'equal' if res['counters_equal'] else 'DIFFER: the trees did different work'}\n"
-        f"  base {res['base_module']}, head {res['head_module']}"
+        f"{'equal' if res['counters_equal'] else 'DIFFER: the trees did different work'}",
+        flush=True,
     )
-    if ns.out is not None:
-        ns.out.parent.mkdir(parents=True, exist_ok=True)
-        ns.out.write_text(json.dumps(res, indent=1) + "\n")
-    return res
 
 
 if __name__ == "__main__":

@@ -14,7 +14,8 @@ class _Fake:
     def __init__(self, name: str, log: list[str], cpu: list[float], solves: int = 7) -> None:
         self.name, self.log, self.cpu, self.solves, self.module = name, log, iter(cpu), solves, f"/{name}/dlrmsim"
 
-    def run(self) -> dict:
+    def run(self, args: list[str]) -> dict:
+        assert args == ["simulate"]
         self.log.append(self.name)
         t = next(self.cpu)
         return {"cpu_s": t, "wall_s": 2 * t, "totals": {"solves": self.solves}}
@@ -26,7 +27,7 @@ def test_pairs_alternate_and_the_ratio_is_taken_per_pair() -> None:
     log: list[str] = []
     base = _Fake("base", log, [9.0, 2.0, 4.0, 2.0, 4.0])  # one warm-up run, then a slow pair, then two fast ones
     head = _Fake("head", log, [9.0, 1.0, 3.0, 1.0, 3.0])
-    res = bench_ab.compare(base, head, pairs=4, warm=1)  # type: ignore[arg-type]
+    res = bench_ab.compare(base, head, ["simulate"], pairs=4, warm=1)  # type: ignore[arg-type]
     assert log == ["base", "head"] + ["base", "head", "head", "base", "base", "head", "head", "base"]
     assert res["counters_equal"]
     assert res["ratio_cpu_s"]["all"] == [0.5, 0.75, 0.5, 0.75]
@@ -37,15 +38,21 @@ def test_pairs_alternate_and_the_ratio_is_taken_per_pair() -> None:
 def test_different_counters_are_reported() -> None:
     # because a ratio between runs that did different work (a change that altered results) measures nothing
     log: list[str] = []
-    res = bench_ab.compare(_Fake("base", log, [1.0] * 3), _Fake("head", log, [1.0] * 3, solves=8), pairs=2, warm=1)  # type: ignore[arg-type]
+    base, head = _Fake("base", log, [1.0] * 3), _Fake("head", log, [1.0] * 3, solves=8)
+    res = bench_ab.compare(base, head, ["simulate"], pairs=2, warm=1)  # type: ignore[arg-type]
     assert not res["counters_equal"]
 
 
-def test_a_real_command_runs_in_both_workers(tmp_path: Path) -> None:
-    # because each worker must import the dlrmsim of its own checkout and run the CLI command to the end
+def test_a_bench_speed_row_and_a_command_run_in_both_workers(tmp_path: Path) -> None:
+    # because each worker must import the dlrmsim of its own checkout and run each CLI command to the end, a
+    # bench_speed row by its name as well as a command given after --
     out = tmp_path / "ab.json"
-    res = bench_ab.main(["--base", str(bench_ab.ROOT), "--pairs", "1", "--warm", "0", "--out", str(out), "--",
-                         "simulate", "-t", "clx-64s-opa", "-w", "mlperf", "-r", "8", "--json"])  # fmt: skip
-    assert res["counters_equal"] and res["base"]["totals"]["solves"] > 0
-    assert Path(res["base_module"]).parent.parent == bench_ab.ROOT
-    assert json.loads(out.read_text())["ratio_cpu_s"]["median"] > 0
+    rep = bench_ab.main(["--base", str(bench_ab.ROOT), "--pairs", "1", "--warm", "0", "--out", str(out), "--rows",
+                         "mlperf-26", "--", "simulate", "-t", "clx-64s-opa", "-w", "mlperf", "-r", "8", "--json"])  # fmt: skip
+    assert [r["command"] for r in rep["results"]] == [
+        "dlrmsim " + " ".join(bench_ab.ROWS["mlperf-26"][0]),
+        "dlrmsim simulate -t clx-64s-opa -w mlperf -r 8 --json",
+    ]
+    assert all(r["counters_equal"] and r["base"]["totals"]["solves"] > 0 for r in rep["results"])
+    assert Path(rep["base_module"]).parent.parent == bench_ab.ROOT
+    assert json.loads(out.read_text())["results"][1]["ratio_cpu_s"]["median"] > 0
