@@ -24,14 +24,14 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks import bench_speed
 
 ROOT = Path(__file__).resolve().parents[1]
-# bench_speed's rows (the demo writes files and is left out: it is not one repeatable command)
-ROWS = bench_speed.ROWS
+ROWS = bench_speed.ROWS  # by name: --rows
 
 _WORKER = """
 import contextlib, io, json, sys, time
@@ -83,11 +83,13 @@ class Worker:
         return line
 
     def run(self, args: list[str]) -> dict:
-        """Run the CLI command ``args`` once; its CPU and wall time (s) and the engine's counters."""
+        """Run the CLI command ``args`` once (``{tmp}`` in an argument: a fresh temporary directory, as bench_speed's
+        demo row writes its report there); its CPU and wall time (s) and the engine's counters."""
         assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(args) + "\n")
-        self.proc.stdin.flush()
-        return json.loads(self._line())
+        with tempfile.TemporaryDirectory() as tmp:
+            self.proc.stdin.write(json.dumps([a.format(tmp=tmp) for a in args]) + "\n")
+            self.proc.stdin.flush()
+            return json.loads(self._line())
 
     def close(self) -> None:
         if self.proc.stdin is not None:
@@ -135,8 +137,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--pairs", type=int, default=10, help="timed pairs per command (alternating order)")
     ap.add_argument("--warm", type=int, default=1, help="untimed runs per side first (kernel loading, caches)")
     ap.add_argument(
-        "--rows", nargs="*", default=[], choices=[r for r in ROWS if r != "demo"], metavar="ROW",
-        help=f"bench_speed rows to compare instead of a command ({', '.join(r for r in ROWS if r != 'demo')})",
+        "--rows", nargs="*", default=[], choices=list(ROWS), metavar="ROW",
+        help=f"bench_speed rows to compare instead of a command ({', '.join(ROWS)})",
     )  # fmt: skip
     ap.add_argument("--out", type=Path, default=None, help="also write the summaries as JSON here")
     ap.add_argument("command", nargs=argparse.REMAINDER, help="-- then the dlrmsim CLI arguments")

@@ -56,3 +56,14 @@ def test_a_bench_speed_row_and_a_command_run_in_both_workers(tmp_path: Path) -> 
     assert all(r["counters_equal"] and r["base"]["totals"]["solves"] > 0 for r in rep["results"])
     assert Path(rep["base_module"]).parent.parent == bench_ab.ROOT
     assert json.loads(out.read_text())["results"][1]["ratio_cpu_s"]["median"] > 0
+
+
+def test_a_row_that_writes_files_gets_a_fresh_directory_per_run() -> None:
+    # because the demo row writes its report under {tmp}: each run must get a directory that exists and is its own
+    worker = bench_ab.Worker("head", bench_ab.ROOT)
+    try:
+        cmd = ["simulate", "-t", "clx-64s-opa", "-w", "mlperf", "-r", "8", "--trace", "{tmp}/trace.json", "--json"]
+        first, second = worker.run(cmd), worker.run(cmd)
+    finally:
+        worker.close()
+    assert first["totals"] == second["totals"] and first["totals"]["solves"] > 0
