@@ -450,23 +450,20 @@ class FluidScheduler:
 
     def _finish(self, k: int, now: float) -> None:
         """Tell the owners of the ``k`` activities just taken out of the tables (``_DI``, ``_DF``) that they finished."""
-        DI, DF = self._DI, self._DF
+        # copies: the buffers are overwritten at the next step, and owners may keep what they are handed
+        owners, tags, issued = self._DI[0, :k].copy(), self._DI[1, :k].copy(), self._DF[:k].copy()
         self.stats["finished"] += k
-        if k == 1:
-            groups = [(int(DI[0, 0]), DI[1, :1].copy(), DF[:1].copy())]
+        if k == 1 or all_equal(owners):
+            groups = [(int(owners[0]), tags, issued)]
         else:
-            owners, tags, issued = DI[0, :k].copy(), DI[1, :k].copy(), DF[:k].copy()
-            if all_equal(owners):
-                groups = [(int(owners[0]), tags, issued)]
-            else:
-                order = np.argsort(owners, kind="stable")
-                owners, tags, issued = owners[order], tags[order], issued[order]
-                starts = np.flatnonzero(np.concatenate(([True], owners[1:] != owners[:-1])))  # owners sorted: run starts
-                bounds = starts.tolist() + [len(owners)]
-                groups = [
-                    (oid, tags[bounds[j] : bounds[j + 1]], issued[bounds[j] : bounds[j + 1]])
-                    for j, oid in enumerate(owners[starts].tolist())
-                ]
+            order = np.argsort(owners, kind="stable")
+            owners, tags, issued = owners[order], tags[order], issued[order]
+            starts = np.flatnonzero(np.concatenate(([True], owners[1:] != owners[:-1])))  # owners sorted: run starts
+            bounds = starts.tolist() + [len(owners)]
+            groups = [
+                (oid, tags[bounds[j] : bounds[j + 1]], issued[bounds[j] : bounds[j + 1]])
+                for j, oid in enumerate(owners[starts].tolist())
+            ]
         for oid, tg, iss in groups:
             owner = self._owners[oid]
             self._owner_left[oid] -= len(tg)
