@@ -8,18 +8,32 @@ small iteration on the fat-tree cluster three times: with and without per-flow r
 ahead in compiled code), and under the lockstep approximation (its barrier is a kernel of its own on the Python
 path), which calls every kernel, and prints how long that took.
 
+It also writes the package's bytecode (``__pycache__``): where ``PYTHONDONTWRITEBYTECODE`` is set (container images
+often set it), Python never caches it on import, and every command compiled dlrmsim's source again, about 0.15 s
+of a 2-vCPU VM's start (`docs/architecture.md`).
+
     python -m dlrmsim.warmup
 """
 
 from __future__ import annotations
 
+import compileall
 import time
+from pathlib import Path
 
 import numpy as np
 
 from dlrmsim.engine.fluid import grow_tables
 from dlrmsim.engine.phases import NO_COLLECTIVE, RunnerListPacking, cycles_to_skip
 from dlrmsim.training.simulate import TrainingConfig, simulate_training
+
+PACKAGE = Path(__file__).resolve().parent
+
+
+def write_bytecode() -> bool:
+    """Byte-compile every module of the package into its ``__pycache__`` (py_compile writes whatever
+    ``sys.dont_write_bytecode`` says; an up-to-date file is left as it is). Returns whether all compiled."""
+    return bool(compileall.compile_dir(PACKAGE, quiet=1))
 
 
 def warm_up() -> float:
@@ -43,4 +57,5 @@ def warm_up() -> float:
 
 
 if __name__ == "__main__":
+    write_bytecode()
     print(f"dlrmsim: compiled kernels ready ({warm_up():.1f} s)")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import subprocess
 import sys
 
@@ -40,3 +42,19 @@ def test_warm_up_compiles_every_engine_kernel() -> None:
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["kernels"] >= 11
     assert got["cold"] == [], f"not compiled by the warm-up: {got['cold']}"
+
+
+def test_the_warm_up_writes_bytecode_even_where_python_would_not(tmp_path) -> None:
+    # Because with PYTHONDONTWRITEBYTECODE set (as on this project's VMs and in many container images) Python never
+    # caches a module's bytecode, so every command compiled dlrmsim's source again; the warm-up writes it once. Run
+    # on a copy of one module so that the checkout's own cache is not touched.
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "mod.py").write_text("X = 1\n")
+    code = (
+        "import pathlib, sys; from dlrmsim import warmup; "
+        f"warmup.PACKAGE = pathlib.Path({str(pkg)!r}); sys.exit(0 if warmup.write_bytecode() else 1)"
+    )
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=60)
+    assert os.path.exists(importlib.util.cache_from_source(str(pkg / "mod.py")))
