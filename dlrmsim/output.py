@@ -31,11 +31,13 @@ def _default(obj: Any) -> Any:
 
 
 def print_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
-    table = Table(title=title, title_justify="left")
+    # the title on its own line: as a table title it wrapped to the width of a narrow table
+    table = Table()
     for col in columns:
         table.add_column(col, justify="left" if col == columns[0] else "right")
     for row in rows:
         table.add_row(*(fmt(v) for v in row))
+    console.print(title, style="italic", highlight=False, markup=False)
     console.print(table)
 
 
