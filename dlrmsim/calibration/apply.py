@@ -103,6 +103,10 @@ def calibrated_compute(
         reload_time_s_by_kind=emb.reload_time_s_by_kind,
         sorted_visit_kinds=emb.sorted_visit_kinds,
         run_start_s_by_kind=emb.run_start_s_by_kind,
+        evicted_fixed_l2_s_by_kind=inter.evicted_l2_s_by_kind,
+        evicted_fixed_llc_s_by_kind=inter.evicted_llc_s_by_kind,
+        # the interaction's contexts were timed against the ops' flush (benchmarks.interaction.interaction_context_task)
+        evicted_fixed_after_bytes=host.flushed_bytes if inter.evicted_l2_s_by_kind else math.inf,
         # The last-level cache is shared by the processes that run: one rank has all of it whatever its thread count
         # (the idle cores evict nothing; the calibration's benchmarks ran that way, see calibration.fit), and
         # ``sharing_ranks`` rank processes get an equal share each (two ranks: half each).
@@ -224,6 +228,9 @@ class InteractionCosts:
     flop_rate_by_kind: dict[str, float]
     fixed_time_s_by_kind: dict[str, float]
     bandwidth_fraction_by_kind: dict[str, float] = dataclasses.field(default_factory=dict)
+    # the parts of the flushed fixed time a warm call does not pay (ComputeSpec.evicted_fixed_*), where measured
+    evicted_l2_s_by_kind: dict[str, float] = dataclasses.field(default_factory=dict)
+    evicted_llc_s_by_kind: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 def interaction_costs(cal: Calibration, cores: int, kernel: str = "framework") -> InteractionCosts:
@@ -237,7 +244,13 @@ def interaction_costs(cal: Calibration, cores: int, kernel: str = "framework") -
             continue
         out.row_time_s_by_kind[kind] = fit.sample_time_ns * 1e-9
         out.flop_rate_by_kind[kind] = fit.GFLOPs * 1e9 * cores / fit.cores
-        out.fixed_time_s_by_kind[kind] = fit.fixed_us * 1e-6
+        l2, llc = fit.evicted_l2_us or 0.0, fit.evicted_llc_us or 0.0
+        # fixed_us was timed after the flush: a warm call pays it less what the flush made it refetch, and a step's
+        # call pays that back as far as the rank's own traffic evicted it (costs.evicted_fixed_time_s)
+        out.fixed_time_s_by_kind[kind] = max(fit.fixed_us - l2 - llc, 0.0) * 1e-6
+        if l2 > 0 or llc > 0:
+            out.evicted_l2_s_by_kind[kind] = l2 * 1e-6
+            out.evicted_llc_s_by_kind[kind] = llc * 1e-6
         if fit.bandwidth_GBps is not None:
             # as an embedding fit's: relative to the stream bandwidth of the cores it was measured on
             out.bandwidth_fraction_by_kind[kind] = fit.bandwidth_GBps / memory_bandwidth_GBps(cal.memory, fit.cores)

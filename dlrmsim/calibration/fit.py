@@ -763,11 +763,14 @@ def fit_interaction(
     """Per (direction, cores): the flop rate and the byte rate (searched on log grids, up to the physical peak
     and to stream bandwidth) and, for each pair, the fixed and per-sample times (non-negative least squares) that
     minimise the relative error of :func:`interaction_time_s` over the measured shapes. ``benchmark``: the rows of
-    the runner's kernel ("interaction") or of TorchRec's ("interaction_torchrec")."""
+    the runner's kernel ("interaction") or of TorchRec's ("interaction_torchrec"). Where the calibration timed the
+    interaction's contexts too, the part of the fixed time a warm call does not pay (:func:`fit_interaction_context`,
+    at most all of it)."""
     groups: dict[tuple[str, int], list[Measurement]] = defaultdict(list)
     for m in measurements:
         if m.benchmark == benchmark:
             groups[(str(m.params["direction"]), m.cores)].append(m)
+    contexts = fit_interaction_context(measurements, host, benchmark)
     out = []
     for (direction, cores), ms in sorted(groups.items()):
         t = np.array([m.time_s for m in ms])
@@ -788,6 +791,10 @@ def fit_interaction(
                 if err < best[0]:
                     best = (err, float(c[0]), float(c[1]), float(rate), float(bw))
         _, fixed, sample, rate, bw = best
+        evicted = contexts.get((direction, cores))
+        if evicted is not None and sum(evicted) > fixed:
+            # the contexts' excess beyond the fitted intercept: at most all of it is what a warm call saves
+            evicted = tuple(e * fixed / sum(evicted) for e in evicted)
         out.append(
             InteractionFit(
                 direction=direction,  # type: ignore[arg-type]
@@ -796,8 +803,43 @@ def fit_interaction(
                 sample_time_ns=_sig(sample * 1e9),  # type: ignore[arg-type]
                 GFLOPs=_sig(rate / 1e9),
                 bandwidth_GBps=_sig(bw / 1e9),
+                evicted_l2_us=None if evicted is None else _sig(evicted[0] * 1e6),
+                evicted_llc_us=None if evicted is None else _sig(evicted[1] * 1e6),
             )
         )
+    return out
+
+
+def fit_interaction_context(
+    measurements: Sequence[Measurement], host: HostInfo, benchmark: str = "interaction"
+) -> dict[tuple[str, int], tuple[float, float]]:
+    """Per (direction, cores) with context rows (benchmarks.interaction.interaction_context_task): what the flush
+    adds to a call, split as (L2 part, last-level part) in seconds. A call after ``T`` bytes of traffic pays
+    ``e2 x traffic_share(T, flush, l2) + e3 x traffic_share(T, flush, llc)`` of what the flush adds (the simulator's
+    costs.evicted_fixed_time_s), so its time below the flushed call's is ``e2 (1 - s2) + e3 (1 - s3)``: non-negative
+    least squares over the warm and traffic contexts."""
+    groups: dict[tuple[str, int], dict[str, Measurement]] = defaultdict(dict)
+    for m in measurements:
+        if m.benchmark == f"{benchmark}_context":
+            groups[(str(m.params["direction"]), m.cores)][str(m.params["context"])] = m
+    l2, llc = float(host.l2_bytes), float(host.model_llc_bytes)
+    out: dict[tuple[str, int], tuple[float, float]] = {}
+    for key, rows in groups.items():
+        flush = rows.get("flush")
+        others = [m for c, m in rows.items() if c != "flush"]
+        if flush is None or not others:
+            continue
+        after = float(flush.params["traffic_bytes"])
+        x = np.array(
+            [
+                [1.0 - traffic_share(float(m.params["traffic_bytes"]), after, l2),
+                 1.0 - traffic_share(float(m.params["traffic_bytes"]), after, llc)]
+                for m in others
+            ]
+        )  # fmt: skip
+        y = np.array([flush.time_s - m.time_s for m in others])
+        e2, e3 = (float(v) for v in nonnegative_least_squares(x, y))
+        out[key] = (e2, e3)
     return out
 
 

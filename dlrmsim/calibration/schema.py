@@ -178,6 +178,15 @@ class InteractionFit(StrictModel):
         "concatenation), below stream bandwidth where those tensors are small and strided; None: the memory fit's "
         "bandwidth (files from before this field)",
     )
+    evicted_l2_us: Annotated[float, Field(ge=0)] | None = Field(
+        None,
+        description="of fixed_us (timed after the flush), what traffic beyond a core's L2 makes a call refetch and a "
+        "warm call does not pay: its kernels' code and state; None: fixed_us charged in full (files from before "
+        "this field)",
+    )
+    evicted_llc_us: Annotated[float, Field(ge=0)] | None = Field(
+        None, description="of fixed_us, what only traffic beyond the last-level cache makes a call refetch (ditto)"
+    )
 
 
 class OptimizerFit(StrictModel):
@@ -290,6 +299,8 @@ class Measurement(StrictModel):
         "embedding",
         "interaction",
         "interaction_torchrec",
+        "interaction_context",
+        "interaction_torchrec_context",
         "allreduce",
         "alltoall",
         "alltoall_together",

@@ -312,6 +312,26 @@ class RowVisit:
     row_bytes: float
 
 
+def evicted_fixed_time_s(spec: ComputeSpec, kind: str, traffic_bytes: float = math.inf) -> float:
+    """Time (s) a task of ``kind`` pays to refetch what ``traffic_bytes`` of the rank's traffic since it last ran a
+    task of the kind's family evicted (its code, framework state, buffers): ``spec.evicted_fixed_l2_s_by_kind`` at
+    :func:`traffic_share` in a core's L2 and ``spec.evicted_fixed_llc_s_by_kind`` at that in the last-level cache,
+    both against the flush the calibration timed the kind after (``spec.evicted_fixed_after_bytes``). Unknown
+    traffic (inf) pays both in full, as right after that flush. 0 where not calibrated."""
+    l2 = spec.evicted_fixed_l2_s_by_kind.get(kind, 0.0)
+    llc = spec.evicted_fixed_llc_s_by_kind.get(kind, 0.0)
+    if l2 <= 0.0 and llc <= 0.0:
+        return 0.0
+    after = spec.evicted_fixed_after_bytes
+    return l2 * traffic_share(traffic_bytes, after, spec.l2_bytes) + llc * traffic_share(traffic_bytes, after, spec.llc_bytes)
+
+
+def tracks_kernel_traffic(spec: ComputeSpec) -> bool:
+    """Whether a task's cost on ``spec`` depends on the traffic since its kernel last ran (Task.kernel_traffic):
+    evicted GEMMs (:func:`charges_evicted_gemms`) or a kind's evicted fixed time (:func:`evicted_fixed_time_s`)."""
+    return charges_evicted_gemms(spec) or bool(spec.evicted_fixed_l2_s_by_kind) or bool(spec.evicted_fixed_llc_s_by_kind)
+
+
 def fixed_time_s(
     spec: ComputeSpec,
     kind: str,
@@ -322,6 +342,7 @@ def fixed_time_s(
     run_start: bool = False,
     visit: RowVisit | None = None,
     prev_bytes: float = math.inf,
+    kernel_traffic: float = math.inf,
 ) -> float:
     """Time (s) of a task that neither flops nor bytes explain: dispatch of its ``ops`` framework ops, the
     kind's fixed time per task, its run-start time when it is the first of a run of its kind (``run_start``),
@@ -332,14 +353,16 @@ def fixed_time_s(
     A kind the spec marks as visiting its rows in ascending order (``sorted_visit_kinds``, with the task's
     ``visit``) walks each touched page once and reloads only the rows a prefetcher cannot stream
     (:func:`sorted_visits`), instead of walking and reloading per lookup. ``prev_bytes``: the traffic of the
-    rank's previous task, which sets the first op's dispatch time (:func:`first_op_s`)."""
+    rank's previous task, which sets the first op's dispatch time (:func:`first_op_s`). ``kernel_traffic``: the
+    rank's traffic since it last ran a task of the kind's family, which sets what of the kind's code and state the
+    task refetches (:func:`evicted_fixed_time_s`; inf: all of it)."""
     per_row = spec.row_time_s_by_kind.get(kind, 0.0)
     walk = spec.walk_time_s_by_kind.get(kind, 0.0)
     reload = spec.reload_time_s_by_kind.get(kind, 0.0)
     walk_share = page_walk_miss_share(tables_bytes, spec.page_bytes, spec.l2_bytes) if walk > 0 else 0.0
     reload_share = cache_miss_share(reuse_bytes, spec.llc_bytes) if reload > 0 else 0.0
     first = spec.run_start_s_by_kind.get(kind, 0.0) if run_start else 0.0
-    fixed = spec.fixed_time_s_by_kind.get(kind, 0.0)
+    fixed = spec.fixed_time_s_by_kind.get(kind, 0.0) + evicted_fixed_time_s(spec, kind, kernel_traffic)
     if visit is not None and kind in spec.sorted_visit_kinds:
         pages, jumps = sorted_visits(visit.unique_rows, visit.table_rows, visit.row_bytes, spec.page_bytes)
         per_task = pages * walk * walk_share + jumps * reload * reload_share

@@ -133,6 +133,18 @@ class ComputeSpec:
     # and framework state gone cold while the rank did other work (taskgraph marks the task: Task.run_start).
     # Empty = not modelled; a host calibration measures it from the first call of its benchmark cycles.
     run_start_s_by_kind: dict[str, float] = field(default_factory=dict)
+    # What a warm call of a kind does not pay of the time a calibration measured right after a flush: the code,
+    # framework state and buffers the flush evicted and the call refetched (seconds, by kind), split in what traffic
+    # beyond a core's L2 (l2_bytes) evicts and what only traffic beyond the last-level cache (llc_bytes) does. A task
+    # pays each at costs.traffic_share of the rank's traffic since it last ran a task of the kind's family
+    # (Task.kernel_traffic) against that flush (evicted_fixed_after_bytes), beyond the warm fixed time of its kind
+    # in fixed_time_s_by_kind (costs.evicted_fixed_time_s). On the 2-vCPU Intel VM (300 MiB L3) the dot
+    # interaction's forward took 0.90 ms after the flush, 0.64 ms after its own inputs' lookups and 0.44 ms warm
+    # (benchmarks/bench_interaction_context.py). Empty = none (built-in presets: no cited figure; calibrations
+    # without the context benchmark keep their flushed fixed time in fixed_time_s_by_kind).
+    evicted_fixed_l2_s_by_kind: dict[str, float] = field(default_factory=dict)
+    evicted_fixed_llc_s_by_kind: dict[str, float] = field(default_factory=dict)
+    evicted_fixed_after_bytes: float = math.inf
     # A GEMM's efficiency beyond its flops: the factor by which a non-cubic shape runs below a cube of the
     # same flops, against its aspect (costs.gemm_aspect: 1 for a cube, smaller for a narrower shape). Constant
     # 1 = flops alone decide (built-in presets: their cited tables are for the model's own GEMMs); a host

@@ -22,13 +22,13 @@ from dlrmsim.engine.backends import Backend, load_backend
 from dlrmsim.engine.costs import (
     MATRIX_KINDS,
     arrival_excess_s,
-    charges_evicted_gemms,
     cold_output_time_s,
     evicted_operand_time_s,
     fixed_time_s,
     fork_join_time_s,
     progress_thread_interference,
     task_flop_rate,
+    tracks_kernel_traffic,
 )
 from dlrmsim.engine.records import Record
 from dlrmsim.engine.resources import CommSettings
@@ -302,7 +302,7 @@ def load_inputs(
         dense_first=impl is not None and impl.dense_first,
         sharded_software=impl is not None and impl.sharded_software,
         optimizer_object=impl.optimizer_object if impl is not None else "none",
-        track_operands=any(charges_evicted_gemms(topo.compute(r)) for r in range(cfg.ranks)),
+        track_operands=any(tracks_kernel_traffic(topo.compute(r)) for r in range(cfg.ranks)),
         op_threads=tuple(sorted(threads_by_kind.items())),
         optimizer=optimizer,
         threads=compute_cores,
@@ -525,6 +525,7 @@ def _rank_process(
                 step.run_start,
                 step.visit,
                 prev_bytes,
+                step.kernel_traffic,
             ) + fork_join_time_s(spec, step.op_elements, cores)
             if cold_outputs and step.out_bytes > 0.0:
                 out_kind = "gemm" if kind == "gemm" else "elementwise"

@@ -66,8 +66,9 @@ class IterationSettings:
     # Which parameters a torch.optim object steps (ImplementationProfile.optimizer_object): the optimizer task's
     # rows are those tensors, each paying ComputeSpec.row_time_s_by_kind["optimizer"]
     optimizer_object: str = "none"
-    # Follow each GEMM input's traffic since its last touch (operand_traffic): only where the ranks' specs charge
-    # evicted inputs (a calibrated host), as it costs build time on every rank's program.
+    # Follow each GEMM input's traffic since its last touch, and each GEMM's and interaction's since its kernels last
+    # ran (operand_traffic): only where the ranks' specs charge for them (a calibrated host: costs.tracks_kernel_traffic),
+    # as it costs build time on every rank's program.
     track_operands: bool = False
     optimizer: OptimizerSpec = field(default_factory=lambda: load_optimizer("sgd"))
     threads: int = 1  # compute threads per rank, for the race-free update's load balance
@@ -102,7 +103,8 @@ class Task:
     op_elements: tuple[float, ...] = ()
     # A GEMM's inputs: (bytes, traffic through the rank's caches since the input was last touched in bytes) each,
     # and the traffic since the rank's previous GEMM, which last warmed the kernel's code and packing buffers
-    # (operand_traffic); their evicted shares cost ComputeSpec.gemm_evicted_* (costs.evicted_operand_time_s).
+    # (operand_traffic); their evicted shares cost ComputeSpec.gemm_evicted_* (costs.evicted_operand_time_s). An
+    # interaction task's kernel_traffic is that since the rank's previous interaction (costs.evicted_fixed_time_s).
     operands: tuple[tuple[float, float], ...] = ()
     kernel_traffic: float = math.inf
     columns: int = 0  # a GEMM's output columns, n of C[m, n] (costs.vector_block_efficiency); 0 = not a GEMM
@@ -168,6 +170,9 @@ class Touches:
 
 # The pseudo-tensor every GEMM touches: the kernel's code and packing buffers, warm after the rank's last GEMM.
 GEMM_KERNEL = "gemm-kernel"
+# The dot interaction's kernels (stack, batched products, pair gather and scatter), touched by both its directions.
+INTERACTION_KERNEL = "interaction-kernel"
+INTERACTION_TASK_KINDS = ("interaction", "interaction_bwd")
 
 
 @dataclass(frozen=True)
@@ -185,11 +190,15 @@ def operand_traffic(program: list[Step], touches: dict[int, Touches]) -> dict[in
     touched the tensor and this one, and the same for the kernel's state, which every GEMM touches. The program
     repeats every iteration, so a tensor last touched late in the previous iteration (the weights, by the
     optimizer) counts the traffic from there to the program's end plus that from its start. Like
-    bytes_since_lookups, each task's traffic counts once, an upper bound on the distinct bytes."""
-    touches = {
-        i: Touches(t.reads, (*t.writes, GEMM_KERNEL)) if isinstance(program[i], Task) and program[i].kind == "gemm" else t
-        for i, t in touches.items()
-    }
+    bytes_since_lookups, each task's traffic counts once, an upper bound on the distinct bytes. Each interaction
+    step gets the traffic since the previous one (its kernels' state) and no operands."""
+    kernels = {"gemm": GEMM_KERNEL, **dict.fromkeys(INTERACTION_TASK_KINDS, INTERACTION_KERNEL)}
+
+    def kernel_of(i: int) -> str | None:
+        step = program[i]
+        return kernels.get(step.kind) if isinstance(step, Task) else None
+
+    touches = {i: Touches(t.reads, (*t.writes, k)) if (k := kernel_of(i)) else t for i, t in touches.items()}
     sizes = [s.bytes if isinstance(s, Task) else 0.0 for s in program]
     after = list(itertools.accumulate(sizes))
     total = after[-1] if after else 0.0
@@ -204,6 +213,8 @@ def operand_traffic(program: list[Step], touches: dict[int, Touches]) -> dict[in
         if isinstance(step, Task) and step.kind == "gemm" and t.reads:
             operands = tuple((b, before[i] - last[n] if n in last else math.inf) for n, b in t.reads)
             out[i] = GemmReuse(operands, before[i] - last[GEMM_KERNEL])
+        elif isinstance(step, Task) and step.kind in INTERACTION_TASK_KINDS:
+            out[i] = GemmReuse((), before[i] - last[INTERACTION_KERNEL])
         for name in (*(n for n, _ in t.reads), *t.writes):
             last[name] = after[i]
     return out

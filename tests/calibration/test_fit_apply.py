@@ -11,7 +11,9 @@ import pytest
 import yaml
 
 from dlrmsim.calibration.apply import apply_calibration, calibrated_compute
+from dlrmsim.calibration.benchmarks.interaction import interaction_context_task
 from dlrmsim.calibration.benchmarks.tbe import TbeConfig, TbeTiming, fused_update_bytes, tbe_measurements
+from dlrmsim.calibration.benchmarks.timing import TimingPolicy
 from dlrmsim.calibration.fit import (
     BANDWIDTH_GRID_POINTS,
     INTERACTION_BANDWIDTH_FLOOR,
@@ -23,6 +25,7 @@ from dlrmsim.calibration.fit import (
     fit_embedding,
     fit_gemm,
     fit_interaction,
+    fit_interaction_context,
     fit_memory,
     fit_overhead,
     fit_tbe,
@@ -32,8 +35,9 @@ from dlrmsim.calibration.fit import (
     predict_s,
 )
 from dlrmsim.calibration.host import host_differences, peak_gflops
+from dlrmsim.calibration.ops import get_ops
 from dlrmsim.calibration.schema import Calibration, EmbeddingFit, InteractionFit, Measurement, OverheadFit, load_calibration
-from dlrmsim.engine.costs import task_time
+from dlrmsim.engine.costs import fixed_time_s, task_time, traffic_share
 from dlrmsim.errors import DlrmsimError
 from dlrmsim.topologies.topology import ComputeSpec, EfficiencyTable, Link, Topology
 from dlrmsim.training.implementations import ImplementationProfile
@@ -785,3 +789,100 @@ def test_tbe_reload_term_is_told_apart_by_the_read_between_forward_and_backward(
     assert fit.sorted_rows
     assert fit.reload_time_ns == pytest.approx(40.0, rel=1e-3)
     assert fit.row_time_ns == pytest.approx(30.0, rel=1e-3) and fit.fixed_us == pytest.approx(20.0, rel=1e-3)
+
+
+def _context_rows(host, direction: str, cores: int, e2: float, e3: float, flushed: float) -> list[Measurement]:
+    """Context rows (benchmarks.interaction.interaction_context_task) of a call that pays ``e2`` and ``e3`` (s) of the
+    flush at the shares the simulator charges (costs.traffic_share in a core's L2 and in the last-level cache)."""
+    l2, llc = float(host.l2_bytes), float(host.model_llc_bytes)
+    after = float(host.flushed_bytes)
+    rows = []
+    for ctx, traffic in (("flush", after), ("warm", 0.0), ("l2", 4.0 * l2), ("llc", 0.5 * llc)):
+        t = flushed - e2 * (1 - traffic_share(traffic, after, l2)) - e3 * (1 - traffic_share(traffic, after, llc))
+        params = {"direction": direction, "context": ctx, "traffic_bytes": traffic, "batch": 1024}
+        rows.append(_m("interaction_context", cores, t, params=params))
+    return rows
+
+
+def test_interaction_context_fit_recovers_what_a_warm_call_saves_in_each_cache(quick_cal: Calibration) -> None:
+    """Because a call timed right after the flush refetches code and state that the L2 and the last-level cache held,
+    and traffic evicts them by its share in each: context rows made by the simulator's own charge come back as the
+    two parts, and the interaction fit keeps them beside its flushed fixed time."""
+    host = quick_cal.host
+    e2, e3 = 120e-6, 210e-6
+    rows = _context_rows(host, "forward", 2, e2, e3, flushed=900e-6)
+    assert fit_interaction_context(rows, host) == {("forward", 2): (pytest.approx(e2), pytest.approx(e3))}
+    # TorchRec's rows are another benchmark's
+    assert fit_interaction_context(rows, host, "interaction_torchrec") == {}
+
+
+def test_interaction_fit_keeps_the_evicted_parts_within_its_fixed_time(quick_cal: Calibration) -> None:
+    """Because a warm call cannot save more than the fixed time the flushed fit found: context rows that say more
+    are scaled down to it, in their proportion."""
+    cores = 2
+    overhead = OverheadFit(task_overhead_us_by_cores=[(cores, 20.0)], op_overhead_us_by_cores=[(cores, 2.0)])
+    ms = []
+    for n, s, e in ((256, 4, 32), (2048, 4, 32), (256, 26, 64), (2048, 26, 64)):
+        flops, nbytes = 2.0 * (s + 1) ** 2 * e * n, 4.0 * n * (s + 1) * e * 3
+        t = 28e-6 + 150e-6 + n * 200e-9 + flops / 5e9
+        params = {"direction": "forward", "batch": n, "tables": s, "dim": e, "ops": 5.0}
+        ms.append(_m("interaction", cores, t, flops=flops, bytes=nbytes, params=params))
+    (plain,) = fit_interaction(ms, quick_cal.memory, quick_cal.host, overhead)
+    assert plain.evicted_l2_us is None and plain.evicted_llc_us is None  # no context rows: charged in full
+    rows = _context_rows(quick_cal.host, "forward", cores, 100e-6, 200e-6, flushed=900e-6)
+    (fit,) = fit_interaction(ms + rows, quick_cal.memory, quick_cal.host, overhead)
+    assert fit.evicted_l2_us + fit.evicted_llc_us == pytest.approx(fit.fixed_us, rel=1e-3)
+    assert fit.evicted_llc_us / fit.evicted_l2_us == pytest.approx(2.0, rel=1e-3)
+
+
+def test_a_step_interaction_pays_what_its_traffic_evicted_of_the_flushed_fixed_time(quick_cal: Calibration) -> None:
+    """Because the fit's fixed time was timed after the flush: a calibrated spec charges the warm part always, and
+    the evicted parts at the traffic's share in the L2 and the last-level cache; unknown traffic pays the fixed time
+    in full, as right after the flush (calibrations without the context benchmark are unchanged)."""
+    fits = [
+        InteractionFit(
+            direction="forward",
+            cores=1,
+            fixed_us=400.0,
+            sample_time_ns=300.0,
+            GFLOPs=20.0,
+            evicted_l2_us=100.0,
+            evicted_llc_us=200.0,
+        ),
+        InteractionFit(direction="backward", cores=1, fixed_us=50.0, sample_time_ns=150.0, GFLOPs=40.0),
+    ]
+    spec = apply_calibration(_tiny_host_topology(), quick_cal.model_copy(update={"interaction": fits})).compute(0)
+    assert spec.fixed_time_s_by_kind["interaction"] == pytest.approx(100e-6)  # warm: 400 - 100 - 200 us
+    assert spec.fixed_time_s_by_kind["interaction_bwd"] == pytest.approx(50e-6)
+    assert spec.evicted_fixed_after_bytes == quick_cal.host.flushed_bytes
+    warm = fixed_time_s(spec, "interaction", 0.0, 0.0, kernel_traffic=0.0)
+    assert warm == pytest.approx(100e-6)
+    assert fixed_time_s(spec, "interaction", 0.0, 0.0) == pytest.approx(400e-6)  # traffic unknown
+    t = 8 << 20
+    share2 = traffic_share(t, spec.evicted_fixed_after_bytes, spec.l2_bytes)
+    share3 = traffic_share(t, spec.evicted_fixed_after_bytes, spec.llc_bytes)
+    assert fixed_time_s(spec, "interaction", 0.0, 0.0, kernel_traffic=t) == pytest.approx(
+        100e-6 + 100e-6 * share2 + 200e-6 * share3
+    )
+    assert fixed_time_s(spec, "interaction_bwd", 0.0, 0.0, kernel_traffic=0.0) == pytest.approx(50e-6)
+
+
+def test_the_context_benchmark_times_each_direction_in_each_context_for_the_fit(quick_cal: Calibration) -> None:
+    """Because the fit reads the rows by benchmark, direction, context and traffic: the benchmark's own rows (NumPy
+    ops, a small flush) carry them, one per direction and context, and the fit finds its key in them."""
+    k = get_ops("numpy")
+    k.limit_flush(4 << 20)
+    try:
+        task = interaction_context_task(k, 1, TimingPolicy(warmup=0, repeats=2, min_sample_s=0.0), 1 << 20, 2 << 20)
+        rows = task.run()
+    finally:
+        k.limit_flush(None)
+    got = {(m.params["direction"], m.params["context"]): m.params["traffic_bytes"] for m in rows}
+    assert got == {
+        (d, c): t
+        for d in ("forward", "backward")
+        for c, t in (("flush", 4 << 20), ("warm", 0), ("l2", 4 << 20), ("llc", 1 << 20))
+    }
+    assert all(m.benchmark == "interaction_context" and m.time_s > 0 for m in rows)
+    host = quick_cal.host.model_copy(update={"l2_bytes": 1 << 20})
+    assert set(fit_interaction_context(rows, host)) == {("forward", 1), ("backward", 1)}

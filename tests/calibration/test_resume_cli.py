@@ -154,6 +154,7 @@ def test_plan_repeats_single_process_kernels_in_later_passes_only() -> None:
         "cold outputs",
         "embedding bags",
         "dot interaction",
+        "dot interaction context",
         "arrival skew",
     }
     streams = [t for t in again if t.stage in SPREAD_STAGES]

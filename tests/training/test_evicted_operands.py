@@ -118,3 +118,21 @@ def test_a_one_rank_iteration_grows_by_each_gemms_evicted_inputs_and_kernel() ->
         s * 0.5 * by_name[m].bytes / task_bandwidth_cap(spec, by_name[m].bytes, 2.0) for s, m in zip(shares, names, strict=True)
     )
     assert slow - base == pytest.approx(expected, rel=1e-9)
+
+
+def test_an_interaction_counts_the_traffic_since_the_previous_interaction() -> None:
+    # Because the interaction's forward and backward share their kernels' code and state (stack, batched products,
+    # pair gather and scatter): the backward finds what the top MLP moved since the forward (30 B), the forward what
+    # the rest of the iteration moved since the previous backward, around the iteration (10 + 100 + 50 B).
+    program = [
+        Task("emb", "embedding", 0.0, 10.0),
+        Task("interaction.fwd", "interaction", 1.0, 5.0),
+        Task("top", "gemm", 1.0, 30.0),
+        Task("interaction.bwd", "interaction_bwd", 1.0, 7.0),
+        Task("update", "update", 0.0, 100.0),
+        Task("optimizer", "optimizer", 0.0, 50.0),
+    ]
+    touches = {1: Touches(writes=("a:interaction",)), 2: Touches(reads=(("a:interaction", 5.0),)), 3: Touches(writes=("g",))}
+    got = operand_traffic(program, touches)
+    assert got[1] == GemmReuse((), 160.0) and got[3] == GemmReuse((), 30.0)
+    assert got[2].operands == ((5.0, 0.0),)  # the GEMM's own bookkeeping is unchanged

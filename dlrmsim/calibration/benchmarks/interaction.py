@@ -117,6 +117,72 @@ def time_torchrec_interaction(ops: Ops, cfg: InteractionConfig, policy: TimingPo
     return out
 
 
+# One shape for the interaction's contexts (the validation cases' 4 tables of E=32 at batch 1024): what a flush makes
+# a call refetch is its kernels' code and state, the same whatever the shape (benchmarks/bench_interaction_context.py:
+# on the 2-vCPU Intel VM the per-sample slope was the same after the flush, after traffic and warm, within 15 %).
+CONTEXT_CONFIG = InteractionConfig(batch=1024, tables=4, dim=32)
+# Traffic before a timed call, in multiples of a core's L2 and of the last-level cache: enough to empty the L2 while
+# most of the last-level cache stays, and half the last-level cache. 0 (a warm call) and the flush complete the set.
+CONTEXT_L2_MULTIPLE = 4
+CONTEXT_LLC_FRACTION = 0.5
+
+
+def context_traffic(l2_bytes: int, llc_bytes: int) -> dict[str, int]:
+    """Bytes of traffic before a timed call per context (besides the flush): warm, past the L2, half the LLC."""
+    return {"warm": 0, "l2": CONTEXT_L2_MULTIPLE * l2_bytes, "llc": int(CONTEXT_LLC_FRACTION * llc_bytes)}
+
+
+def interaction_context_task(
+    k: Ops, cores: int, policy: TimingPolicy, l2_bytes: int, llc_bytes: int, kernel: InteractionKernel = "framework"
+) -> BenchTask:
+    """The interaction at one shape after different traffic: the calibration's flush, none (a warm call), traffic
+    past a core's L2 and half the last-level cache, interleaved round by round. The fit (fit.fit_interaction_context)
+    splits what the flush adds into what the L2 and the last-level cache hold, so that a step's call pays for what its
+    own traffic evicted."""
+    benchmark, timer = _KERNELS[kernel]
+    cfg = CONTEXT_CONFIG
+    # a warm-up and a timed call of each direction per context and round: without the warm-up, the timed calls'
+    # outputs went to memory the timer's new inputs had just displaced, and the warm call ran slower than the one
+    # after 4 L2s of traffic on the 2-vCPU Intel VM (0.65 against 0.56 ms at 2 threads)
+    one = TimingPolicy(warmup=1, repeats=1, min_sample_s=policy.min_sample_s)
+
+    def nothing() -> None:
+        return None
+
+    def run() -> list[Measurement]:
+        traffic = context_traffic(l2_bytes, llc_bytes)
+        before: dict[str, Op] = {"flush": k.flush, "warm": nothing}
+        before.update({name: k.make_flush(nbytes) for name, nbytes in traffic.items() if nbytes > 0})
+        sizes = {"flush": k.flush_bytes(), **traffic}
+        names = list(before)
+        samples: dict[tuple[str, str], list[float]] = {(c, d): [] for c in names for d in ("forward", "backward")}
+        with k.threads(cores):
+            for r in range(policy.warmup + policy.repeats):
+                for c in names[r % len(names) :] + names[: r % len(names)]:  # each context after each other in turn
+                    got = timer(k, cfg, one, before[c])
+                    if r >= policy.warmup:
+                        for d, ts in got.items():
+                            samples[(c, d)] += ts
+        out = []
+        for (c, d), ts in samples.items():
+            med, spread = median_spread(ts)
+            out.append(
+                Measurement(
+                    benchmark=f"{benchmark}_context",  # type: ignore[arg-type]
+                    name=f"{benchmark} context {d} {c} b{cfg.batch} S{cfg.tables} E{cfg.dim} c{cores}",
+                    cores=cores,
+                    params={"direction": d, "context": c, "traffic_bytes": float(sizes[c]), "batch": cfg.batch},
+                    time_s=med,
+                    spread_pct=spread,
+                    repeats=len(ts),
+                )
+            )
+        return out
+
+    label = "dot interaction" if kernel == "framework" else "torchrec interaction"
+    return BenchTask(f"{label} context", f"{benchmark}_context c{cores}", run, repeat=True)
+
+
 InteractionKernel = Literal["framework", "torchrec"]
 # kernel -> (benchmark name of its rows, timer)
 _KERNELS: dict[str, tuple[str, Callable[[Ops, InteractionConfig, TimingPolicy, Op], dict[str, list[float]]]]] = {

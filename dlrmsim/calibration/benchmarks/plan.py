@@ -25,7 +25,12 @@ from dlrmsim.calibration.benchmarks.gemm import (
     narrow_linear_shapes,
     preset_linear_shapes,
 )
-from dlrmsim.calibration.benchmarks.interaction import interaction_configs, interaction_task, torchrec_interaction_available
+from dlrmsim.calibration.benchmarks.interaction import (
+    interaction_configs,
+    interaction_context_task,
+    interaction_task,
+    torchrec_interaction_available,
+)
 from dlrmsim.calibration.benchmarks.memory import STREAM_STAGE, stream_elements, stream_task
 from dlrmsim.calibration.benchmarks.optimizer import optimizer_task
 from dlrmsim.calibration.benchmarks.outputs import cold_output_task
@@ -271,10 +276,14 @@ def _first_pass(k: Ops, quick: bool, cores: int, implementation: str, ranks: int
         tasks += [embedding_task(k, cfg, c, policy) for c in emb_cores]
     for icfg in interaction_configs(quick):
         tasks += [interaction_task(k, icfg, c, policy) for c in emb_cores]
+    # What of the interaction's flushed time a warm call does not pay, and what traffic makes it pay again.
+    l2, llc = l2_cache_bytes(), last_level_cache_bytes()
+    tasks += [interaction_context_task(k, c, policy, l2, llc) for c in emb_cores]
     # TorchRec's own interaction (autograd's backward, a different kernel mix) where TorchRec is installed.
     if k.name == "torch" and torchrec_interaction_available():
         for icfg in interaction_configs(quick):
             tasks += [interaction_task(k, icfg, c, policy, "torchrec") for c in emb_cores]
+        tasks += [interaction_context_task(k, c, policy, l2, llc, "torchrec") for c in emb_cores]
     # fbgemm's CPU TBE (TorchRec's fused embedding) runs on one thread: measured there (benchmarks/tbe.py), inside
     # TorchRec's sparse arch where torchrec is installed (the KeyedJaggedTensor in, the pooled tensor out).
     if k.name == "torch" and tbe_available():
