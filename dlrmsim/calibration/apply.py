@@ -2,8 +2,9 @@
 
 Consistency rule: achieved GEMM rate = peak_flops["fp32"] x gemm_efficiency(flops), with the peak the
 *physical* one of the rank's cores (cores x clock x flops/cycle) and the efficiency table fitted against it
-at the core count nearest the rank's. Memory: memory_bandwidth_Bps is the fitted saturated (all-core) triad
-bandwidth of the socket, memory_efficiency is 1 (the bandwidth already is an achieved one), and
+at the core count nearest the rank's, then taken to the cores' typical availability where the calibration
+measured it (:func:`available_gemm_points`). Memory: memory_bandwidth_Bps is the fitted saturated (all-core)
+triad bandwidth of the socket, memory_efficiency is 1 (the bandwidth already is an achieved one), and
 saturation_cores the fitted knee. Links of kind "shm" carry the alltoall fit: bandwidth = bytes each rank
 moves across ranks per second (bus bandwidth), latency 0 (no wire) and the fitted alpha as per-message
 software overhead.
@@ -21,6 +22,37 @@ from dlrmsim.training.implementations import ImplementationProfile
 
 SHM_LINK_KIND = "shm"
 SHM_BACKEND = "shm"  # the backend preset of processes on one host, whose collectives the calibrated shm links carry
+
+
+def available_gemm_points(cal: Calibration, cores: int, ranks: int = 1) -> list[tuple[float, float]]:
+    """The GEMM efficiency points of a rank on ``cores`` cores with ``ranks`` rank processes on the host, at the
+    cores' typical availability (``Calibration.core_availability``, benchmarks/availability.py).
+
+    The tables were fitted in the moments the benchmarks kept, their fastest passes, when all the cores were the
+    process's. A lone rank's team keeps, at each size, its 1-core rate plus the availability fit's ``retained_gain``
+    of what its benchmark gained over one core (a size that gained nothing loses nothing): the operating system
+    gives a busy process one core, and the extra ones come and go. Several ranks compete for the busy cores, so each
+    rank's rate is the ``availability`` (median over best speedup) of their cores together. Unchanged on one busy
+    core and where the calibration did not measure the availability."""
+    table = cal.gemm.table(cores)
+    points = [(float(f), float(e)) for f, e in table.points]
+    busy = min(cal.host.cores, cores * max(ranks, 1))
+    fit = cal.availability_fit(busy)
+    if fit is None:
+        return points
+    if ranks > 1:
+        return [(f, e * fit.availability) for f, e in points]
+    one = cal.gemm.table(1)
+    if one.cores != 1 or table.cores == 1:
+        return points
+    one_eff = EfficiencyTable(tuple((float(f), float(e)) for f, e in one.points))
+    out = []
+    for f, e in points:
+        rate, rate_one = e * table.peak_GFLOPs, one_eff(f) * one.peak_GFLOPs
+        if rate > rate_one:
+            rate = rate_one + (rate - rate_one) * fit.retained_gain
+        out.append((f, rate / table.peak_GFLOPs))
+    return out
 
 
 def calibrated_compute(
@@ -69,7 +101,7 @@ def calibrated_compute(
         cores=cores,
         clock_hz=host.clock_GHz * 1e9,
         peak_flops={**spec.peak_flops, "fp32": peak},
-        gemm_efficiency=EfficiencyTable(tuple((float(f), float(e)) for f, e in table.points)),
+        gemm_efficiency=EfficiencyTable(tuple(available_gemm_points(cal, cores, sharing_ranks))),
         gemm_aspect_efficiency=EfficiencyTable(tuple((float(a), float(e)) for a, e in table.aspect_points)),
         gemm_vector_block=cal.gemm.vector_block or 0,
         gemm_remainder=cal.gemm.remainder or "binary",

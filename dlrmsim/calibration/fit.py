@@ -34,6 +34,7 @@ from dlrmsim.calibration.schema import (
     ArrivalSkewFit,
     ColdOutputFit,
     CollectiveFit,
+    CoreAvailabilityFit,
     EmbeddingFit,
     GemmFit,
     GemmTable,
@@ -950,6 +951,24 @@ def fit_arrival_skew(measurements: Sequence[Measurement]) -> ArrivalSkewFit | No
         implementation=str(ms[0].params["implementation"]),  # type: ignore[arg-type]
         points=points,
     )
+
+
+def fit_core_availability(measurements: Sequence[Measurement]) -> list[CoreAvailabilityFit]:
+    """Per core count above one, the availability GEMM's pairs (benchmarks/availability.py): the median and best
+    speedup and their ratio, each the mean over the calibration's runs (plan.combine_passes averages them). Empty
+    where the benchmark did not run."""
+    out = []
+    for m in sorted((m for m in measurements if m.benchmark == "availability" and m.cores > 1), key=lambda m: m.cores):
+        out.append(
+            CoreAvailabilityFit(
+                cores=m.cores,
+                availability=_sig(min(1.0, float(m.params["availability"]))),
+                speedup_median=_sig(float(m.params["speedup_median"])),
+                speedup_best=_sig(float(m.params["speedup_best"])),
+                runs=m.passes,
+            )
+        )
+    return out
 
 
 def predict_collective_s(fit: CollectiveFit, nbytes: float) -> float:

@@ -226,6 +226,26 @@ class ArrivalSkewFit(StrictModel):
     )
 
 
+class CoreAvailabilityFit(StrictModel):
+    """How much of its cores a kernel on ``cores`` threads typically gets, against the moments the kernel benchmarks
+    keep (benchmarks/availability.py): the median over the best speedup of one GEMM on ``cores`` threads over one
+    thread, in pairs, averaged over the calibration's runs."""
+
+    cores: Annotated[int, Field(ge=2)]
+    availability: Annotated[float, Field(gt=0, le=1)] = Field(description="median speedup / best speedup")
+    speedup_median: Positive = Field(description="the pairs' median speedup (one-thread time over cores-thread time)")
+    speedup_best: Positive = Field(description="the pairs' upper-decile speedup: the moments the kernel benchmarks keep")
+    runs: Annotated[int, Field(ge=1)] = Field(description="runs of the benchmark averaged")
+
+    @property
+    def retained_gain(self) -> float:
+        """The share of the good moments' gain from the cores beyond the first that the typical moment keeps:
+        (median speedup - 1) / (best speedup - 1), within 0..1."""
+        if self.speedup_best <= 1.0:
+            return 1.0
+        return min(1.0, max(0.0, (self.speedup_median - 1.0) / (self.speedup_best - 1.0)))
+
+
 class ColdOutputFit(StrictModel):
     """What writing an op's result into memory evicted since its last use adds per byte, at one core count
     (benchmarks/outputs.py): cold minus warm time of the same op, over its output's bytes."""
@@ -313,6 +333,7 @@ class Measurement(StrictModel):
         "cache_reuse",
         "sharded",
         "skew",
+        "availability",
     ]
     name: str
     cores: Annotated[int, Field(gt=0)]
@@ -413,6 +434,12 @@ class Calibration(StrictModel):
         "the simulator delays each collective of ranks on this host by it (ComputeSpec.arrival_excess); null: not "
         "measured (one rank, older files), not charged",
     )
+    core_availability: list[CoreAvailabilityFit] = Field(
+        default_factory=list,
+        description="the typical share of its cores a multi-threaded kernel gets, per core count "
+        "(benchmarks/availability.py); the kernels' fitted rates at more than one core are scaled by it "
+        "(calibration.apply); empty: not measured (older files, one core), not applied",
+    )
     measurements: list[Measurement] = []
     fit_quality: list[FitRow] = []
     eq_check: list[EqCheckRow] = []
@@ -430,6 +457,17 @@ class Calibration(StrictModel):
     def cold_output_fit(self, cores: int) -> ColdOutputFit | None:
         """The cold-output fit at the core count nearest ``cores``; None when not measured."""
         return nearest_cores(self.cold_output, cores) if self.cold_output else None
+
+    def availability_fit(self, cores: int) -> CoreAvailabilityFit | None:
+        """The core-availability fit at the count nearest ``cores``; None on one core or where not measured."""
+        if cores <= 1 or not self.core_availability:
+            return None
+        return nearest_cores(self.core_availability, cores)
+
+    def availability(self, cores: int) -> float:
+        """The core availability of ``cores`` busy cores: 1 on one core or where not measured."""
+        fit = self.availability_fit(cores)
+        return 1.0 if fit is None else fit.availability
 
     def optimizer_fit(self, cores: int) -> OptimizerFit | None:
         """The optimizer fit at the core count nearest ``cores`` (None: not measured)."""

@@ -43,6 +43,13 @@ from dlrmsim.topologies.topology import ComputeSpec, EfficiencyTable, Link, Topo
 from dlrmsim.training.implementations import ImplementationProfile
 
 
+@pytest.fixture
+def quick_cal(quick_cal: Calibration) -> Calibration:
+    """The session's tiny calibration without its core availability: these tests check the fits' own values, which
+    apply would scale for a rank on more than one busy core (tests/calibration/test_core_availability.py)."""
+    return quick_cal.model_copy(update={"core_availability": []})
+
+
 def test_alpha_beta_recovers_a_closed_form() -> None:
     alpha, beta = 12e-6, 3.5e9
     sizes = [4 * 4**i * 1024 for i in range(9)]

@@ -42,7 +42,9 @@ def test_file_written_valid_and_round_trips(quick_cal_path: Path, quick_cal: Cal
         "fork",
         "cold_output",
         "skew",
-    }
+    } | ({"availability"} if quick_cal.host.cores > 1 else set())  # pairs of one and all cores: more than one
+    # Because the availability is a median speedup over a best one, it is a share: above 0, at most 1.
+    assert all(0 < f.availability <= 1 and f.cores == quick_cal.host.cores for f in quick_cal.core_availability)
     # Because the calibration's ranks met at barriers after equal work, the fit has the last one's lateness: a
     # fraction of each measured stretch, not negative, at the ranks the collectives were measured with.
     skew = quick_cal.arrival_skew
@@ -56,12 +58,11 @@ def test_file_written_valid_and_round_trips(quick_cal_path: Path, quick_cal: Cal
     }
     assert quick_cal.overhead is not None and all(us > 0 for _, us in quick_cal.overhead.task_overhead_us_by_cores)
     # Every non-Eq. measurement a fitted parameter predicts has a fit-quality row (the dispatch timings are the
-    # per-op overhead itself, not predicted by another parameter; the fork, cold-output and skew timings are the
-    # fitted quantities themselves).
+    # per-op overhead itself, not predicted by another parameter; the fork, cold-output, skew and availability
+    # timings are the fitted quantities themselves).
+    itself = ("dispatch", "fork", "cold_output", "skew", "availability")
     assert len(quick_cal.fit_quality) == sum(
-        1
-        for m in quick_cal.measurements
-        if not m.name.startswith("eq ") and m.benchmark not in ("dispatch", "fork", "cold_output", "skew")
+        1 for m in quick_cal.measurements if not m.name.startswith("eq ") and m.benchmark not in itself
     )
     # The repeated kernels record how far apart their passes were; the fit keeps the faster one.
     repeated = [m for m in quick_cal.measurements if m.passes > 1]

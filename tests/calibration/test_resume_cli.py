@@ -156,11 +156,13 @@ def test_plan_repeats_single_process_kernels_in_later_passes_only() -> None:
         "dot interaction",
         "dot interaction context",
         "arrival skew",
+        "core availability",
     }
     streams = [t for t in again if t.stage in SPREAD_STAGES]
     # because a slow state of the host can outlast both passes, the square GEMMs and preset layers (every layer's
     # compute rate) are sampled across the run beside the streams and the skew; the other GEMM stages are not
-    assert {t.stage for t in streams} == {"gemm size sweep", "gemm preset MLP shapes", "memory streams", "arrival skew"}
+    spread = {"gemm size sweep", "gemm preset MLP shapes", "memory streams", "arrival skew", "core availability"}
+    assert {t.stage for t in streams} == spread
     assert len(streams) == len([t for t in one if t.stage in SPREAD_STAGES])
     assert len([t for t in streams if t.stage == "arrival skew"]) == 1
     assert len(two) == len(one) + len(again) + 3 * len(streams)
