@@ -954,9 +954,9 @@ def fit_arrival_skew(measurements: Sequence[Measurement]) -> ArrivalSkewFit | No
 
 
 def fit_core_availability(measurements: Sequence[Measurement]) -> list[CoreAvailabilityFit]:
-    """Per core count above one, the availability GEMM's pairs (benchmarks/availability.py): the median and best
-    speedup and their ratio, each the mean over the calibration's runs (plan.combine_passes averages them). Empty
-    where the benchmark did not run."""
+    """Per core count above one, the availability GEMM's pairs (benchmarks/availability.py): the runs' mean median
+    speedup, the best of their upper-decile speedups and the ratio of the two (availability.combine_runs, through
+    plan.combine_passes). Empty where the benchmark did not run."""
     out = []
     for m in sorted((m for m in measurements if m.benchmark == "availability" and m.cores > 1), key=lambda m: m.cores):
         out.append(

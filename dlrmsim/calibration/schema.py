@@ -228,8 +228,8 @@ class ArrivalSkewFit(StrictModel):
 
 class CoreAvailabilityFit(StrictModel):
     """How much of its cores a kernel on ``cores`` threads typically gets, against the moments the kernel benchmarks
-    keep (benchmarks/availability.py): the median over the best speedup of one GEMM on ``cores`` threads over one
-    thread, in pairs, averaged over the calibration's runs."""
+    keep (benchmarks/availability.py): the speedup of one GEMM on ``cores`` threads over one thread, timed in pairs,
+    as the runs' mean median and the best of their upper deciles (availability.combine_runs), and their ratio."""
 
     cores: Annotated[int, Field(ge=2)]
     availability: Annotated[float, Field(gt=0, le=1)] = Field(description="median speedup / best speedup")

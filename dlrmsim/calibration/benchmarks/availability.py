@@ -22,12 +22,13 @@ phases 0.95-1.47x their prediction and their 1-thread ones 0.83-1.16x (docs/cali
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from collections.abc import Sequence
 
-from dlrmsim.calibration.benchmarks.timing import BenchTask, TimingPolicy, median_spread
+import numpy as np
+
+from dlrmsim.calibration.benchmarks.timing import BenchTask, TimingPolicy, calls_per_sample, median_spread
 from dlrmsim.calibration.ops import Ops
 from dlrmsim.calibration.ops.base import Op
 from dlrmsim.calibration.schema import Measurement
@@ -36,8 +37,9 @@ AVAILABILITY_STAGE = "core availability"
 # A square GEMM that stays in a core's L2 (3 x 576 KiB at fp32) and takes about a millisecond on one core: the
 # speedup then reflects the cores' arithmetic, not the memory they share.
 AVAILABILITY_GEMM_DIM = 384
-# Seconds of pairs per run. The run repeats at the calibration's five spread moments (plan.SPREAD_STAGES), and the
-# fit averages the runs' availabilities: a few seconds a run give ~100 pairs of 10-ms sides.
+# Seconds of pairs per run. The run repeats at the calibration's five spread moments (plan.SPREAD_STAGES), and
+# combine_runs sets the runs' mean median against their best moments: a few seconds a run give ~100 pairs of 10-ms
+# sides.
 AVAILABILITY_SECONDS = 2.0
 TINY_AVAILABILITY_SECONDS = 0.5
 # The kernel benchmarks keep their fastest of several ~70-ms medians: the upper decile of the pairs' speedups stands
@@ -45,20 +47,11 @@ TINY_AVAILABILITY_SECONDS = 0.5
 BEST_QUANTILE = 0.9
 
 
-def quantile(values: list[float], q: float) -> float:
-    """The ``q`` quantile (0..1) of ``values`` by linear interpolation between order statistics."""
-    xs = sorted(values)
-    pos = q * (len(xs) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (pos - lo) * (xs[hi] - xs[lo])
-
-
 def availability_of(speedups: list[float]) -> tuple[float, float, float]:
     """(median speedup, best speedup, availability = median / best, at most 1) of per-pair speedups; the best is
-    their :data:`BEST_QUANTILE` quantile."""
+    their :data:`BEST_QUANTILE` quantile (linear between order statistics, numpy's default)."""
     med = statistics.median(speedups)
-    best = quantile(speedups, BEST_QUANTILE)
+    best = float(np.quantile(speedups, BEST_QUANTILE))
     return med, best, min(1.0, med / best)
 
 
@@ -95,7 +88,7 @@ def time_pairs(k: Ops, cores: int, policy: TimingPolicy, seconds: float) -> tupl
         with k.threads(c):
             for _ in range(max(1, policy.warmup)):
                 first = _looped(op, 1)
-            inner[c] = max(1, math.ceil(policy.min_sample_s / max(first, 1e-9)))
+            inner[c] = calls_per_sample(first, policy)
     one: list[float] = []
     many: list[float] = []
     end = time.perf_counter() + seconds

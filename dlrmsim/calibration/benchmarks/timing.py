@@ -34,6 +34,11 @@ def policy_for(quick: bool) -> TimingPolicy:
     return QUICK_POLICY if quick else FULL_POLICY
 
 
+def calls_per_sample(first_s: float, policy: TimingPolicy) -> int:
+    """Calls of an op that took ``first_s`` once to loop in one timed sample: enough to last ``policy.min_sample_s``."""
+    return max(1, math.ceil(policy.min_sample_s / max(first_s, 1e-9)))
+
+
 def time_op(op: Op, policy: TimingPolicy, statistic: str = "median") -> tuple[float, float, int]:
     """(seconds per call, (max-min)/median in %, repeats) of ``op`` after warm-up; the median, or the
     minimum (STREAM's "best rate" convention) when ``statistic`` is "min"."""
@@ -42,7 +47,7 @@ def time_op(op: Op, policy: TimingPolicy, statistic: str = "median") -> tuple[fl
     first = time.perf_counter() - t0
     for _ in range(max(0, policy.warmup - 1)):
         op()
-    inner = max(1, math.ceil(policy.min_sample_s / max(first, 1e-9))) if first < policy.min_sample_s else 1
+    inner = calls_per_sample(first, policy)
     samples = []
     for _ in range(policy.repeats):
         t0 = time.perf_counter()
