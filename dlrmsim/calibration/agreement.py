@@ -84,7 +84,8 @@ def fitted_parameters(cal: Calibration) -> dict[str, float]:
         for i, (_ms, fraction) in enumerate(pts):
             out[f"arrival_skew.excess[{i + 1} of {len(pts)}]"] = float(fraction)
     for fit in cal.core_availability:  # a state of the host as much as a fit: two runs may well differ here
-        out[f"core_availability.c{fit.cores}"] = fit.availability
+        kernel = "" if fit.kernel == "gemm" else f"{fit.kernel}."
+        out[f"core_availability.{kernel}c{fit.cores}"] = fit.availability
     return out
 
 

@@ -55,6 +55,32 @@ def available_gemm_points(cal: Calibration, cores: int, ranks: int = 1) -> list[
     return out
 
 
+# The embedding fit's time terms (EmbeddingFit), each a cost the op's cores share.
+_EMBEDDING_TIME_TERMS = ("row_time_ns", "walk_time_ns", "reload_time_ns", "fixed_us", "run_start_us")
+
+
+def kept_gain_time(t_many: float, t_one: float, gain: float) -> float:
+    """A cost term on several cores that keeps ``gain`` of its speed-up over one core: the rate 1/t moves from the
+    one-core rate toward the several-core one by ``gain``. A term that did not speed up (or has no one-core
+    counterpart) stays as fitted."""
+    if t_many <= 0.0 or t_one <= t_many:
+        return t_many
+    return 1.0 / (1.0 / t_one + gain * (1.0 / t_many - 1.0 / t_one))
+
+
+def available_update_fit(fit: EmbeddingFit, one: EmbeddingFit, gain: float) -> EmbeddingFit:
+    """The sparse update's fit on ``fit.cores`` cores at the cores' typical availability: each time term and the
+    bandwidth keep ``gain`` (the update's ``retained_gain``, benchmarks/availability.py) of their speed-up over the
+    one-core fit ``one``, as :func:`available_gemm_points` does for a GEMM. Its benchmark kept the fastest pass,
+    the moments all the cores were there; a step meets the typical moment."""
+    terms = {name: kept_gain_time(getattr(fit, name), getattr(one, name), gain) for name in _EMBEDDING_TIME_TERMS}
+    bandwidth = fit.bandwidth_GBps
+    if bandwidth > one.bandwidth_GBps:
+        bandwidth = one.bandwidth_GBps + gain * (bandwidth - one.bandwidth_GBps)
+    scale = bandwidth / fit.bandwidth_GBps
+    return fit.model_copy(update={**terms, "bandwidth_GBps": bandwidth, "stream_fraction": fit.stream_fraction * scale})
+
+
 def calibrated_compute(
     spec: ComputeSpec,
     cal: Calibration,
@@ -183,7 +209,8 @@ def embedding_fits(
     """The embedding fit per task kind for index ``distribution`` (the uniform fit where the calibration did not
     measure it) at the core count nearest ``cores`` (None: the most cores measured), or for a kind in
     ``threads_by_kind`` nearest its thread count when that is fewer; from the TBE fits (``cal.tbe``) first when
-    ``embedding_kernel`` is "tbe".
+    ``embedding_kernel`` is "tbe". The update on more than one core keeps what its own availability pairs say a
+    step typically gets of its multi-core gain (:func:`available_update_fit`), where the calibration measured them.
 
     Skewed indices hit the cache on their hot rows, so each distribution has its own fit; a zipf workload uses
     the fit measured at the benchmark's exponent (benchmarks.embedding.ZIPF_EXPONENT), whatever its own exponent is.
@@ -196,9 +223,13 @@ def embedding_fits(
         for fits, dist in ((f, d) for f in sources for d in dict.fromkeys((distribution, "uniform"))):
             try:
                 out[kind] = select_embedding_fit(fits, op, dist, at)
-                break
             except KeyError:
                 continue
+            avail = cal.availability_fit(out[kind].cores, "update") if op == "update" else None
+            one = select_embedding_fit(fits, op, dist, 1) if avail is not None else None
+            if avail is not None and one is not None and one.cores == 1:
+                out[kind] = available_update_fit(out[kind], one, avail.retained_gain)
+            break
     return out
 
 

@@ -954,13 +954,15 @@ def fit_arrival_skew(measurements: Sequence[Measurement]) -> ArrivalSkewFit | No
 
 
 def fit_core_availability(measurements: Sequence[Measurement]) -> list[CoreAvailabilityFit]:
-    """Per core count above one, the availability GEMM's pairs (benchmarks/availability.py): the runs' mean median
-    speedup, the best of their upper-decile speedups and the ratio of the two (availability.combine_runs, through
-    plan.combine_passes). Empty where the benchmark did not run."""
+    """Per kernel and core count above one, the availability pairs (benchmarks/availability.py): the runs' mean
+    median speedup, the best of their upper-decile speedups and the ratio of the two (availability.combine_runs,
+    through plan.combine_passes). Empty where the benchmark did not run; rows without a kernel are the GEMM's."""
     out = []
-    for m in sorted((m for m in measurements if m.benchmark == "availability" and m.cores > 1), key=lambda m: m.cores):
+    rows = (m for m in measurements if m.benchmark == "availability" and m.cores > 1)
+    for m in sorted(rows, key=lambda m: (str(m.params.get("kernel", "gemm")), m.cores)):
         out.append(
             CoreAvailabilityFit(
+                kernel=str(m.params.get("kernel", "gemm")),  # type: ignore[arg-type]
                 cores=m.cores,
                 availability=_sig(min(1.0, float(m.params["availability"]))),
                 speedup_median=_sig(float(m.params["speedup_median"])),

@@ -228,9 +228,12 @@ class ArrivalSkewFit(StrictModel):
 
 class CoreAvailabilityFit(StrictModel):
     """How much of its cores a kernel on ``cores`` threads typically gets, against the moments the kernel benchmarks
-    keep (benchmarks/availability.py): the speedup of one GEMM on ``cores`` threads over one thread, timed in pairs,
-    as the runs' mean median and the best of their upper deciles (availability.combine_runs), and their ratio."""
+    keep (benchmarks/availability.py): the speedup of one ``kernel`` on ``cores`` threads over one thread, timed in
+    pairs, as the runs' mean median and the best of their upper deciles (availability.combine_runs), and their ratio."""
 
+    kernel: Literal["gemm", "update"] = Field(
+        "gemm", description="the kernel timed: a GEMM (the GEMM tables take it) or the sparse SGD update (its embedding fit)"
+    )
     cores: Annotated[int, Field(ge=2)]
     availability: Annotated[float, Field(gt=0, le=1)] = Field(description="median speedup / best speedup")
     speedup_median: Positive = Field(description="the pairs' median speedup (one-thread time over cores-thread time)")
@@ -458,15 +461,17 @@ class Calibration(StrictModel):
         """The cold-output fit at the core count nearest ``cores``; None when not measured."""
         return nearest_cores(self.cold_output, cores) if self.cold_output else None
 
-    def availability_fit(self, cores: int) -> CoreAvailabilityFit | None:
-        """The core-availability fit at the count nearest ``cores``; None on one core or where not measured."""
-        if cores <= 1 or not self.core_availability:
+    def availability_fit(self, cores: int, kernel: str = "gemm") -> CoreAvailabilityFit | None:
+        """The ``kernel``'s core-availability fit at the count nearest ``cores``; None on one core or where not
+        measured."""
+        fits = [f for f in self.core_availability if f.kernel == kernel]
+        if cores <= 1 or not fits:
             return None
-        return nearest_cores(self.core_availability, cores)
+        return nearest_cores(fits, cores)
 
-    def availability(self, cores: int) -> float:
-        """The core availability of ``cores`` busy cores: 1 on one core or where not measured."""
-        fit = self.availability_fit(cores)
+    def availability(self, cores: int, kernel: str = "gemm") -> float:
+        """The core availability of ``cores`` busy cores for ``kernel``: 1 on one core or where not measured."""
+        fit = self.availability_fit(cores, kernel)
         return 1.0 if fit is None else fit.availability
 
     def optimizer_fit(self, cores: int) -> OptimizerFit | None:

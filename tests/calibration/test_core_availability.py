@@ -6,22 +6,32 @@ from __future__ import annotations
 import networkx as nx
 import pytest
 
-from dlrmsim.calibration.apply import apply_calibration, available_gemm_points
-from dlrmsim.calibration.benchmarks.availability import availability_of, availability_task, combine_runs
+from dlrmsim.calibration.agreement import fitted_parameters
+from dlrmsim.calibration.apply import (
+    apply_calibration,
+    available_gemm_points,
+    available_update_fit,
+    embedding_fits,
+    kept_gain_time,
+)
+from dlrmsim.calibration.benchmarks.availability import AVAILABILITY_KERNELS, availability_of, availability_task, combine_runs
 from dlrmsim.calibration.benchmarks.plan import build_plan, combine_passes
 from dlrmsim.calibration.benchmarks.timing import TimingPolicy
 from dlrmsim.calibration.fit import fit_core_availability
 from dlrmsim.calibration.ops import get_ops
-from dlrmsim.calibration.schema import Calibration, CoreAvailabilityFit, Measurement
+from dlrmsim.calibration.schema import Calibration, CoreAvailabilityFit, EmbeddingFit, Measurement
 from dlrmsim.topologies.topology import ComputeSpec, Link, Topology
 
+UPDATE_AVAILABILITY = CoreAvailabilityFit(kernel="update", cores=2, availability=0.6, speedup_median=1.2,
+                                         speedup_best=2.0, runs=5)  # fmt: skip
 
-def _run(median: float, best: float, pairs: int = 100, cores: int = 2) -> Measurement:
+
+def _run(median: float, best: float, pairs: int = 100, cores: int = 2, kernel: str = "gemm") -> Measurement:
     return Measurement(
         benchmark="availability",
-        name=f"core availability gemm 384 c{cores}",
+        name=f"core availability {kernel} c{cores}",
         cores=cores,
-        params={"m": 384, "speedup_median": median, "speedup_best": best, "availability": median / best, "pairs": pairs},
+        params={"kernel": kernel, "speedup_median": median, "speedup_best": best, "availability": median / best, "pairs": pairs},
         flops=2.0 * 384**3,
         time_s=1e-3,
         repeats=pairs,
@@ -131,15 +141,81 @@ def test_apply_leaves_the_other_kernels_as_fitted(quick_cal: Calibration) -> Non
     assert after.memory_bandwidth_Bps == before.memory_bandwidth_Bps
 
 
+def test_a_term_keeps_the_share_of_its_speedup_the_typical_moment_keeps() -> None:
+    # Because a cost term is a time per unit of work, it is its rate that moves: 2 ns on one core and 1 ns on two
+    # is a rate of 0.5 and 1 per ns; keeping 0.6 of the gain gives 0.5 + 0.6 x 0.5 = 0.8 per ns, 1.25 ns.
+    assert kept_gain_time(1.0, 2.0, 0.6) == pytest.approx(1.25)
+    assert kept_gain_time(1.0, 2.0, 1.0) == pytest.approx(1.0) and kept_gain_time(1.0, 2.0, 0.0) == pytest.approx(2.0)
+    # A term that did not speed up on two cores, or that the two-core fit has not, stays as fitted.
+    assert kept_gain_time(3.0, 2.0, 0.5) == 3.0 and kept_gain_time(0.0, 2.0, 0.5) == 0.0
+
+
+def _update(cores: int, row_ns: float, fixed_us: float, gbps: float) -> EmbeddingFit:
+    return EmbeddingFit(op="update", distribution="uniform", cores=cores, bandwidth_GBps=gbps, stream_fraction=gbps / 10.0,
+                        row_time_ns=row_ns, fixed_us=fixed_us)  # fmt: skip
+
+
+def test_the_update_on_two_cores_runs_at_the_typical_speedup_of_its_pairs() -> None:
+    # Because the fit's two-core terms are those of the good moments, when they ran 2x the one-core ones (the pairs'
+    # best speedup) a typical moment's median speedup of 1.2 puts every term at 2 / 1.2 of its two-core value:
+    # the update as a whole then runs 1.2x faster than on one core, as its pairs typically did.
+    one, two = _update(1, 40.0, 20.0, 2.0), _update(2, 20.0, 10.0, 4.0)
+    typical = available_update_fit(two, one, UPDATE_AVAILABILITY.retained_gain)
+    assert UPDATE_AVAILABILITY.retained_gain == pytest.approx(0.2)
+    assert typical.row_time_ns == pytest.approx(20.0 * 2 / 1.2) and typical.fixed_us == pytest.approx(10.0 * 2 / 1.2)
+    # the bandwidth, a rate, keeps 0.2 of its gain over one core: 2 + 0.2 x 2; its share of the stream scales with it
+    assert typical.bandwidth_GBps == pytest.approx(2.4) and typical.stream_fraction == pytest.approx(0.24)
+    assert (typical.cores, typical.op) == (2, "update")
+
+
+def test_apply_gives_the_update_its_own_availability_and_nothing_else(quick_cal: Calibration) -> None:
+    # Because the update's availability pairs time the update alone, they move the update's two-core fit toward its
+    # one-core one and leave the forward, the backward and the GEMMs as fitted; one core is unchanged.
+    rows = [_update(1, 40.0, 20.0, 2.0), _update(2, 20.0, 10.0, 4.0)]
+    others = [e for e in quick_cal.embedding if e.op != "update"]
+    base = _tables(quick_cal).model_copy(update={"embedding": others + rows})
+    cal = base.model_copy(update={"core_availability": [UPDATE_AVAILABILITY]})
+    assert embedding_fits(cal, cores=2)["update"].row_time_ns == pytest.approx(20.0 * 2 / 1.2)
+    assert embedding_fits(cal, cores=1)["update"] == embedding_fits(base, cores=1)["update"]
+    before, after = (apply_calibration(_host(2, 1), c).compute(0) for c in (base, cal))
+    assert after.row_time_s_by_kind["update"] == pytest.approx(before.row_time_s_by_kind["update"] * 2 / 1.2)
+    for kind in ("embedding", "embedding_bwd"):
+        assert after.row_time_s_by_kind.get(kind) == before.row_time_s_by_kind.get(kind)
+        assert after.bandwidth_fraction_by_kind.get(kind) == before.bandwidth_fraction_by_kind.get(kind)
+    assert after.gemm_efficiency(1e9) == before.gemm_efficiency(1e9)  # the GEMM's own pairs were not measured
+    # Without a one-core update fit to keep a share of, the two-core fit stays as it is.
+    alone = cal.model_copy(update={"embedding": others + rows[1:]})
+    assert embedding_fits(alone, cores=2)["update"] == rows[1]
+
+
+def test_fits_and_agreement_keep_each_kernels_availability_apart(quick_cal: Calibration) -> None:
+    # Because the GEMM's and the update's gains come from different places (arithmetic, overlapped misses), each
+    # kernel's rows fit on their own; rows from before the kernel field are the GEMM's.
+    legacy = _run(1.6, 2.0).model_copy(update={"params": {"m": 384, "speedup_median": 1.6, "speedup_best": 2.0,
+                                                          "availability": 0.8, "pairs": 100}})  # fmt: skip
+    fits = fit_core_availability([_run(1.2, 2.0, kernel="update"), legacy])
+    assert [(f.kernel, f.availability) for f in fits] == [("gemm", 0.8), ("update", 0.6)]
+    cal = quick_cal.model_copy(update={"core_availability": fits})
+    assert cal.availability(2) == 0.8 and cal.availability(2, "update") == 0.6 and cal.availability(1, "update") == 1.0
+    params = fitted_parameters(cal)
+    assert params["core_availability.c2"] == 0.8 and params["core_availability.update.c2"] == 0.6
+
+
 def test_the_benchmark_times_pairs_and_the_plans_spread_it() -> None:
     k = get_ops("numpy")
-    (row,) = availability_task(k, 2, TimingPolicy(warmup=1, repeats=1, min_sample_s=0.001), seconds=0.05).run()
-    assert row.benchmark == "availability" and row.cores == 2 and int(row.params["pairs"]) >= 3
-    assert 0 < float(row.params["availability"]) <= 1.0
-    assert float(row.params["speedup_best"]) >= float(row.params["speedup_median"])
-    # The quick plan runs it at every core count above one, at the calibration's five spread moments; the tiny
-    # plan once.
+    policy = TimingPolicy(warmup=1, repeats=1, min_sample_s=0.001)
+    for kernel in AVAILABILITY_KERNELS:
+        (row,) = availability_task(k, 2, policy, seconds=0.05, kernel=kernel).run()
+        assert row.benchmark == "availability" and row.cores == 2 and int(row.params["pairs"]) >= 3
+        assert row.params["kernel"] == kernel and 0 < float(row.params["availability"]) <= 1.0
+        assert float(row.params["speedup_best"]) >= float(row.params["speedup_median"])
+    assert row.bytes > 0 and row.params["lookups"] == 16384  # the update's row: bytes as the embedding fits count them
+    with pytest.raises(ValueError, match="unknown availability kernel"):
+        availability_task(k, 2, policy, seconds=0.05, kernel="conv").run()
+    # The quick plan runs each kernel at every core count above one, at the calibration's five spread moments; the
+    # tiny plan each once.
     quick = [t for t in build_plan(k, True, 2, "shm") if t.stage.startswith("core availability")]
-    assert len(quick) == 5 and {t.id.split(" c2")[0] for t in quick} == {"core availability gemm 384"}
-    assert len([t for t in build_plan(k, True, 2, "shm", tiny=True) if t.stage.startswith("core availability")]) == 1
+    names = {t.id.split(" c2")[0] for t in quick}
+    assert len(quick) == 10 and names == {"core availability gemm 384", "core availability update 131072x64 16384"}
+    assert len([t for t in build_plan(k, True, 2, "shm", tiny=True) if t.stage.startswith("core availability")]) == 2
     assert not [t for t in build_plan(k, True, 1, "shm", tiny=True) if t.stage.startswith("core availability")]

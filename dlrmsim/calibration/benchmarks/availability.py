@@ -18,6 +18,14 @@ On the 2-vCPU Intel VM (2026-11-27, 384^3 GEMM, 10-ms sides) one minute of pairs
 (5th percentile), 1.45, 1.63 (median), 1.80 and 1.98 (95th); a per-second median moved between 1.14 and 1.91, and
 three 3-s runs a few minutes later had medians of 1.07, 1.05 and 1.56. That day's validations ran their 2-thread MLP
 phases 0.95-1.47x their prediction and their 1-thread ones 0.83-1.16x (docs/calibration.md, "Core availability").
+
+Each kernel whose multi-core gain a step may miss has its own pairs (:data:`AVAILABILITY_KERNELS`), since what a
+moment without all the cores costs depends on where the gain came from. The GEMM's gain is arithmetic; the sparse
+SGD update's is memory-level parallelism, the overlap of its cold rows' misses. On the same VM (2026-11-27, 4-s runs)
+the update's pairs gave median / upper-decile speedups of 1.16 / 1.78, 1.42 / 1.91 and 1.50 / 1.95 where the GEMM's,
+interleaved with them, gave 1.59 / 1.91, 1.80 / 2.02 and 1.62 / 1.83. The update's pairs apply a fresh gradient each
+call (new rows): the same gradient applied again, its rows in cache, ran slower on 2 threads than on one (median
+speedup 0.78), which is not what a step meets.
 """
 
 from __future__ import annotations
@@ -30,13 +38,19 @@ import numpy as np
 
 from dlrmsim.calibration.benchmarks.timing import BenchTask, TimingPolicy, calls_per_sample, median_spread
 from dlrmsim.calibration.ops import Ops
-from dlrmsim.calibration.ops.base import Op
+from dlrmsim.calibration.ops.base import Op, embedding_bytes
 from dlrmsim.calibration.schema import Measurement
 
 AVAILABILITY_STAGE = "core availability"
 # A square GEMM that stays in a core's L2 (3 x 576 KiB at fp32) and takes about a millisecond on one core: the
 # speedup then reflects the cores' arithmetic, not the memory they share.
 AVAILABILITY_GEMM_DIM = 384
+# The sparse SGD update of one table a step updates: 16,384 lookups (batch 512 x 32 ids, a base-sized table's) into
+# 131,072 rows of 64 fp32 (32 MiB, more than the last-level cache a process keeps on the hosts measured), so its rows
+# come cold as a step's do. Each call applies the next of a few gradients made from fresh indices.
+UPDATE_ROWS, UPDATE_DIM, UPDATE_BATCH, UPDATE_POOLING = 131072, 64, 512, 32
+UPDATE_GRADIENTS = 8
+AVAILABILITY_KERNELS = ("gemm", "update")
 # Seconds of pairs per run. The run repeats at the calibration's five spread moments (plan.SPREAD_STAGES), and
 # combine_runs sets the runs' mean median against their best moments: a few seconds a run give ~100 pairs of 10-ms
 # sides.
@@ -78,11 +92,40 @@ def _looped(op: Op, inner: int) -> float:
     return (time.perf_counter() - t0) / inner
 
 
-def time_pairs(k: Ops, cores: int, policy: TimingPolicy, seconds: float) -> tuple[list[float], list[float]]:
-    """(one-thread seconds, ``cores``-thread seconds) per call of the availability GEMM, pair after pair for
-    ``seconds``; each side loops the call until it lasts ``policy.min_sample_s``."""
-    n = AVAILABILITY_GEMM_DIM
-    op = k.make_gemm(n, n, n)
+def kernel_op(k: Ops, kernel: str) -> tuple[Op, str, dict[str, float | int | str], float, float]:
+    """The op an availability ``kernel`` times, with its row name, parameters, flops and bytes per call."""
+    if kernel == "gemm":
+        n = AVAILABILITY_GEMM_DIM
+        return k.make_gemm(n, n, n), f"gemm {n}", {"kernel": kernel, "m": n}, 2.0 * n**3, 0.0
+    if kernel != "update":
+        raise ValueError(f"unknown availability kernel {kernel!r}: one of {', '.join(AVAILABILITY_KERNELS)}")
+    rng = np.random.default_rng(0)
+    rows, dim, lookups = UPDATE_ROWS, UPDATE_DIM, UPDATE_BATCH * UPDATE_POOLING
+    table = k.new_table(rows, dim, rng)
+    dpooled = k.tensor(np.full((UPDATE_BATCH, dim), 1e-3, dtype=np.float32))
+    batches = [rng.integers(0, rows, (UPDATE_BATCH, UPDATE_POOLING), dtype=np.int64) for _ in range(UPDATE_GRADIENTS)]
+    grads = []
+    for idx in batches:  # the backward's uncoalesced gradient, one row per lookup, as a step's update receives it
+        k.emb_forward(table, idx)
+        grads.append(k.emb_backward(table, idx, dpooled))
+    calls = [0]
+
+    def update() -> None:
+        i = calls[0] % UPDATE_GRADIENTS
+        calls[0] += 1
+        k.emb_update(table, batches[i], grads[i], 1e-6)
+
+    unique = round(rows * (1.0 - np.exp(-lookups / rows)))  # expected distinct rows of uniform draws
+    nbytes = embedding_bytes(UPDATE_BATCH, UPDATE_POOLING, dim, unique)["update"]
+    params: dict[str, float | int | str] = {"kernel": kernel, "rows": rows, "dim": dim, "lookups": lookups}
+    return update, f"update {rows}x{dim} {lookups}", params, 0.0, nbytes
+
+
+def time_pairs(k: Ops, cores: int, policy: TimingPolicy, seconds: float, op: Op | None = None) -> tuple[list[float], list[float]]:
+    """(one-thread seconds, ``cores``-thread seconds) per call of ``op`` (the availability GEMM by default), pair
+    after pair for ``seconds``; each side loops the call until it lasts ``policy.min_sample_s``."""
+    if op is None:
+        op = kernel_op(k, "gemm")[0]
     inner: dict[int, int] = {}
     for c in (1, cores):
         with k.threads(c):
@@ -100,14 +143,23 @@ def time_pairs(k: Ops, cores: int, policy: TimingPolicy, seconds: float) -> tupl
     return one, many
 
 
-def availability_task(k: Ops, cores: int, policy: TimingPolicy, seconds: float = AVAILABILITY_SECONDS) -> BenchTask:
-    """The availability GEMM in pairs of one and ``cores`` threads (:func:`time_pairs`): one row with the pairs'
-    median and best speedup and their ratio, the availability."""
-    n = AVAILABILITY_GEMM_DIM
-    name = f"core availability gemm {n} c{cores}"
+def availability_label(kernel: str) -> str:
+    """The row name's kernel part (the op's shape), without building the op."""
+    if kernel == "gemm":
+        return f"gemm {AVAILABILITY_GEMM_DIM}"
+    return f"update {UPDATE_ROWS}x{UPDATE_DIM} {UPDATE_BATCH * UPDATE_POOLING}"
+
+
+def availability_task(
+    k: Ops, cores: int, policy: TimingPolicy, seconds: float = AVAILABILITY_SECONDS, kernel: str = "gemm"
+) -> BenchTask:
+    """The availability ``kernel`` (:data:`AVAILABILITY_KERNELS`) in pairs of one and ``cores`` threads
+    (:func:`time_pairs`): one row with the pairs' median and best speedup and their ratio, the availability."""
+    name = f"core availability {availability_label(kernel)} c{cores}"
 
     def run() -> list[Measurement]:
-        one, many = time_pairs(k, cores, policy, seconds)
+        op, _, params, flops, nbytes = kernel_op(k, kernel)
+        one, many = time_pairs(k, cores, policy, seconds, op)
         med, best, avail = availability_of([a / b for a, b in zip(one, many, strict=True)])
         t, spread = median_spread(many)
         return [
@@ -115,8 +167,9 @@ def availability_task(k: Ops, cores: int, policy: TimingPolicy, seconds: float =
                 benchmark="availability",
                 name=name,
                 cores=cores,
-                params={"m": n, "speedup_median": med, "speedup_best": best, "availability": avail, "pairs": len(one)},
-                flops=2.0 * n**3,
+                params={**params, "speedup_median": med, "speedup_best": best, "availability": avail, "pairs": len(one)},
+                flops=flops,
+                bytes=nbytes,
                 time_s=t,
                 spread_pct=spread,
                 repeats=len(one),

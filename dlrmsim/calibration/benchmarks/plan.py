@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from dlrmsim.calibration.benchmarks.availability import (
+    AVAILABILITY_KERNELS,
     AVAILABILITY_STAGE,
     TINY_AVAILABILITY_SECONDS,
     availability_task,
@@ -269,8 +270,9 @@ def _first_pass(k: Ops, quick: bool, cores: int, implementation: str, ranks: int
     tasks += [dispatch_task(k, c, policy) for c in counts]
     tasks += [fork_task(k, c, policy) for c in counts]
     tasks += [cold_output_task(k, c, policy) for c in counts]
-    # How much of its cores a multi-threaded kernel typically gets, against the moments the kernels keep.
-    tasks += [availability_task(k, c, policy) for c in counts if c > 1]
+    # How much of its cores a multi-threaded kernel typically gets, against the moments the kernels keep: the GEMM's
+    # arithmetic and the sparse update's overlapped misses each.
+    tasks += [availability_task(k, c, policy, kernel=kernel) for kernel in AVAILABILITY_KERNELS for c in counts if c > 1]
     # The last-level cache capacity a process gets (a shared or virtualised cache keeps less than it reports).
     tasks.append(cache_reuse_task(l2_cache_bytes(), last_level_cache_bytes(), policy))
     # A torch.optim object's Python cost (the reference DLRM's and TorchRec's dense step): both ends of the range.
@@ -321,7 +323,7 @@ def _tiny_plan(k: Ops, cores: int, implementation: str, ranks: int, policy: Timi
     tasks += [fork_task(k, c, policy) for c in counts]
     tasks.append(cold_output_task(k, cores, policy))
     if cores > 1:
-        tasks.append(availability_task(k, cores, policy, TINY_AVAILABILITY_SECONDS))
+        tasks += [availability_task(k, cores, policy, TINY_AVAILABILITY_SECONDS, kernel) for kernel in AVAILABILITY_KERNELS]
     if k.name == "torch":
         tasks.append(optimizer_task(k, cores, policy))
     configs = embedding_configs(True)
