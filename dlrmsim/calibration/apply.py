@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from dlrmsim.calibration.schema import Calibration, EmbeddingFit, memory_bandwidth_GBps, select_embedding_fit
 from dlrmsim.topologies.topology import ComputeSpec, EfficiencyTable, Link, Topology
@@ -81,6 +81,36 @@ def available_update_fit(fit: EmbeddingFit, one: EmbeddingFit, gain: float) -> E
     return fit.model_copy(update={**terms, "bandwidth_GBps": bandwidth, "stream_fraction": fit.stream_fraction * scale})
 
 
+def slowed_fit(fit: EmbeddingFit, availability: float) -> EmbeddingFit:
+    """``fit`` at ``availability`` of its speed: every time term over it, the bandwidth times it."""
+    terms = {name: getattr(fit, name) / availability for name in _EMBEDDING_TIME_TERMS}
+    rates = {"bandwidth_GBps": fit.bandwidth_GBps * availability, "stream_fraction": fit.stream_fraction * availability}
+    return fit.model_copy(update={**terms, **rates})
+
+
+def typical_update_fit(
+    cal: Calibration, fits: Sequence[EmbeddingFit], distribution: str, fit: EmbeddingFit, ranks: int
+) -> EmbeddingFit:
+    """The sparse update's ``fit`` (one of ``fits``, for ``distribution``) at the busy cores' typical availability
+    for the update (``Calibration.core_availability``, kernel "update"), with ``ranks`` rank processes on the host.
+
+    A lone rank on several cores keeps its pairs' share of the gain over its one-core fit
+    (:func:`available_update_fit`). Ranks that share the busy cores run as a team of that many threads does, each
+    rank's update ending with the slowest core's, so each rank's update runs at ``availability`` (median over best
+    speedup) of its fit (:func:`slowed_fit`), as their GEMMs do (:func:`available_gemm_points`). On the 2-vCPU Intel
+    VM one vCPU at a time ran the update 1.75x slower than the other, pinned, where the GEMM ran 1.22x slower.
+    Unchanged on one busy core and where the calibration did not measure the update's availability."""
+    avail = cal.availability_fit(min(cal.host.cores, fit.cores * max(ranks, 1)), "update")
+    if avail is None:
+        return fit
+    if ranks > 1:
+        return slowed_fit(fit, avail.availability)
+    one = select_embedding_fit(fits, "update", distribution, 1)
+    if fit.cores == 1 or one.cores != 1:
+        return fit
+    return available_update_fit(fit, one, avail.retained_gain)
+
+
 def calibrated_compute(
     spec: ComputeSpec,
     cal: Calibration,
@@ -109,7 +139,7 @@ def calibrated_compute(
     host = cal.host
     cores = max(1, min(spec.cores, host.cores))
     inter = interaction_costs(cal, cores, interaction_kernel)
-    emb = embedding_costs(cal, distribution, cores, threads_by_kind, embedding_kernel)
+    emb = embedding_costs(cal, distribution, cores, threads_by_kind, embedding_kernel, sharing_ranks)
     table = cal.gemm.table(cores)
     evicted = table.evicted_call_us is not None
     opt = cal.optimizer_fit(cores) if optimizer_object else None
@@ -205,12 +235,14 @@ def embedding_fits(
     cores: int | None = None,
     threads_by_kind: Mapping[str, int] | None = None,
     embedding_kernel: str = "framework",
+    sharing_ranks: int = 1,
 ) -> dict[str, EmbeddingFit]:
     """The embedding fit per task kind for index ``distribution`` (the uniform fit where the calibration did not
     measure it) at the core count nearest ``cores`` (None: the most cores measured), or for a kind in
     ``threads_by_kind`` nearest its thread count when that is fewer; from the TBE fits (``cal.tbe``) first when
-    ``embedding_kernel`` is "tbe". The update on more than one core keeps what its own availability pairs say a
-    step typically gets of its multi-core gain (:func:`available_update_fit`), where the calibration measured them.
+    ``embedding_kernel`` is "tbe". The update takes what its own availability pairs say a step typically gets of
+    the busy cores, with ``sharing_ranks`` rank processes on the host (:func:`typical_update_fit`), where the
+    calibration measured them.
 
     Skewed indices hit the cache on their hot rows, so each distribution has its own fit; a zipf workload uses
     the fit measured at the benchmark's exponent (benchmarks.embedding.ZIPF_EXPONENT), whatever its own exponent is.
@@ -225,10 +257,8 @@ def embedding_fits(
                 out[kind] = select_embedding_fit(fits, op, dist, at)
             except KeyError:
                 continue
-            avail = cal.availability_fit(out[kind].cores, "update") if op == "update" else None
-            one = select_embedding_fit(fits, op, dist, 1) if avail is not None else None
-            if avail is not None and one is not None and one.cores == 1:
-                out[kind] = available_update_fit(out[kind], one, avail.retained_gain)
+            if op == "update" and fits is cal.embedding:  # the framework's update, the kernel its pairs time
+                out[kind] = typical_update_fit(cal, fits, dist, out[kind], sharing_ranks)
             break
     return out
 
@@ -254,12 +284,13 @@ def embedding_costs(
     cores: int | None = None,
     threads_by_kind: Mapping[str, int] | None = None,
     embedding_kernel: str = "framework",
+    sharing_ranks: int = 1,
 ) -> EmbeddingCosts:
     """Fitted bandwidth fraction, and time per looked-up row, per L2-missing page walk, per reloaded row, per
     op and per run of ops (s), per embedding task kind, at the core count nearest ``cores`` (or a kind's fewer
     threads in ``threads_by_kind``); a kind appears in a time table only where its term is non-zero."""
     out = EmbeddingCosts({}, {}, {}, {}, {}, {})
-    fits = embedding_fits(cal, distribution, cores, threads_by_kind, embedding_kernel)
+    fits = embedding_fits(cal, distribution, cores, threads_by_kind, embedding_kernel, sharing_ranks)
     for kind, fit in fits.items():
         # Relative to the stream bandwidth at the fit's own core count: the simulator scales a task's bandwidth
         # cap by its cores' share of the socket's (costs.task_bandwidth_cap), and a fit measured on 1 core

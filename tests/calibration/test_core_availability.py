@@ -188,6 +188,25 @@ def test_apply_gives_the_update_its_own_availability_and_nothing_else(quick_cal:
     assert embedding_fits(alone, cores=2)["update"] == rows[1]
 
 
+def test_ranks_sharing_the_busy_cores_update_at_their_availability(quick_cal: Calibration) -> None:
+    # Because two one-thread ranks on two cores wait for the slower core at every collective, as a 2-thread team
+    # does, each rank's update runs at the update's availability of the two cores (0.6) of its one-core fit: its
+    # time terms 1/0.6 of their value, its bandwidth 0.6 of it. The forward and backward keep their fits.
+    rows = [_update(1, 40.0, 20.0, 2.0), _update(2, 20.0, 10.0, 4.0)]
+    others = [e for e in quick_cal.embedding if e.op != "update"]
+    base = _tables(quick_cal).model_copy(update={"embedding": others + rows})
+    cal = base.model_copy(update={"core_availability": [UPDATE_AVAILABILITY]})
+    shared = embedding_fits(cal, cores=1, sharing_ranks=2)["update"]
+    assert shared.row_time_ns == pytest.approx(40.0 / 0.6) and shared.fixed_us == pytest.approx(20.0 / 0.6)
+    assert shared.bandwidth_GBps == pytest.approx(2.0 * 0.6) and shared.stream_fraction == pytest.approx(0.2 * 0.6)
+    before, after = (apply_calibration(_host(1, 2), c).compute(0) for c in (base, cal))
+    assert after.row_time_s_by_kind["update"] == pytest.approx(before.row_time_s_by_kind["update"] / 0.6)
+    assert after.row_time_s_by_kind.get("embedding") == before.row_time_s_by_kind.get("embedding")
+    # fbgemm's fused update (TorchRec) is another kernel than the one the pairs time: as fitted.
+    tbe = cal.model_copy(update={"tbe": [r.model_copy() for r in rows]})
+    assert embedding_fits(tbe, cores=1, embedding_kernel="tbe", sharing_ranks=2)["update"] == rows[0]
+
+
 def test_fits_and_agreement_keep_each_kernels_availability_apart(quick_cal: Calibration) -> None:
     # Because the GEMM's and the update's gains come from different places (arithmetic, overlapped misses), each
     # kernel's rows fit on their own; rows from before the kernel field are the GEMM's.
