@@ -439,9 +439,9 @@ class Calibration(StrictModel):
     )
     core_availability: list[CoreAvailabilityFit] = Field(
         default_factory=list,
-        description="the typical share of its cores a multi-threaded kernel gets, per core count "
-        "(benchmarks/availability.py); the kernels' fitted rates at more than one core are scaled by it "
-        "(calibration.apply); empty: not measured (older files, one core), not applied",
+        description="the typical share of its cores a multi-threaded kernel gets, per kernel and core count "
+        "(benchmarks/availability.py); the GEMM tables and the sparse update's fit at more than one busy core take "
+        "it (calibration.apply); empty: not measured (older files, one core), not applied",
     )
     measurements: list[Measurement] = []
     fit_quality: list[FitRow] = []

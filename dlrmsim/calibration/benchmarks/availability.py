@@ -92,11 +92,11 @@ def _looped(op: Op, inner: int) -> float:
     return (time.perf_counter() - t0) / inner
 
 
-def kernel_op(k: Ops, kernel: str) -> tuple[Op, str, dict[str, float | int | str], float, float]:
-    """The op an availability ``kernel`` times, with its row name, parameters, flops and bytes per call."""
+def kernel_op(k: Ops, kernel: str) -> tuple[Op, dict[str, float | int | str], float, float]:
+    """The op an availability ``kernel`` times, with its row's parameters, flops and bytes per call."""
     if kernel == "gemm":
         n = AVAILABILITY_GEMM_DIM
-        return k.make_gemm(n, n, n), f"gemm {n}", {"kernel": kernel, "m": n}, 2.0 * n**3, 0.0
+        return k.make_gemm(n, n, n), {"kernel": kernel, "m": n}, 2.0 * n**3, 0.0
     if kernel != "update":
         raise ValueError(f"unknown availability kernel {kernel!r}: one of {', '.join(AVAILABILITY_KERNELS)}")
     rng = np.random.default_rng(0)
@@ -118,7 +118,7 @@ def kernel_op(k: Ops, kernel: str) -> tuple[Op, str, dict[str, float | int | str
     unique = round(rows * (1.0 - np.exp(-lookups / rows)))  # expected distinct rows of uniform draws
     nbytes = embedding_bytes(UPDATE_BATCH, UPDATE_POOLING, dim, unique)["update"]
     params: dict[str, float | int | str] = {"kernel": kernel, "rows": rows, "dim": dim, "lookups": lookups}
-    return update, f"update {rows}x{dim} {lookups}", params, 0.0, nbytes
+    return update, params, 0.0, nbytes
 
 
 def time_pairs(k: Ops, cores: int, policy: TimingPolicy, seconds: float, op: Op | None = None) -> tuple[list[float], list[float]]:
@@ -158,7 +158,7 @@ def availability_task(
     name = f"core availability {availability_label(kernel)} c{cores}"
 
     def run() -> list[Measurement]:
-        op, _, params, flops, nbytes = kernel_op(k, kernel)
+        op, params, flops, nbytes = kernel_op(k, kernel)
         one, many = time_pairs(k, cores, policy, seconds, op)
         med, best, avail = availability_of([a / b for a, b in zip(one, many, strict=True)])
         t, spread = median_spread(many)
