@@ -46,26 +46,27 @@ def available_gemm_points(cal: Calibration, cores: int, ranks: int = 1) -> list[
     if one.cores != 1 or table.cores == 1:
         return points
     one_eff = EfficiencyTable(tuple((float(f), float(e)) for f, e in one.points))
-    out = []
-    for f, e in points:
-        rate, rate_one = e * table.peak_GFLOPs, one_eff(f) * one.peak_GFLOPs
-        if rate > rate_one:
-            rate = rate_one + (rate - rate_one) * fit.retained_gain
-        out.append((f, rate / table.peak_GFLOPs))
-    return out
+    gain = fit.retained_gain
+    return [(f, kept_gain_rate(e * table.peak_GFLOPs, one_eff(f) * one.peak_GFLOPs, gain) / table.peak_GFLOPs) for f, e in points]
 
 
 # The embedding fit's time terms (EmbeddingFit), each a cost the op's cores share.
 _EMBEDDING_TIME_TERMS = ("row_time_ns", "walk_time_ns", "reload_time_ns", "fixed_us", "run_start_us")
 
 
+def kept_gain_rate(r_many: float, r_one: float, gain: float) -> float:
+    """A rate on several cores that keeps ``gain`` of its gain over the one-core rate ``r_one``; a rate that did not
+    gain stays as fitted."""
+    return r_one + gain * (r_many - r_one) if r_many > r_one else r_many
+
+
 def kept_gain_time(t_many: float, t_one: float, gain: float) -> float:
     """A cost term on several cores that keeps ``gain`` of its speed-up over one core: the rate 1/t moves from the
-    one-core rate toward the several-core one by ``gain``. A term that did not speed up (or has no one-core
-    counterpart) stays as fitted."""
+    one-core rate toward the several-core one by ``gain`` (:func:`kept_gain_rate`). A term that did not speed up (or
+    has no one-core counterpart) stays as fitted."""
     if t_many <= 0.0 or t_one <= t_many:
         return t_many
-    return 1.0 / (1.0 / t_one + gain * (1.0 / t_many - 1.0 / t_one))
+    return 1.0 / kept_gain_rate(1.0 / t_many, 1.0 / t_one, gain)
 
 
 def available_update_fit(fit: EmbeddingFit, one: EmbeddingFit, gain: float) -> EmbeddingFit:
@@ -74,9 +75,7 @@ def available_update_fit(fit: EmbeddingFit, one: EmbeddingFit, gain: float) -> E
     one-core fit ``one``, as :func:`available_gemm_points` does for a GEMM. Its benchmark kept the fastest pass,
     the moments all the cores were there; a step meets the typical moment."""
     terms = {name: kept_gain_time(getattr(fit, name), getattr(one, name), gain) for name in _EMBEDDING_TIME_TERMS}
-    bandwidth = fit.bandwidth_GBps
-    if bandwidth > one.bandwidth_GBps:
-        bandwidth = one.bandwidth_GBps + gain * (bandwidth - one.bandwidth_GBps)
+    bandwidth = kept_gain_rate(fit.bandwidth_GBps, one.bandwidth_GBps, gain)
     scale = bandwidth / fit.bandwidth_GBps
     return fit.model_copy(update={**terms, "bandwidth_GBps": bandwidth, "stream_fraction": fit.stream_fraction * scale})
 

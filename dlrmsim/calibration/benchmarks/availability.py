@@ -115,17 +115,15 @@ def kernel_op(k: Ops, kernel: str) -> tuple[Op, dict[str, float | int | str], fl
         calls[0] += 1
         k.emb_update(table, batches[i], grads[i], 1e-6)
 
-    unique = round(rows * (1.0 - np.exp(-lookups / rows)))  # expected distinct rows of uniform draws
+    unique = round(statistics.mean(np.unique(b).size for b in batches))  # as the embedding benchmarks count them
     nbytes = embedding_bytes(UPDATE_BATCH, UPDATE_POOLING, dim, unique)["update"]
     params: dict[str, float | int | str] = {"kernel": kernel, "rows": rows, "dim": dim, "lookups": lookups}
     return update, params, 0.0, nbytes
 
 
-def time_pairs(k: Ops, cores: int, policy: TimingPolicy, seconds: float, op: Op | None = None) -> tuple[list[float], list[float]]:
-    """(one-thread seconds, ``cores``-thread seconds) per call of ``op`` (the availability GEMM by default), pair
-    after pair for ``seconds``; each side loops the call until it lasts ``policy.min_sample_s``."""
-    if op is None:
-        op = kernel_op(k, "gemm")[0]
+def time_pairs(k: Ops, op: Op, cores: int, policy: TimingPolicy, seconds: float) -> tuple[list[float], list[float]]:
+    """(one-thread seconds, ``cores``-thread seconds) per call of ``op`` (:func:`kernel_op`), pair after pair for
+    ``seconds``; each side loops the call until it lasts ``policy.min_sample_s``."""
     inner: dict[int, int] = {}
     for c in (1, cores):
         with k.threads(c):
@@ -159,7 +157,7 @@ def availability_task(
 
     def run() -> list[Measurement]:
         op, params, flops, nbytes = kernel_op(k, kernel)
-        one, many = time_pairs(k, cores, policy, seconds, op)
+        one, many = time_pairs(k, op, cores, policy, seconds)
         med, best, avail = availability_of([a / b for a, b in zip(one, many, strict=True)])
         t, spread = median_spread(many)
         return [
