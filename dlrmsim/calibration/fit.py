@@ -430,7 +430,10 @@ def predict_gemm_roofline_s(
     if table.evicted_call_us is not None and host is not None:
         kernel, operands, prev = reuse_in_cycle(m, host)
         if kernel is not None:
-            evicted = kernel * table.evicted_call_us * 1e-6 + operands * (table.evicted_traffic_factor or 0.0) * t_b
+            # the three parts fit_evicted_gemm fitted, as costs.evicted_operand_time_s charges them
+            traffic = (table.evicted_traffic_factor or 0.0) * t_b
+            compute = (table.evicted_compute_factor or 0.0) * t_f
+            evicted = kernel * table.evicted_call_us * 1e-6 + operands * (traffic + compute)
             return first_op_dispatch_s(overhead, m.cores, prev, host) + gemm_time_s(t_f, t_b, 1.0) + evicted
     if not in_step_order(m) and not with_evicted_operands(m):
         return gemm_time_s(t_f, t_b, 1.0)
