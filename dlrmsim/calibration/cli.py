@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.progress import Progress
 
 from dlrmsim.calibration.backends import check_backend
 from dlrmsim.errors import DlrmsimError
@@ -533,12 +534,21 @@ def evidence(
         str | None, typer.Option("--since", help="only runs from this ISO date or time on, e.g. 2026-11-26T08")
     ] = None,
     case: Annotated[list[str] | None, typer.Option("--case", help="only these cases (repeatable)")] = None,
+    repredict: Annotated[
+        bool,
+        typer.Option(
+            "--repredict",
+            help="predict every run again with this checkout's model and the calibration the run names, instead of "
+            "pooling the predictions its CSV kept (the model changes between runs)",
+        ),
+    ] = False,
     json_out: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    progress: Annotated[bool, typer.Option(help="show progress on stderr (with --repredict)")] = True,
 ) -> None:
     """Pool kept validation runs: each case's error over the runs (a bias repeats, the host's noise moves), each
     run against the goal (median |error| <= 8 %, max <= 20 %), the goal on the per-case medians, and each phase's
     median of measured minus predicted."""
-    from dlrmsim.calibration.evidence import GOAL_MAX, GOAL_MEDIAN, pool, read_rows, select
+    from dlrmsim.calibration.evidence import GOAL_MAX, GOAL_MEDIAN, pool, read_rows, repredicted, select
     from dlrmsim.calibration.validate import TARGETS
 
     if target is not None and target not in TARGETS:
@@ -548,12 +558,27 @@ def evidence(
         raise DlrmsimError(
             "no validation rows match", field="files", fix="check the paths and the --target/--host/--since/--case filters"
         )
+    left_out: list[str] = []
+    if repredict:
+        with Progress(console=err_console, transient=True, disable=not progress) as bar:
+            task = bar.add_task("predicting the kept runs again", total=len({r.source for r in rows}))
+            rows, left_out = repredicted(rows, lambda name: bar.update(task, advance=1, description=f"predicted {name} again"))
+        if not rows:
+            raise DlrmsimError(
+                f"no kept run could be predicted again ({len(left_out)} left out; {left_out[0]})",
+                field="--repredict",
+                fix="keep each run's calibration beside its CSV (validation/results), or drop --repredict",
+            )
+        for line in left_out:
+            err_console.print(f"[bold yellow]left out:[/] {line}", highlight=False, soft_wrap=True)
     pooled = pool(rows)
     groups = {(h, t): pooled.of(h, t) for h, t in pooled.groups()}
     if json_out:
         print_json(
             {
                 "goal": {"median": GOAL_MEDIAN, "max": GOAL_MAX},
+                "repredicted": repredict,
+                "left_out": left_out,
                 "groups": [
                     {
                         "host": h,

@@ -12,17 +12,22 @@ This module reads those CSVs and summarises, per host and target:
 - each run: its median and largest error, and whether it meets the validation goal;
 - each phase of the single-process cases: the median of measured minus predicted;
 - the goal checked on the per-case medians.
+
+Each CSV keeps the predictions of the model that ran it, and the model changes between runs. :func:`repredicted`
+predicts every kept run again with the current model and the calibration the run names (measurements as kept), so
+the pooled figures are one model's.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlrmsim.calibration.validate import kept_target, parse_phases_cell, read_results_rows
+from dlrmsim.calibration.validate import kept_target, parse_phases_cell, read_results_rows, repredict
 from dlrmsim.errors import DlrmsimError
 
 # The validation goal of a run (issue "Host fidelity against DLRM implementations nobody here wrote"): median
@@ -53,6 +58,8 @@ class Row:
     host_drift: float | None
     measured_phases_s: dict[str, float]
     predicted_phases_s: dict[str, float]
+    source: str = ""  # the CSV's path as read
+    calibration: str = ""  # the calibration the run was predicted with, as its CSV names it
 
     @property
     def group(self) -> tuple[str, str]:
@@ -166,6 +173,8 @@ def read_csv(path: Path, strict: bool = True) -> list[Row]:
                     host_drift=float(r["host_drift"]) if r.get("host_drift") else None,
                     measured_phases_s=parse_phases_cell(r.get("measured_phases_s")),
                     predicted_phases_s=parse_phases_cell(r.get("predicted_phases_s")),
+                    source=str(path),
+                    calibration=r.get("calibration") or "",
                 )
             )
         except ValueError as e:
@@ -197,6 +206,49 @@ def select(rows: Iterable[Row], target: str | None = None, host: str | None = No
         and (since is None or r.date >= since)
         and (not cases or r.case in cases)
     ]
+
+
+def kept_calibration(csv_path: Path, named: str) -> Path | None:
+    """The calibration a kept run names: the path as written (relative to where validate ran, usually the
+    checkout), else a file of that name beside the CSV; None when neither exists."""
+    if not named:
+        return None
+    for candidate in (Path(named), csv_path.parent / Path(named).name):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def repredicted(rows: Sequence[Row], advance: Callable[[str], None] | None = None) -> tuple[list[Row], list[str]]:
+    """``rows`` with each run's predictions made again by the current model, against the calibration its CSV names
+    (:func:`dlrmsim.calibration.validate.repredict`; the measurements stay as kept), and one line per run left out
+    (its calibration is not there, or its rows cannot be predicted again, e.g. a multi-rank TorchRec run from before
+    the CSVs kept TorchRec's plan). ``advance`` is called with each CSV's name as it is done (progress)."""
+    by_source: dict[str, list[Row]] = defaultdict(list)
+    for r in rows:
+        by_source[r.source].append(r)
+    out: list[Row] = []
+    left_out: list[str] = []
+    for source, mine in by_source.items():
+        csv_path = Path(source)
+        cal = kept_calibration(csv_path, mine[0].calibration)
+        if cal is None:
+            left_out.append(f"{source}: its calibration '{mine[0].calibration}' is not here (nor beside the CSV)")
+        else:
+            try:
+                report = repredict(csv_path, cal, warn_other_host=False)
+            except DlrmsimError as e:
+                left_out.append(e.message if e.message.startswith(source) else f"{source}: {e.message}")
+            else:
+                new = {c.name: c for c in report.cases}
+                for r in mine:
+                    c = new[r.case]
+                    out.append(
+                        dataclasses.replace(r, predicted_s=c.predicted_s, error=c.error, predicted_phases_s=c.predicted_phases_s)
+                    )
+        if advance is not None:
+            advance(csv_path.name)
+    return out, left_out
 
 
 def pool(rows: Sequence[Row]) -> Pooled:

@@ -501,11 +501,13 @@ def select_interaction_fit(fits: Sequence[InteractionFit], direction: str, cores
     return nearest_cores(rows, cores) if rows else None
 
 
-def load_calibration(path: str | Path) -> Calibration:
-    """Read and validate a calibration YAML; one-line DlrmsimError on a bad file, a warning if from another host."""
+def load_calibration(path: str | Path, warn_other_host: bool = True) -> Calibration:
+    """Read and validate a calibration YAML; one-line DlrmsimError on a bad file, a warning if from another host
+    (unless ``warn_other_host`` is off: kept evidence of other hosts, predicted again on purpose)."""
     path = Path(path)
     cal = validate(Calibration, read_yaml(path), path)
-    warn_if_other_host(cal.host, source=str(path))
+    if warn_other_host:
+        warn_if_other_host(cal.host, source=str(path))
     return cal
 
 
