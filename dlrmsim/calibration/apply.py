@@ -176,13 +176,14 @@ def calibrated_compute(
         bandwidth_fraction_by_kind={**emb.bandwidth_fraction_by_kind, **inter.bandwidth_fraction_by_kind},
         row_time_s_by_kind={**emb.row_time_s_by_kind, **inter.row_time_s_by_kind, **opt_rows, **shard_rows},
         flop_rate_by_kind=inter.flop_rate_by_kind,
-        # Without that, a training step's GEMM pays its cold-call time (measured in step order) as a fixed time of its kind.
+        # Without that, a training step's GEMM pays its cold-call time (measured in step order) as a fixed time of its
+        # kind; with it, the sequence call fitted beside the eviction terms: a step's GEMM always follows other ops.
         fixed_time_s_by_kind={
             **emb.fixed_time_s_by_kind,
             **inter.fixed_time_s_by_kind,
             **opt_fixed,
             **shard_fixed,
-            "gemm": 0.0 if evicted else table.cold_call_us * 1e-6,
+            "gemm": (table.sequence_call_us or 0.0) * 1e-6 if evicted else table.cold_call_us * 1e-6,
         },
         walk_time_s_by_kind=emb.walk_time_s_by_kind,
         page_bytes=float(host.page_bytes),

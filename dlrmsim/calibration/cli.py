@@ -143,8 +143,9 @@ def calibrate(
             *[
                 (
                     f"GEMM with evicted operands at {t.cores} cores: us/call, x traffic time, x arithmetic time "
-                    "(charged by evicted share)",
-                    f"{t.evicted_call_us:g} / {t.evicted_traffic_factor or 0.0:g} / {t.evicted_compute_factor or 0.0:g}",
+                    "(charged by evicted share); us/call among other ops (every step's GEMM)",
+                    f"{t.evicted_call_us:g} / {t.evicted_traffic_factor or 0.0:g} / {t.evicted_compute_factor or 0.0:g}; "
+                    f"{t.sequence_call_us or 0.0:g}",
                 )
                 for t in cal.gemm.tables
                 if t.evicted_call_us is not None

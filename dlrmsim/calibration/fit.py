@@ -287,12 +287,13 @@ def fit_gemm(
             table = table.model_copy(update={"cold_call_us": _sig(call_s * 1e6, 4), "memory_overlap": _sig(overlap, 3)})
         evicted = [m for m in usable if with_evicted_operands(m) and m.cores == table.cores]
         if evicted:
-            call_s, factor, compute = fit_evicted_gemm(evicted, step, fit, memory, overhead, host)
+            call_s, factor, compute, sequence_s = fit_evicted_gemm(evicted, step, fit, memory, overhead, host)
             table = table.model_copy(
                 update={
                     "evicted_call_us": _sig(call_s * 1e6, 4),
                     "evicted_traffic_factor": _sig(factor, 3),
                     "evicted_compute_factor": _sig(compute, 3),
+                    "sequence_call_us": _sig(sequence_s * 1e6, 4),
                 }
             )
         cold.append(table)
@@ -325,11 +326,17 @@ def fit_evicted_gemm(
     memory: MemoryFit,
     overhead: OverheadFit | None,
     host: HostInfo,
-) -> tuple[float, float, float]:
-    """(fixed time per call in s, traffic factor, compute factor) of what eviction adds to a GEMM beyond its warm
-    roofline and its first op's dispatch, in the form the simulator charges it (costs.evicted_operand_time_s):
-    kernel share x call + inputs' share x (factor x traffic time (compulsory bytes at the stream bandwidth of the
-    GEMM's cores) + compute factor x arithmetic time at the warm efficiency). The third term is there because on a
+) -> tuple[float, float, float, float]:
+    """(fixed time per call in s, traffic factor, compute factor, sequence call in s) of what a GEMM among other ops
+    costs beyond its warm roofline and its first op's dispatch, in the form the simulator charges it
+    (costs.evicted_operand_time_s, and the sequence call as the gemm kind's fixed time): kernel share x call +
+    inputs' share x (factor x traffic time (compulsory bytes at the stream bandwidth of the GEMM's cores) + compute
+    factor x arithmetic time at the warm efficiency) + sequence call. The last term is paid whatever the traffic:
+    a GEMM right after other ops, even a few small ones, ran slower than the same GEMM called back to back in a warm
+    loop, on the 2-vCPU Intel VM (2026-11-27, 1 thread, 512 x 512 by 512 x 32: 190 us back to back, 231 us after a
+    GEMM of another shape, 218 us after a 1 MiB ReLU). The three eviction terms alone left the step-order rows a
+    median 11 % short in 14 calibrations of that VM (their kernel and inputs' shares there are near 0); with it,
+    5 %. The third term is there because on a
     16-core host the excess grew with a GEMM's flops, not its bytes (+20, +93 and +346 us for 67, 268 and 537 MFLOP
     reading 1.5, 5.3 and 5 MB at 16 cores), which the first two could not fit (docs/calibration.md). GEMMs
     timed right after a flush of their own have both shares 1; GEMMs timed in a step-order cycle flushed once
@@ -345,9 +352,16 @@ def fit_evicted_gemm(
     kernel = np.array([k for _, k, _, _ in rows])
     operands = np.array([o for _, _, o, _ in rows])
     excess = t - np.maximum(t_f, t_b) - first
-    x = np.column_stack([kernel, operands * t_b, operands * t_f])
-    call_s, factor, compute = nonnegative_least_squares(x / t[:, None], excess / t)
-    return float(call_s), float(factor), float(compute)
+    columns = [kernel, operands * t_b, operands * t_f]
+    # The sequence call is told from the kernel's call only by rows whose kernel share is below 1 (step order);
+    # GEMMs timed after a flush of their own all pay both.
+    separable = bool(np.any(kernel < 1.0))
+    if separable:
+        columns.append(np.ones(len(rows)))
+    x = np.column_stack(columns)
+    coef = nonnegative_least_squares(x / t[:, None], excess / t)
+    sequence_s = float(coef[3]) if separable else 0.0
+    return float(coef[0]), float(coef[1]), float(coef[2]), sequence_s
 
 
 def reuse_in_cycle(m: Measurement, host: HostInfo) -> tuple[float | None, float, float]:
@@ -430,10 +444,12 @@ def predict_gemm_roofline_s(
     if table.evicted_call_us is not None and host is not None:
         kernel, operands, prev = reuse_in_cycle(m, host)
         if kernel is not None:
-            # the three parts fit_evicted_gemm fitted, as costs.evicted_operand_time_s charges them
+            # the parts fit_evicted_gemm fitted, as costs.evicted_operand_time_s and the gemm kind's fixed time
+            # (calibration.apply) charge them
             traffic = (table.evicted_traffic_factor or 0.0) * t_b
             compute = (table.evicted_compute_factor or 0.0) * t_f
-            evicted = kernel * table.evicted_call_us * 1e-6 + operands * (traffic + compute)
+            sequence = (table.sequence_call_us or 0.0) * 1e-6
+            evicted = kernel * table.evicted_call_us * 1e-6 + operands * (traffic + compute) + sequence
             return first_op_dispatch_s(overhead, m.cores, prev, host) + gemm_time_s(t_f, t_b, 1.0) + evicted
     if not in_step_order(m) and not with_evicted_operands(m):
         return gemm_time_s(t_f, t_b, 1.0)

@@ -69,6 +69,13 @@ class GemmTable(StrictModel):
         "efficiency (the kernel's tiles streamed from beyond its cores' L2 for the whole call, not only fetched "
         "once); None when not measured (calibrations before it: 0)",
     )
+    sequence_call_us: Annotated[float, Field(ge=0)] | None = Field(
+        default=None,
+        description="GEMMs timed among other ops (in training-step order, or after a flush): fixed time per call "
+        "beyond the warm loop's, whatever the traffic since its last call (us); a training step's GEMM never follows "
+        "itself. Fitted with the eviction terms (fit.fit_evicted_gemm); None when not measured (calibrations before "
+        "2026-11-27 13:00: 0)",
+    )
 
     @model_validator(mode="after")
     def _increasing(self) -> GemmTable:
