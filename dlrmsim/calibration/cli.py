@@ -543,6 +543,14 @@ def evidence(
             "pooling the predictions its CSV kept (the model changes between runs)",
         ),
     ] = False,
+    refit: Annotated[
+        bool,
+        typer.Option(
+            "--refit",
+            help="with --repredict: fit each run's calibration again from its kept measurements with this checkout's "
+            "fit first (a calibration file holds the fit of the code that wrote it)",
+        ),
+    ] = False,
     json_out: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     progress: Annotated[bool, typer.Option(help="show progress on stderr (with --repredict)")] = True,
 ) -> None:
@@ -560,10 +568,14 @@ def evidence(
             "no validation rows match", field="files", fix="check the paths and the --target/--host/--since/--case filters"
         )
     left_out: list[str] = []
+    if refit and not repredict:
+        raise DlrmsimError("--refit refits the calibrations to predict again", field="--refit", fix="add --repredict")
     if repredict:
         with Progress(console=err_console, transient=True, disable=not progress) as bar:
             task = bar.add_task("predicting the kept runs again", total=len({r.source for r in rows}))
-            rows, left_out = repredicted(rows, lambda name: bar.update(task, advance=1, description=f"predicted {name} again"))
+            rows, left_out = repredicted(
+                rows, lambda name: bar.update(task, advance=1, description=f"predicted {name} again"), refit=refit
+            )
         if not rows:
             raise DlrmsimError(
                 f"no kept run could be predicted again ({len(left_out)} left out; {left_out[0]})",
@@ -579,6 +591,7 @@ def evidence(
             {
                 "goal": {"median": GOAL_MEDIAN, "max": GOAL_MAX},
                 "repredicted": repredict,
+                "refit": refit,
                 "left_out": left_out,
                 "groups": [
                     {

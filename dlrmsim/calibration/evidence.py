@@ -27,6 +27,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dlrmsim.calibration.calibrate import fit_calibration
+from dlrmsim.calibration.schema import Calibration, load_calibration
 from dlrmsim.calibration.validate import kept_target, parse_phases_cell, read_results_rows, repredict
 from dlrmsim.errors import DlrmsimError
 
@@ -219,11 +221,16 @@ def kept_calibration(csv_path: Path, named: str) -> Path | None:
     return None
 
 
-def repredicted(rows: Sequence[Row], advance: Callable[[str], None] | None = None) -> tuple[list[Row], list[str]]:
+def repredicted(
+    rows: Sequence[Row], advance: Callable[[str], None] | None = None, refit: bool = False
+) -> tuple[list[Row], list[str]]:
     """``rows`` with each run's predictions made again by the current model, against the calibration its CSV names
     (:func:`dlrmsim.calibration.validate.repredict`; the measurements stay as kept), and one line per run left out
     (its calibration is not there, or its rows cannot be predicted again, e.g. a multi-rank TorchRec run from before
-    the CSVs kept TorchRec's plan). ``advance`` is called with each CSV's name as it is done (progress)."""
+    the CSVs kept TorchRec's plan). ``refit``: fit each calibration's kept measurements again with the current fit
+    first (a calibration file holds the fit of the code that wrote it, which a later fit may extend; once per
+    file). ``advance`` is called with each CSV's name as it is done (progress)."""
+    refits: dict[Path, Calibration] = {}
     by_source: dict[str, list[Row]] = defaultdict(list)
     for r in rows:
         by_source[r.source].append(r)
@@ -236,7 +243,13 @@ def repredicted(rows: Sequence[Row], advance: Callable[[str], None] | None = Non
             left_out.append(f"{source}: its calibration '{mine[0].calibration}' is not here (nor beside the CSV)")
         else:
             try:
-                report = repredict(csv_path, cal, warn_other_host=False)
+                if refit and cal not in refits:
+                    kept = load_calibration(cal, warn_other_host=False)
+                    try:
+                        refits[cal] = fit_calibration(kept.host, list(kept.measurements))
+                    except ValueError as e:  # a fit the kept measurements cannot make (an older plan's rows)
+                        raise DlrmsimError(f"{cal} cannot be refitted: {e}") from None
+                report = repredict(csv_path, cal, warn_other_host=False, calibration=refits.get(cal))
             except DlrmsimError as e:
                 left_out.append(e.message if e.message.startswith(source) else f"{source}: {e.message}")
             else:

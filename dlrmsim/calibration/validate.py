@@ -708,15 +708,19 @@ def read_results_rows(path: Path, required: Sequence[str], field: str, strict: b
     )
 
 
-def repredict(results_csv: Path, calibration_path: Path, warn_other_host: bool = True) -> ValidationReport:
+def repredict(
+    results_csv: Path, calibration_path: Path, warn_other_host: bool = True, calibration: Calibration | None = None
+) -> ValidationReport:
     """The cases of a kept results CSV (:func:`write_results_csv`) predicted again with ``calibration_path``, their
     measured medians and samples as kept: a model or fit change is checked against evidence from any host (a
     16-core one's, here on a laptop) without running anything. Each row's case is rebuilt from its name (``base``
     or ``base@t8``) with the row's ranks, threads and batch; the implementation is the row's target, the placement
     the row's (TorchRec's own plan, kept since 2026-11-26). A multi-rank TorchRec row of an older file, which does
     not keep its plan, is refused, not guessed. ``warn_other_host``: warn when the calibration is another host's
-    (off where kept runs of several hosts are predicted again on purpose, dlrmsim evidence --repredict)."""
-    cal = load_calibration(calibration_path, warn_other_host)
+    (off where kept runs of several hosts are predicted again on purpose, dlrmsim evidence --repredict).
+    ``calibration``: the calibration to predict with, already loaded (a refit of the file's measurements), in place
+    of the file's."""
+    cal = calibration if calibration is not None else load_calibration(calibration_path, warn_other_host)
     rows = read_results_rows(results_csv, ("case", "ranks", "threads", "batch", "target", "measured_median_s"), "--repredict")
     results = []
     target = rows[0]["target"]

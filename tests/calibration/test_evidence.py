@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from dlrmsim.calibration.calibrate import fit_calibration
 from dlrmsim.calibration.evidence import pool, read_rows, repredicted, select
+from dlrmsim.calibration.schema import load_calibration
 from dlrmsim.calibration.validate import RESULT_COLUMNS, phases_cell, repredict
 from dlrmsim.errors import DlrmsimError
 from tests.conftest import assert_one_line_error
@@ -172,3 +174,28 @@ def test_repredict_leaves_out_a_run_whose_calibration_is_gone(cli, tmp_path: Pat
     assert rows == [] and len(left_out) == 1 and "a.csv" in left_out[0]
     res = cli("evidence", str(tmp_path), "--repredict", "--no-progress")
     assert_one_line_error(res, "no kept run could be predicted again", "--repredict", "a.csv")
+
+
+def test_refit_predicts_with_this_checkouts_fit_of_the_kept_measurements() -> None:
+    repo = Path(__file__).resolve().parents[2]
+    kept = read_rows([repo / KEPT_CSV])
+    cal_path = repo / kept[0].calibration
+    as_kept, _ = repredicted(kept)
+    refitted, left_out = repredicted(kept, refit=True)
+    assert not left_out
+    cal = load_calibration(cal_path)
+    again = {
+        c.name: c
+        for c in repredict(repo / KEPT_CSV, cal_path, calibration=fit_calibration(cal.host, list(cal.measurements))).cases
+    }
+    # because --refit predicts with the current fit of the calibration's own measurements, not the fit its file holds
+    for r in refitted:
+        assert r.predicted_s == pytest.approx(again[r.case].predicted_s, rel=1e-12)
+    # because the file predates the GEMM's sequence call, which this checkout's fit adds: the predictions move
+    assert all(t.sequence_call_us is None for t in cal.gemm.tables)
+    assert max(abs(b.predicted_s / a.predicted_s - 1.0) for a, b in zip(as_kept, refitted, strict=True)) > 0.01
+
+
+def test_refit_needs_repredict(cli, tmp_path: Path) -> None:  # noqa: ANN001
+    _run(tmp_path, "a.csv", "2026-11-26T08:00:00", [{"case": "base", "error": 0.1}])
+    assert_one_line_error(cli("evidence", str(tmp_path), "--refit"), "--refit", "--repredict")
