@@ -562,14 +562,14 @@ def evidence(
 
     if target is not None and target not in TARGETS:
         raise DlrmsimError(f"unknown target '{target}'", field="--target", fix="use project, torchrec or reference")
+    if refit and not repredict:
+        raise DlrmsimError("--refit refits the calibrations to predict again", field="--refit", fix="add --repredict")
     rows = select(read_rows(files), target, host, since, case or ())
     if not rows:
         raise DlrmsimError(
             "no validation rows match", field="files", fix="check the paths and the --target/--host/--since/--case filters"
         )
     left_out: list[str] = []
-    if refit and not repredict:
-        raise DlrmsimError("--refit refits the calibrations to predict again", field="--refit", fix="add --repredict")
     if repredict:
         with Progress(console=err_console, transient=True, disable=not progress) as bar:
             task = bar.add_task("predicting the kept runs again", total=len({r.source for r in rows}))
