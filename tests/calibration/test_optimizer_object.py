@@ -67,3 +67,34 @@ def test_apply_charges_the_fit_only_to_an_implementation_with_an_optimizer_objec
     assert torchrec.fixed_time_s_by_kind["optimizer"] == pytest.approx(201e-6)
     assert torchrec.row_time_s_by_kind["optimizer"] == pytest.approx(2e-6)
     assert "optimizer" not in runner.fixed_time_s_by_kind and "optimizer" not in runner.row_time_s_by_kind
+
+
+def test_each_timed_optimizer_call_follows_the_flush_and_the_rewarm(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Because a step's optimizer follows its backward, which leaves the framework's shared state warm, the benchmark
+    # must time each call after the flush *and* a layer's backward (Ops.then_rewarm): every optimizer step the task
+    # times comes right after one flush and one rewarm, in that order, and the rewarm really runs autograd.
+    torch = pytest.importorskip("torch")
+    from dlrmsim.calibration.benchmarks.optimizer import optimizer_task
+    from dlrmsim.calibration.benchmarks.timing import TimingPolicy
+    from dlrmsim.calibration.ops import get_ops
+
+    k = get_ops("torch")
+    events: list[str] = []
+    k.limit_flush(1 << 20)
+    monkeypatch.setattr(k, "flush", lambda: events.append("flush"))
+    real_rewarm = type(k).make_rewarm(k)
+
+    def rewarm() -> None:
+        real_rewarm()
+        events.append("rewarm")
+
+    monkeypatch.setattr(k, "make_rewarm", lambda: rewarm)
+    step = torch.optim.SGD.step
+    monkeypatch.setattr(torch.optim.SGD, "step", lambda self, *a, **kw: (events.append("step"), step(self, *a, **kw))[1])
+    try:
+        rows = optimizer_task(k, 1, TimingPolicy(warmup=0, repeats=1, min_sample_s=0.0)).run()
+    finally:
+        k.limit_flush(None)
+    assert len(rows) == 4 and events.count("step") > 0
+    steps = [i for i, e in enumerate(events) if e == "step"]
+    assert all(events[i - 2 : i] == ["flush", "rewarm"] for i in steps)

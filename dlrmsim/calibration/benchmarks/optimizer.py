@@ -7,7 +7,10 @@ dtype, the per-tensor checks) costs far more than the update's one op per tensor
 (2026-11-26), TorchRec's base model's 10 dense tensors took 290-310 us a step, where the per-op dispatch the
 simulator charges for the update comes to about 20 us. This benchmark times ``step()`` plus ``zero_grad()`` over
 ``P`` tiny tensors (their arithmetic negligible) for several ``P``, each call cold as a step meets it, so the fit
-separates a cost per call from one per tensor.
+separates a cost per call from one per tensor. "Cold as a step meets it" is after the flush and a small layer's
+backward (``Ops.then_rewarm``, since 2026-11-27): the backward that precedes a step's optimizer leaves the framework's
+shared state warm, and after the flush alone the call cost more again (10 tensors on the 2-vCPU Intel VM: 0.59 ms
+after the flush, 0.41 after the flush and a layer's backward, 0.29 warm, 0.20-0.29 in TorchRec's steps).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ def time_optimizer(tensors: int, flush: Op, policy: TimingPolicy) -> tuple[float
     backward pushed the optimizer's code and objects out of the caches: cold, it costs 4-6x what a loop of it does
     (on the 2-vCPU VM, 10 tensors: 240-330 us after a flush or a real backward, 50-60 us called again at once), so
     a warm loop would time the wrong thing. Every parameter gets its gradient before the flush, as backward leaves
-    them."""
+    them. ``flush``: what runs before each call (the task passes the flush and the rewarm)."""
     import torch
 
     params = [torch.zeros(OPTIMIZER_ELEMENTS, requires_grad=True) for _ in range(tensors)]
@@ -57,10 +60,12 @@ def optimizer_task(k: Ops, cores: int, policy: TimingPolicy) -> BenchTask:
     name = f"optimizer c{cores}"
 
     def run() -> list[Measurement]:
+        # the flush, then the framework work a step's backward has just run (Ops.then_rewarm)
+        after = k.then_rewarm(k.flush)
         with k.threads(cores):
             rows = []
             for n in OPTIMIZER_TENSORS:
-                t, spread, repeats = time_optimizer(n, k.flush, policy)
+                t, spread, repeats = time_optimizer(n, after, policy)
                 rows.append(
                     Measurement(
                         benchmark="optimizer",

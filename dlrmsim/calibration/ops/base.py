@@ -136,6 +136,23 @@ class Ops(ABC):
         out = np.empty_like(a)
         return lambda: np.multiply(a, a, out=out)
 
+    def make_rewarm(self) -> Op:
+        """The framework work every training step runs before any of its calls (a layer's forward and backward):
+        after a flush, it brings back the state all the framework's ops share (dispatch, autograd, allocator) and
+        leaves the timed call's own code and data evicted, as the rest of a step leaves them. NumPy has no such
+        shared state worth the name: nothing."""
+        return lambda: None
+
+    def then_rewarm(self, before: Op) -> Op:
+        """``before`` (a flush, or traffic), then :meth:`make_rewarm`'s work: the context a step's call meets."""
+        rewarm = self.make_rewarm()
+
+        def op() -> None:
+            before()
+            rewarm()
+
+        return op
+
     def make_flush(self, nbytes: int) -> Op:
         """Read and write a private ``nbytes`` buffer (see ``flush``)."""
         buf = np.ones(max(1, nbytes // 4), dtype=np.float32)
