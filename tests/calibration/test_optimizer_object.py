@@ -72,7 +72,7 @@ def test_apply_charges_the_fit_only_to_an_implementation_with_an_optimizer_objec
 def test_each_timed_optimizer_call_follows_the_flush_and_the_rewarm(monkeypatch: pytest.MonkeyPatch) -> None:
     # Because a step's optimizer follows its backward, which leaves the framework's shared state warm, the benchmark
     # must time each call after the flush *and* a layer's backward (Ops.then_rewarm): every optimizer step the task
-    # times comes right after one flush and one rewarm, in that order, and the rewarm really runs autograd.
+    # times comes right after one flush and one rewarm, in that order.
     torch = pytest.importorskip("torch")
     from dlrmsim.calibration.benchmarks.optimizer import optimizer_task
     from dlrmsim.calibration.benchmarks.timing import TimingPolicy

@@ -9,8 +9,9 @@ simulator charges for the update comes to about 20 us. This benchmark times ``st
 ``P`` tiny tensors (their arithmetic negligible) for several ``P``, each call cold as a step meets it, so the fit
 separates a cost per call from one per tensor. "Cold as a step meets it" is after the flush and a small layer's
 backward (``Ops.then_rewarm``, since 2026-11-27): the backward that precedes a step's optimizer leaves the framework's
-shared state warm, and after the flush alone the call cost more again (10 tensors on the 2-vCPU Intel VM: 0.59 ms
-after the flush, 0.41 after the flush and a layer's backward, 0.29 warm, 0.20-0.29 in TorchRec's steps).
+shared state warm, and after the flush alone the call cost more again (10 tensors on the 2-vCPU Intel VM,
+benchmarks/bench_rewarm.py: 0.55 ms after the flush, 0.40 after the flush and a layer's backward, 0.08 after itself;
+0.20-0.29 in TorchRec's steps).
 """
 
 from __future__ import annotations

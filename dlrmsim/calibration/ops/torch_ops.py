@@ -73,10 +73,10 @@ class TorchOps(Ops):
         return lambda: buf.add_(1.0)
 
     def make_rewarm(self) -> Op:
-        # One small layer's forward, ReLU and autograd backward (REWARM_* below): on the 2-vCPU Intel VM
-        # (2026-11-27, 1 thread) it took back about half of what a flush added to TorchRec's interaction
-        # (forward 1.17 -> 0.96 ms, warm 0.73) and to torch.optim.SGD's step over 10 tensors (0.59 -> 0.41 ms, warm
-        # 0.29); five tiny element-wise ops instead took back a tenth.
+        # One small layer's forward, ReLU and autograd backward (REWARM_* above). On the 2-vCPU Intel VM (2026-11-27,
+        # 1 thread, benchmarks/bench_rewarm.py) it took back a third to a half of what the flush added: TorchRec's
+        # interaction forward 1.23 -> 0.95 ms (0.54 warm), torch.optim.SGD's step over 10 tensors 0.55 -> 0.40 ms;
+        # five tiny element-wise ops took back less of the interaction's (1.06 ms).
         g = torch.Generator().manual_seed(0)
         layer = torch.nn.Linear(REWARM_WIDTH, REWARM_WIDTH)
         x = torch.rand(REWARM_BATCH, REWARM_WIDTH, generator=g)
