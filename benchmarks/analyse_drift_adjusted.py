@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from dlrmsim.calibration import validate as v
-from dlrmsim.calibration.calibrate import fit_calibration
+from dlrmsim.calibration.calibrate import fit_calibration, refitted
 from dlrmsim.calibration.schema import Calibration, load_calibration
 
 
@@ -55,7 +55,7 @@ def rescaled(cal: Calibration, ratios: tuple[tuple[tuple[str, int], float], ...]
 def main() -> None:
     cal = load_calibration(Path(sys.argv[1]))
     families = set(sys.argv[2].split(","))
-    plain = fit_calibration(cal.host, list(cal.measurements))
+    plain = refitted(cal)
     fits: dict[tuple[tuple[tuple[str, int], float], ...], Calibration] = {}
     errors: list[tuple[float, float]] = []
     for results in map(Path, sys.argv[3:]):

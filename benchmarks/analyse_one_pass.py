@@ -18,7 +18,7 @@ import random
 from pathlib import Path
 
 from dlrmsim.calibration.agreement import compare
-from dlrmsim.calibration.calibrate import fit_calibration
+from dlrmsim.calibration.calibrate import fit_calibration, refitted
 from dlrmsim.calibration.schema import Calibration, Measurement, load_calibration
 from dlrmsim.calibration.validate import load_cases
 
@@ -44,7 +44,7 @@ def main() -> None:
     cases = load_cases()
     for path in args.calibrations:
         cal = load_calibration(path)
-        both = fit_calibration(cal.host, list(cal.measurements))
+        both = refitted(cal)
         for which in ("random", "slow"):
             ag = compare(both, fit_calibration(cal.host, one_pass(cal, which, args.seed)), cases)
             (pm, px), (qm, qx) = ag.parameter_median_max, ag.prediction_median_max

@@ -21,22 +21,18 @@ import time
 
 import numpy as np
 
+from dlrmsim.calibration.benchmarks.interaction import InteractionConfig, torchrec_interaction_inputs
+
 BATCH, TABLES, DIM = 1024, 4, 32
 
 
 def measure(iterations: int, threads: int) -> dict[str, float]:
     """Median ms of: the interaction's backward() alone; its nodes inside a graph's backward; that whole backward."""
     import torch
-    from torchrec.models.dlrm import InteractionArch
 
     torch.set_num_threads(threads)
-    arch = InteractionArch(num_sparse_features=TABLES)
-    rng = np.random.default_rng(0)
-    dense = torch.from_numpy(rng.standard_normal((BATCH, DIM), dtype=np.float32)).requires_grad_()
-    sparse = torch.from_numpy(rng.standard_normal((BATCH, TABLES, DIM), dtype=np.float32)).requires_grad_()
-    width = DIM + TABLES + TABLES * (TABLES - 1) // 2
-    grad = torch.from_numpy(rng.standard_normal((BATCH, width), dtype=np.float32))
-    head = torch.nn.Linear(width, 1)
+    arch, dense, sparse, grad = torchrec_interaction_inputs(InteractionConfig(BATCH, TABLES, DIM), np.random.default_rng(0))
+    head = torch.nn.Linear(grad.shape[1], 1)
     clock = time.perf_counter
     alone: list[float] = []
     inside: list[float] = []

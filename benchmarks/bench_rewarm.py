@@ -30,7 +30,11 @@ from pathlib import Path
 
 import numpy as np
 
-from dlrmsim.calibration.benchmarks.interaction import torchrec_interaction_available
+from dlrmsim.calibration.benchmarks.interaction import (
+    InteractionConfig,
+    torchrec_interaction_available,
+    torchrec_interaction_inputs,
+)
 from dlrmsim.calibration.dlrm_runner import dot_interaction_bwd, dot_interaction_fwd
 from dlrmsim.calibration.ops import get_ops
 
@@ -45,7 +49,7 @@ def measure(threads: int, rounds: int) -> dict[str, dict[str, float]]:
 
     ops = get_ops("torch")
     rng = np.random.default_rng(0)
-    calls: dict[str, tuple[Callable[[], None], Callable[[], None]]] = {}  # name -> (prepare, timed call)
+    calls: dict[str, tuple[Callable[[], object], Callable[[], object]]] = {}  # name -> (prepare, timed call)
 
     # the runner's interaction, forward then backward on the same inputs
     bot = ops.tensor(rng.standard_normal((BATCH, DIM), dtype=np.float32))
@@ -53,16 +57,11 @@ def measure(threads: int, rounds: int) -> dict[str, dict[str, float]]:
     li, lj = (ops.tensor(a.astype(np.int64)) for a in np.tril_indices(TABLES + 1, k=-1))
     d_out = ops.tensor(rng.standard_normal((BATCH, DIM + TABLES * (TABLES + 1) // 2), dtype=np.float32))
     feats, _ = dot_interaction_fwd(ops, bot, emb, li, lj)
-    calls["runner_fwd"] = (lambda: None, lambda: dot_interaction_fwd(ops, bot, emb, li, lj) and None)
-    calls["runner_bwd"] = (lambda: None, lambda: dot_interaction_bwd(ops, d_out, feats, li, lj) and None)
+    calls["runner_fwd"] = (lambda: None, lambda: dot_interaction_fwd(ops, bot, emb, li, lj))
+    calls["runner_bwd"] = (lambda: None, lambda: dot_interaction_bwd(ops, d_out, feats, li, lj))
 
     if torchrec_interaction_available():
-        from torchrec.models.dlrm import InteractionArch
-
-        arch = InteractionArch(num_sparse_features=TABLES)
-        dense = torch.from_numpy(rng.standard_normal((BATCH, DIM), dtype=np.float32)).requires_grad_()
-        sparse = torch.from_numpy(rng.standard_normal((BATCH, TABLES, DIM), dtype=np.float32)).requires_grad_()
-        grad = torch.from_numpy(rng.standard_normal((BATCH, DIM + TABLES + TABLES * (TABLES - 1) // 2), dtype=np.float32))
+        arch, dense, sparse, grad = torchrec_interaction_inputs(InteractionConfig(BATCH, TABLES, DIM), rng)
         held: dict[str, torch.Tensor] = {}
 
         def trec_fwd() -> None:

@@ -18,7 +18,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from dlrmsim.calibration.calibrate import fit_calibration
+from dlrmsim.calibration.calibrate import fit_calibration, refitted
 from dlrmsim.calibration.schema import Calibration, load_calibration
 from dlrmsim.calibration.validate import ValidationReport, repredict
 
@@ -30,7 +30,7 @@ def swapped(new: Calibration, old: Calibration, benchmarks: set[str]) -> tuple[C
     """(``new`` refitted as measured, ``new`` refitted with ``benchmarks``' rows taken from ``old``)."""
     keep = [m for m in new.measurements if m.benchmark not in benchmarks]
     other = [m for m in old.measurements if m.benchmark in benchmarks]
-    return fit_calibration(new.host, list(new.measurements)), fit_calibration(new.host, keep + other)
+    return refitted(new), fit_calibration(new.host, keep + other)
 
 
 def phase_errors(report: ValidationReport, phase: str) -> list[float]:

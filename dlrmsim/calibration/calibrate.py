@@ -325,11 +325,15 @@ def fit_calibration(host: HostInfo, measurements: list[Measurement]) -> Calibrat
     )
 
 
+def refitted(cal: Calibration) -> Calibration:
+    """``cal``'s kept measurements fitted again with this version's fits, under its host record as kept."""
+    return fit_calibration(cal.host, list(cal.measurements))
+
+
 def refit_calibration(source: Path, out: Path) -> Calibration:
-    """Fit the measurements stored in calibration ``source`` again with this version's fits, and write the result
-    to ``out``: a fitting change applies to an old calibration without measuring again, and two fits compare on
-    the very same measurements."""
-    cal = load_calibration(source)
-    new = fit_calibration(cal.host, list(cal.measurements))
+    """Fit the measurements stored in calibration ``source`` again with this version's fits (:func:`refitted`), and
+    write the result to ``out``: a fitting change applies to an old calibration without measuring again, and two
+    fits compare on the very same measurements."""
+    new = refitted(load_calibration(source))
     save_calibration(new, out)
     return new

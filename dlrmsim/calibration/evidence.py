@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlrmsim.calibration.calibrate import fit_calibration
+from dlrmsim.calibration.calibrate import refitted
 from dlrmsim.calibration.schema import Calibration, load_calibration
 from dlrmsim.calibration.validate import kept_target, parse_phases_cell, read_results_rows, repredict
 from dlrmsim.errors import DlrmsimError
@@ -246,7 +246,7 @@ def repredicted(
                 if refit and cal not in refits:
                     kept = load_calibration(cal, warn_other_host=False)
                     try:
-                        refits[cal] = fit_calibration(kept.host, list(kept.measurements))
+                        refits[cal] = refitted(kept)
                     except ValueError as e:  # a fit the kept measurements cannot make (an older plan's rows)
                         raise DlrmsimError(f"{cal} cannot be refitted: {e}") from None
                 report = repredict(csv_path, cal, warn_other_host=False, calibration=refits.get(cal))

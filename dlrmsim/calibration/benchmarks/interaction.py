@@ -8,7 +8,7 @@ import importlib.util
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -80,6 +80,20 @@ def torchrec_interaction_available() -> bool:
     return importlib.util.find_spec("torchrec") is not None and importlib.util.find_spec("torch") is not None
 
 
+def torchrec_interaction_inputs(cfg: InteractionConfig, rng: np.random.Generator) -> tuple[Any, Any, Any, Any]:
+    """TorchRec's ``InteractionArch`` of ``cfg``'s S tables and, drawn from ``rng``: its dense input (batch, E) and
+    sparse input (batch, S, E), both needing gradients, and a gradient of its output (batch, E + S (S + 1) / 2)."""
+    torch, _ = require_torchrec()  # quietly: torchrec's import makes torch.fx log a deprecation
+    from torchrec.models.dlrm import InteractionArch
+
+    n, e, s = cfg.batch, cfg.dim, cfg.tables
+    arch = InteractionArch(num_sparse_features=s)
+    dense = torch.from_numpy(rng.standard_normal((n, e), dtype=np.float32)).requires_grad_()
+    sparse = torch.from_numpy(rng.standard_normal((n, s, e), dtype=np.float32)).requires_grad_()
+    grad = torch.from_numpy(rng.standard_normal((n, e + s + s * (s - 1) // 2), dtype=np.float32))
+    return arch, dense, sparse, grad
+
+
 def time_torchrec_interaction(ops: Ops, cfg: InteractionConfig, policy: TimingPolicy, flush: Op) -> dict[str, list[float]]:
     """Per-repeat seconds of TorchRec's ``InteractionArch`` forward and of its autograd backward, each right after
     ``flush``, on the threads ``ops.threads`` set.
@@ -89,15 +103,8 @@ def time_torchrec_interaction(ops: Ops, cfg: InteractionConfig, policy: TimingPo
     product of (E x (S+1)) by ((S+1) x (S+1)) matrices that runs far below the first (E=128, batch 1024, 2 threads
     of this project's host: 0.79 ms against 0.15 ms), then adds them into X's gradient. The runner's hand-written
     backward forms ``(dZ + dZ^T) X`` once. So TorchRec's interaction is measured as TorchRec runs it."""
-    torch, _ = require_torchrec()  # quietly: torchrec's import makes torch.fx log a deprecation
-    from torchrec.models.dlrm import InteractionArch
-
-    rng = np.random.default_rng(cfg.batch + cfg.tables + cfg.dim)
-    n, e, s = cfg.batch, cfg.dim, cfg.tables
-    arch = InteractionArch(num_sparse_features=s)
-    dense = torch.from_numpy(rng.standard_normal((n, e), dtype=np.float32)).requires_grad_()
-    sparse = torch.from_numpy(rng.standard_normal((n, s, e), dtype=np.float32)).requires_grad_()
-    grad = torch.from_numpy(rng.standard_normal((n, e + s + s * (s - 1) // 2), dtype=np.float32))
+    torch, _ = require_torchrec()
+    arch, dense, sparse, grad = torchrec_interaction_inputs(cfg, np.random.default_rng(cfg.batch + cfg.tables + cfg.dim))
     clock = time.perf_counter
     out: dict[str, list[float]] = {"forward": [], "backward": []}
     with torch.enable_grad():  # ops.threads turns autograd off for the runner's kernels
