@@ -9,6 +9,7 @@ measured).
 
     .venv/bin/python -m benchmarks.swap_rows NEW.yaml OLD.yaml RESULTS.csv [RESULTS.csv ...]
         [--benchmarks interaction,interaction_context,interaction_torchrec,interaction_torchrec_context,optimizer]
+        [--phases interaction_fwd,interaction_bwd,mlp_update]
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dlrmsim.calibration.schema import Calibration, load_calibration
 from dlrmsim.calibration.validate import ValidationReport, repredict
 
 DEFAULT_BENCHMARKS = "interaction,interaction_context,interaction_torchrec,interaction_torchrec_context,optimizer"
-PHASES = ("interaction_fwd", "interaction_bwd", "mlp_update")
+DEFAULT_PHASES = "interaction_fwd,interaction_bwd,mlp_update"
 
 
 def swapped(new: Calibration, old: Calibration, benchmarks: set[str]) -> tuple[Calibration, Calibration]:
@@ -48,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("old", type=Path)
     ap.add_argument("results", type=Path, nargs="+")
     ap.add_argument("--benchmarks", default=DEFAULT_BENCHMARKS)
+    ap.add_argument("--phases", default=DEFAULT_PHASES, help="phases whose errors to print")
     args = ap.parse_args(argv)
     names = set(args.benchmarks.split(","))
     new, old = load_calibration(args.new, warn_other_host=False), load_calibration(args.old, warn_other_host=False)
@@ -65,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         for ca, cb in zip(a.cases, b.cases, strict=True):
             errors = f"new {100 * ca.error:6.1f} %  old {100 * cb.error:6.1f} %"
             print(f"  {ca.name:18s} measured {1e3 * ca.measured_s:7.2f} ms  {errors}")
-        for phase in PHASES:
+        for phase in args.phases.split(","):
             ea, eb = phase_errors(a, phase), phase_errors(b, phase)
             if ea:
                 print(

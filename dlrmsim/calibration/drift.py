@@ -54,8 +54,9 @@ def without_cores(name: str) -> str:
 
 
 def tbe_probe(cal: Calibration) -> BenchTask | None:
-    """fbgemm's TBE (TorchRec's fused embedding) at its smallest calibrated uniform configuration, back to back, on
-    the one thread its kernels run on; None where the calibration has no TBE rows or fbgemm is not installed.
+    """fbgemm's TBE (TorchRec's fused embedding) at its smallest calibrated uniform configuration, timed as the
+    calibration times it (benchmarks/tbe.py), on the one thread its kernels run on; None where the calibration has
+    no TBE rows or fbgemm is not installed.
 
     TorchRec's base case on the VM spent 5.97 ms a step in the TBE backward where its calibration had timed the
     same call at 4.58 ms, and 5.6-6.4 ms when timed alone again two hours later: the host had moved, and without

@@ -147,6 +147,58 @@ def test_tbe_benchmark_times_torchrecs_sparse_arch_where_torchrec_is_installed()
     assert all(m.name.endswith("sparse_arch c1") and m.time_s > 0 for m in rows)
 
 
+def test_each_timed_tbe_forward_follows_the_flush_and_the_rewarm(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Because a step's lookups meet rows that the rest of the step has pushed out of the cache, and framework state
+    # that its other ops keep warm, every forward the TBE benchmark times comes right after one flush and one rewarm,
+    # in that order; back to back, a batch of ids that came round again could find its rows still cached.
+    pytest.importorskip("torchrec")
+    from dlrmsim.calibration.benchmarks import tbe
+    from dlrmsim.calibration.benchmarks.timing import TimingPolicy
+    from dlrmsim.calibration.ops import get_ops
+
+    k = get_ops("torch")
+    events: list[str] = []
+    monkeypatch.setattr(k, "flush", lambda: events.append("flush"))
+    real_rewarm = type(k).make_rewarm(k)
+    monkeypatch.setattr(k, "make_rewarm", lambda: lambda: (real_rewarm(), events.append("rewarm")))
+    build = tbe.build_sparse_arch
+
+    def counted(cfg: object, seed: int = 0) -> object:
+        module = build(cfg, seed)
+        module.register_forward_pre_hook(lambda *_: events.append("forward"))
+        return module
+
+    monkeypatch.setattr(tbe, "build_sparse_arch", counted)
+    cfg = tbe.TbeConfig(1000, 16, 4, 64, 3, "uniform", 0, "sparse_arch")
+    rows = tbe.tbe_task(cfg, TimingPolicy(warmup=1, repeats=3, min_sample_s=0.0), ops=k).run()
+    assert len(rows) == 2
+    forwards = [i for i, e in enumerate(events) if e == "forward"]
+    assert len(forwards) == 1 + 7  # warm-up, then at least 7 samples
+    assert all(events[i - 2 : i] == ["flush", "rewarm"] for i in forwards)
+
+
+def test_a_timed_loop_cycles_enough_batches_that_their_rows_are_fresh() -> None:
+    from dlrmsim.calibration.targets.torchrec import MAX_FRESH_BATCHES, fresh_batch_count
+    from dlrmsim.calibration.validate import load_cases
+
+    # the validation's base case: 4 tables of 200k rows, E=32, 16 lookups a sample
+    base = next(c.workload for c in load_cases() if c.name == "base")
+    per_batch = 4 * 256 * 16 * 32 * 4  # rows a batch of 256 reads, at most: 2 MiB
+    cache = 32 << 20
+    n = fresh_batch_count(base, 256, cache)
+    # Because a batch comes back only after the others have read twice the cache of other rows, n - 1 batches of
+    # rows cover 64 MiB, and one batch fewer would not
+    assert (n - 1) * per_batch >= 2 * cache > (n - 2) * per_batch
+    # because a cycle's own rows can never stay cached once a batch's rows alone overflow it, big batches need only
+    # the floor of 4
+    assert fresh_batch_count(base, 65_536, cache) == 4
+    # because tables smaller than the cache stay cached in training too, their rows need no more than the tables'
+    # bytes between visits (TINY: 3 x 1000 x 16 x 4 B = 192 KB against 64 x 4 lookups x 3 x 64 B = 48 KB a batch)
+    assert fresh_batch_count(TINY, 64, cache) == 5
+    # and a tiny batch on a huge cache stops at the cap
+    assert fresh_batch_count(base, 1, 1 << 40) == MAX_FRESH_BATCHES
+
+
 def test_torchrec_keeps_its_advice_off_the_terminal(caplog: pytest.LogCaptureFixture) -> None:
     pytest.importorskip("torchrec")
     import logging

@@ -299,7 +299,7 @@ def _first_pass(k: Ops, quick: bool, cores: int, implementation: str, ranks: int
     # fbgemm's CPU TBE (TorchRec's fused embedding) runs on one thread: measured there (benchmarks/tbe.py), inside
     # TorchRec's sparse arch where torchrec is installed (the KeyedJaggedTensor in, the pooled tensor out).
     if k.name == "torch" and tbe_available():
-        tasks += [tbe_task(cfg, policy) for cfg in tbe_configs(last_level_cache_bytes(), calibrated_module())]
+        tasks += [tbe_task(cfg, policy, ops=k) for cfg in tbe_configs(last_level_cache_bytes(), calibrated_module())]
     if cores >= 1:
         threads = max(1, cores // ranks)
         for op in ("allreduce", "alltoall"):

@@ -16,6 +16,15 @@ against 1.74 ms; batch 4096 7.67 against 5.69 ms), growing with the lookups and 
 0-1.1 ms more. The calibration times the sparse arch when torchrec is installed, as it times TorchRec's own
 ``InteractionArch`` (benchmarks/interaction.py): it is what the torchrec-fused implementation runs.
 
+Each forward is timed after the calibration's flush and rewarm (``Ops.then_rewarm``), as a step meets it: the rest
+of a training step streams far more than the cache holds between two of its lookups, and leaves the framework's
+shared state warm. Timed back to back (until 2026-11-27), a call whose batch of ids came round again (``tbe_inputs``
+builds 8; a full calibration's 11 calls revisit three of them) could find its rows still cached from the last visit.
+Both ways, alternating configuration by configuration on a 2-vCPU AMD EPYC VM (quick policy, 2026-11-27,
+``benchmarks/tbe_protocol_ab.py``), the rows agreed within the host's noise (update at batch 256 1.04x in the median
+over 18 configurations, at 1024 1.00x), and so did TorchRec's validation predicted with each (6.0 / 15.8 % against
+6.8 / 15.8 %): the quick policy's 9 calls revisit one batch, and this host's 32 MiB cache holds little of a cycle.
+
 Each call is timed by the wall clock and by the process's CPU time (all its threads): a kernel that runs its work
 on ``n`` threads shows CPU time near ``n`` x wall time, one that runs on a single thread shows CPU time = wall time
 whatever ``torch.set_num_threads`` says. (No OpenMP region runs between the timed calls, so no idle OpenMP worker
@@ -34,7 +43,7 @@ import numpy as np
 
 from dlrmsim.calibration.benchmarks.embedding import ZIPF_EXPONENT, lookup_params
 from dlrmsim.calibration.benchmarks.timing import BenchTask, TimingPolicy, median_spread
-from dlrmsim.calibration.ops import embedding_bytes, make_indices
+from dlrmsim.calibration.ops import Op, Ops, embedding_bytes, get_ops, make_indices
 from dlrmsim.calibration.schema import Measurement
 from dlrmsim.calibration.targets.torchrec import embedding_bag_configs, fused_collection, ids_kjt, require_torchrec
 
@@ -118,14 +127,17 @@ def tbe_inputs(cfg: TbeConfig, count: int, seed: int = 0) -> list[tuple[Any, ...
     return out
 
 
-def time_tbe(cfg: TbeConfig, threads: int, samples: int = 15, warmup: int = 3, seed: int = 0) -> TbeTiming:
+def time_tbe(
+    cfg: TbeConfig, threads: int, samples: int = 15, warmup: int = 3, seed: int = 0, before: Op | None = None
+) -> TbeTiming:
     """Time ``samples`` forward and backward calls of the TBE of ``cfg`` on ``threads`` threads (medians), each
-    with a new batch of indices as a training step has."""
-    return _time_tbe_samples(cfg, threads, samples, warmup, seed)[0]
+    with a new batch of indices as a training step has, and each forward after ``before`` (None: right after the
+    previous call's backward)."""
+    return _time_tbe_samples(cfg, threads, samples, warmup, seed, before)[0]
 
 
 def _time_tbe_samples(
-    cfg: TbeConfig, threads: int, samples: int, warmup: int, seed: int = 0
+    cfg: TbeConfig, threads: int, samples: int, warmup: int, seed: int = 0, before: Op | None = None
 ) -> tuple[TbeTiming, list[float], list[float]]:
     """:func:`time_tbe`, with its forward and backward samples (s)."""
     import torch
@@ -145,6 +157,8 @@ def _time_tbe_samples(
     with torch_threads(threads, grad=True):
         for i in range(warmup + samples):
             args = batches[i % len(batches)]
+            if before is not None:
+                before()
             w0, c0 = time.perf_counter(), time.process_time()
             out = module(*args)
             w1, c1 = time.perf_counter(), time.process_time()
@@ -264,23 +278,31 @@ def tbe_measurements(t: TbeTiming, unique_rows: int, spreads: tuple[float, float
     return out
 
 
-def tbe_task(cfg: TbeConfig, policy: TimingPolicy, threads: int = 1) -> BenchTask:
+def unique_rows_of(cfg: TbeConfig) -> int:
+    """Distinct rows one table's lookups of ``cfg`` touch, the mean over four draws of its distribution."""
+    rng = np.random.default_rng(cfg.rows + cfg.pooling)
+    draws = [make_indices(cfg.rows, cfg.batch * cfg.pooling, cfg.distribution, ZIPF_EXPONENT, rng) for _ in range(4)]
+    return round(statistics.mean(np.unique(d).size for d in draws))
+
+
+def tbe_task(cfg: TbeConfig, policy: TimingPolicy, threads: int = 1, ops: Ops | None = None) -> BenchTask:
     """One TBE configuration timed on ``threads`` threads (1: the thread fbgemm-gpu-cpu's kernels run on, see
-    training/presets/implementations/torchrec-fused.yaml)."""
+    training/presets/implementations/torchrec-fused.yaml), each forward after ``ops``' flush and rewarm (the torch
+    ops when None): see the module docstring."""
 
     def run() -> list[Measurement]:
+        k = ops if ops is not None else get_ops("torch")
         samples = max(policy.repeats, 7)
-        t, spreads = _time_with_spread(cfg, threads, samples, policy.warmup)
-        rng = np.random.default_rng(cfg.rows + cfg.pooling)
-        draws = [make_indices(cfg.rows, cfg.batch * cfg.pooling, cfg.distribution, ZIPF_EXPONENT, rng) for _ in range(4)]
-        unique_rows = round(statistics.mean(np.unique(d).size for d in draws))
-        return tbe_measurements(t, unique_rows, spreads)
+        t, spreads = _time_with_spread(cfg, threads, samples, policy.warmup, k.then_rewarm(k.flush))
+        return tbe_measurements(t, unique_rows_of(cfg), spreads)
 
     name = f"tbe {config_label(cfg)} c{threads}"
     return BenchTask("fbgemm TBE", name, run, repeat=True)
 
 
-def _time_with_spread(cfg: TbeConfig, threads: int, samples: int, warmup: int) -> tuple[TbeTiming, tuple[float, float]]:
+def _time_with_spread(
+    cfg: TbeConfig, threads: int, samples: int, warmup: int, before: Op | None
+) -> tuple[TbeTiming, tuple[float, float]]:
     """:func:`time_tbe` and the (max - min) / median spread in % of its forward and backward samples."""
-    t, fwd, bwd = _time_tbe_samples(cfg, threads, samples, warmup)
+    t, fwd, bwd = _time_tbe_samples(cfg, threads, samples, warmup, before=before)
     return t, (median_spread(fwd)[1], median_spread(bwd)[1])

@@ -29,12 +29,17 @@ from typing import Any, Literal
 import numpy as np
 
 from dlrmsim.calibration.ops import make_indices
+from dlrmsim.calibration.ops.base import FLUSH_LLC_MULTIPLE
 from dlrmsim.calibration.targets.measurement import StepMeasurement, time_samples
 from dlrmsim.errors import DlrmsimError
+from dlrmsim.host import last_level_cache_bytes
 from dlrmsim.workloads.schema import Workload
 
 EmbeddingPath = Literal["fused", "ebc"]
 LEARNING_RATE = 0.01  # any positive rate costs the same; SGD as in the DLRM reference training
+# At most this many pre-built batches (fresh_batch_count): enough for the validation's smallest batches on a cache of
+# some hundreds of MiB, a few hundred MB of ids at most.
+MAX_FRESH_BATCHES = 256
 
 
 def quiet_torchrec() -> None:
@@ -137,6 +142,26 @@ def build_model(w: Workload, path: EmbeddingPath, seed: int = 0) -> tuple[Any, A
     return model, torch.optim.SGD(params, lr=LEARNING_RATE)
 
 
+def fresh_batch_count(w: Workload, batch: int, cache_bytes: int | None = None) -> int:
+    """How many distinct batches a timed loop cycles so that each step meets its rows as a fresh minibatch does:
+    between two visits of a batch the others read at least twice the last-level cache (``cache_bytes``; this host's
+    when None) of other rows, or every table's rows where the tables are smaller (they stay cached in training too).
+    At least 4, at most MAX_FRESH_BATCHES.
+
+    Training draws a new minibatch each step (the project runner draws one per step too, the reference DLRM one per
+    iteration); a loop over a few batches revisits their rows every few steps, and where the cache holds them they
+    are still there. A cycle of 4 at the validation's batch 1024 reads 32 MiB of rows: within the 300 MiB last-level
+    cache the 16-core machines report. On a 2-vCPU AMD EPYC VM (32 MiB, 2026-11-27), blocks of steps over 4 batches
+    and over this count alternating in one process took the same time: batch-256 7.74 / 7.60 and 7.96 / 7.82 ms,
+    lookups-4 13.6 / 13.7 and 13.8 / 13.5 ms (a first try against 300 batches, 6.46 / 7.07 ms, did not repeat)."""
+    cache = last_level_cache_bytes() if cache_bytes is None else cache_bytes
+    row_bytes = w.embedding_dim * w.table_element_bytes
+    per_batch = w.num_tables * batch * w.lookups_per_sample * row_bytes
+    tables = sum(w.table_rows) * row_bytes
+    need = min(FLUSH_LLC_MULTIPLE * cache, tables)
+    return int(min(MAX_FRESH_BATCHES, max(4, np.ceil(need / max(per_batch, 1.0)) + 1)))
+
+
 def make_batches(w: Workload, batch: int, count: int, seed: int = 0) -> list[tuple[Any, Any, Any]]:
     """``count`` (dense, sparse KeyedJaggedTensor, labels) batches with ``w``'s lookups and index distribution."""
     torch, _ = require_torchrec()
@@ -181,14 +206,15 @@ def measure_step(
 ) -> StepMeasurement:
     """Time TorchRec training steps (forward, BCE loss, backward, optimizer step) on ``threads`` threads.
 
-    Samples as :func:`~dlrmsim.calibration.targets.measurement.time_samples` takes them, cycling over a few
-    pre-built batches so input generation is not timed.
+    Samples as :func:`~dlrmsim.calibration.targets.measurement.time_samples` takes them, cycling over pre-built
+    batches (so input generation is not timed), enough of them that no step finds its rows still cached from an
+    earlier visit (:func:`fresh_batch_count`).
     """
     require_torchrec()
     from dlrmsim.calibration.ops.torch_ops import torch_threads
 
     model, opt = build_model(w, path, seed)
-    step = training_step(model, opt, make_batches(w, batch, 4, seed))
+    step = training_step(model, opt, make_batches(w, batch, fresh_batch_count(w, batch), seed))
     # Autograd on, whatever the process set before (the calibration's torch ops turn it off).
     with torch_threads(threads, grad=True):
         samples_s, k = time_samples(step, samples, min_sample_s, warmup_steps)
@@ -221,7 +247,7 @@ def measure_phases(
     from dlrmsim.calibration.ops.torch_ops import torch_threads
 
     model, opt = build_model(w, path, seed)
-    batches = make_batches(w, batch, 4, seed)
+    batches = make_batches(w, batch, fresh_batch_count(w, batch), seed)
     loss_fn = torch.nn.BCEWithLogitsLoss()
     clock = time.perf_counter
     marks: dict[str, float] = {}

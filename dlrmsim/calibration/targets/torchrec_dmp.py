@@ -29,6 +29,7 @@ from dlrmsim.calibration.targets.torchrec import (
     LEARNING_RATE,
     check_workload,
     dlrm_over,
+    fresh_batch_count,
     make_batches,
     require_torchrec,
     table_configs,
@@ -99,7 +100,8 @@ def _timed_steps(rank: int, ranks: int, w: Workload, batch: int, params: tuple) 
     import torch.distributed as dist
 
     dmp, opt, plan = build_dmp(w, batch // ranks, ranks, sharding_types, seed)
-    step = training_step(dmp, opt, make_batches(w, batch // ranks, 4, seed + rank))
+    # as many batches as keep each step's rows fresh (fresh_batch_count: all ranks' rows share the one cache)
+    step = training_step(dmp, opt, make_batches(w, batch // ranks, fresh_batch_count(w, batch), seed + rank))
     with torch.enable_grad():
         t0 = time.perf_counter()
         for i in range(warmup_steps):
