@@ -58,7 +58,7 @@ def other_pieces(case: ValidationCase, steps: int) -> dict[str, float]:
     model.over_arch.register_full_backward_pre_hook(top_mlp_starts)
     rows: list[dict[str, float]] = []
     warmup = 10
-    with torch_threads(case.threads or 2, grad=True):
+    with torch_threads(case.threads, grad=True):
         for i in range(warmup + steps):
             dense, kjt, labels = batches[i % len(batches)]
             marks.clear()

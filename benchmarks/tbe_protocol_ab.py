@@ -15,13 +15,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from dlrmsim.calibration.benchmarks.tbe import (
-    _time_with_spread,
-    calibrated_module,
-    tbe_configs,
-    tbe_measurements,
-    unique_rows_of,
-)
+from dlrmsim.calibration.benchmarks.tbe import calibrated_module, tbe_configs, tbe_rows
 from dlrmsim.calibration.benchmarks.timing import QUICK_POLICY
 from dlrmsim.calibration.ops import get_ops
 from dlrmsim.calibration.schema import Measurement, load_calibration, save_calibration
@@ -39,8 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     for i, cfg in enumerate(configs):
         order = list(protocols) if i % 2 == 0 else list(reversed(protocols))
         for name in order:
-            t, spreads = _time_with_spread(cfg, 1, max(QUICK_POLICY.repeats, 7), QUICK_POLICY.warmup, protocols[name])
-            rows[name] += tbe_measurements(t, unique_rows_of(cfg), spreads)
+            rows[name] += tbe_rows(cfg, QUICK_POLICY, 1, protocols[name])
         print(f"{i + 1}/{len(configs)}", file=sys.stderr, end="\r")
     kept = [m for m in cal.measurements if m.benchmark != "tbe"]
     for name, got in rows.items():

@@ -285,6 +285,13 @@ def unique_rows_of(cfg: TbeConfig) -> int:
     return round(statistics.mean(np.unique(d).size for d in draws))
 
 
+def tbe_rows(cfg: TbeConfig, policy: TimingPolicy, threads: int, before: Op | None) -> list[Measurement]:
+    """The calibration rows of ``cfg`` timed under ``policy`` on ``threads`` threads, each forward after ``before``
+    (None: right after the previous call's backward)."""
+    t, spreads = _time_with_spread(cfg, threads, max(policy.repeats, 7), policy.warmup, before)
+    return tbe_measurements(t, unique_rows_of(cfg), spreads)
+
+
 def tbe_task(cfg: TbeConfig, policy: TimingPolicy, threads: int = 1, ops: Ops | None = None) -> BenchTask:
     """One TBE configuration timed on ``threads`` threads (1: the thread fbgemm-gpu-cpu's kernels run on, see
     training/presets/implementations/torchrec-fused.yaml), each forward after ``ops``' flush and rewarm (the torch
@@ -292,9 +299,7 @@ def tbe_task(cfg: TbeConfig, policy: TimingPolicy, threads: int = 1, ops: Ops | 
 
     def run() -> list[Measurement]:
         k = ops if ops is not None else get_ops("torch")
-        samples = max(policy.repeats, 7)
-        t, spreads = _time_with_spread(cfg, threads, samples, policy.warmup, k.then_rewarm(k.flush))
-        return tbe_measurements(t, unique_rows_of(cfg), spreads)
+        return tbe_rows(cfg, policy, threads, k.then_rewarm(k.flush))
 
     name = f"tbe {config_label(cfg)} c{threads}"
     return BenchTask("fbgemm TBE", name, run, repeat=True)
