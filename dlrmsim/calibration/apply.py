@@ -120,6 +120,7 @@ def calibrated_compute(
     sharing_ranks: int = 1,
     optimizer_object: bool = False,
     sharded_software: bool = False,
+    dense_autograd: bool = False,
 ) -> ComputeSpec:
     """``spec`` with the host's fitted fp32 GEMM, memory bandwidth and saturation, embedding costs for the
     workload's index ``distribution``, interaction costs (TorchRec's kernel for ``interaction_kernel``
@@ -134,7 +135,9 @@ def calibrated_compute(
     implementation steps parameters with a torch.optim object, whose fitted cost per call and per tensor (``cal.optimizer``)
     the optimizer task then pays. ``sharded_software``: the implementation's sharded modules run software of their
     own each multi-rank step, whose fitted cost per step and per id (``cal.sharded_software``) a task of kind
-    "sharded" pays."""
+    "sharded" pays. ``dense_autograd``: autograd differentiates the implementation's MLPs, whose fitted cost per
+    layer and per element (``cal.autograd``) a task of kind "autograd" per layer pays, and its cost per ``backward()``
+    call one task of kind "autograd_call" a step."""
     host = cal.host
     cores = max(1, min(spec.cores, host.cores))
     inter = interaction_costs(cal, cores, interaction_kernel)
@@ -150,6 +153,9 @@ def calibrated_compute(
     shard = cal.sharded_software if sharded_software else None
     shard_fixed = {"sharded": shard.per_step_us * 1e-6} if shard is not None else {}
     shard_rows = {"sharded": shard.per_id_ns * 1e-9} if shard is not None else {}
+    grad = cal.autograd_fit(cores) if dense_autograd else None
+    grad_fixed = {"autograd": grad.per_layer_us * 1e-6, "autograd_call": grad.per_call_us * 1e-6} if grad is not None else {}
+    grad_rows = {"autograd": grad.per_element_ns * 1e-9} if grad is not None else {}
     peak = cores * host.clock_GHz * 1e9 * host.flops_per_cycle_fp32
     return dataclasses.replace(
         spec,
@@ -174,7 +180,7 @@ def calibrated_compute(
         memory_efficiency=EfficiencyTable.constant(1.0),
         saturation_cores=float(cal.memory.saturation_cores),
         bandwidth_fraction_by_kind={**emb.bandwidth_fraction_by_kind, **inter.bandwidth_fraction_by_kind},
-        row_time_s_by_kind={**emb.row_time_s_by_kind, **inter.row_time_s_by_kind, **opt_rows, **shard_rows},
+        row_time_s_by_kind={**emb.row_time_s_by_kind, **inter.row_time_s_by_kind, **opt_rows, **shard_rows, **grad_rows},
         flop_rate_by_kind=inter.flop_rate_by_kind,
         # Without that, a training step's GEMM pays its cold-call time (measured in step order) as a fixed time of its
         # kind; with it, the sequence call fitted beside the eviction terms: a step's GEMM always follows other ops.
@@ -183,6 +189,7 @@ def calibrated_compute(
             **inter.fixed_time_s_by_kind,
             **opt_fixed,
             **shard_fixed,
+            **grad_fixed,
             "gemm": (table.sequence_call_us or 0.0) * 1e-6 if evicted else table.cold_call_us * 1e-6,
         },
         walk_time_s_by_kind=emb.walk_time_s_by_kind,
@@ -395,6 +402,7 @@ def apply_calibration(
             sharing_ranks=topology.num_ranks,
             optimizer_object=optimizer_object,
             sharded_software=implementation is not None and implementation.sharded_software,
+            dense_autograd=implementation is not None and implementation.dense_autograd,
         ),
         link=lambda link: calibrated_link(link, cal) if link.kind == SHM_LINK_KIND else link,
         source=f"{topology.source} + calibration {cal.host.name} ({cal.host.date})",

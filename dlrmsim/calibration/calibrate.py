@@ -30,6 +30,7 @@ from dlrmsim.calibration.fit import (
     FittedModel,
     cache_bound_host,
     fit_arrival_skew,
+    fit_autograd,
     fit_cold_output,
     fit_collectives,
     fit_collectives_at_once,
@@ -300,8 +301,9 @@ def fit_calibration(host: HostInfo, measurements: list[Measurement]) -> Calibrat
     optimizer = fit_optimizer(measurements, overhead)
     cold_output = fit_cold_output(measurements)
     sharded = fit_sharded_software(measurements)
+    autograd = fit_autograd(measurements)
     fitted = FittedModel(
-        gemm, memory, embedding, collectives, overhead, interaction, host, tbe, interaction_torchrec, optimizer, sharded
+        gemm, memory, embedding, collectives, overhead, interaction, host, tbe, interaction_torchrec, optimizer, sharded, autograd
     )
     return Calibration(
         host=host,
@@ -317,6 +319,7 @@ def fit_calibration(host: HostInfo, measurements: list[Measurement]) -> Calibrat
         cold_output=cold_output,
         collectives_at_once=fit_collectives_at_once(measurements),
         sharded_software=sharded,
+        autograd=autograd,
         arrival_skew=fit_arrival_skew(measurements),
         core_availability=fit_core_availability(measurements),
         measurements=measurements,

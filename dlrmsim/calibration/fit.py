@@ -32,6 +32,7 @@ from dlrmsim.calibration.host import peak_gflops, raise_peak_to
 from dlrmsim.calibration.ops.base import TORCH_GRAIN_ELEMENTS
 from dlrmsim.calibration.schema import (
     ArrivalSkewFit,
+    AutogradFit,
     ColdOutputFit,
     CollectiveFit,
     CoreAvailabilityFit,
@@ -693,6 +694,37 @@ def fit_optimizer(measurements: Sequence[Measurement], overhead: OverheadFit | N
     return out
 
 
+def fit_autograd(measurements: Sequence[Measurement]) -> list[AutogradFit]:
+    """Autograd's cost per ``backward()`` call, per MLP layer and per element of a layer's input and output, per core
+    count: non-negative least squares over the benchmark's chains (benchmarks/autograd.py: one layer and several,
+    which separate the call from the layer), each row's error relative to the chain's whole time with autograd,
+    which sets its noise (a difference of two timings of the chain, the GEMMs' noise in both); empty without the
+    benchmark (NumPy). Rows without a layer count are one layer's."""
+    groups: dict[int, list[Measurement]] = defaultdict(list)
+    for m in measurements:
+        if m.benchmark == "autograd":
+            groups[m.cores].append(m)
+    out = []
+    for cores, rows in sorted(groups.items()):
+        layers = np.array([float(m.params.get("layers", 1)) for m in rows])
+        elements = np.array([float(m.params["elements"]) for m in rows])
+        t = np.array([m.time_s for m in rows])
+        scale = np.array([float(m.params["autograd_s"]) for m in rows])
+        x = np.column_stack([np.ones_like(t), layers, elements]) / scale[:, None]
+        if len(set(layers)) < 2:  # one layer per call only: the call's cost cannot be told from the layer's
+            x[:, 0] = 0.0
+        per_call, per_layer, per_element = nonnegative_least_squares(x, t / scale)
+        out.append(
+            AutogradFit(
+                cores=cores,
+                per_call_us=_sig(per_call * 1e6),
+                per_layer_us=_sig(per_layer * 1e6),
+                per_element_ns=_sig(per_element * 1e9),
+            )
+        )
+    return out
+
+
 def fit_sharded_software(measurements: Sequence[Measurement]) -> ShardedSoftwareFit | None:
     """A sharded step's software on the compute thread, per step and per index value of the rank's local batch:
     non-negative least squares on the relative error over the benchmark's sizes (benchmarks/sharded.py); None
@@ -1014,6 +1046,7 @@ class FittedModel:
     interaction_torchrec: Sequence[InteractionFit] = ()
     optimizer: Sequence[OptimizerFit] = ()  # torch.optim's step and zero_grad
     sharded_software: ShardedSoftwareFit | None = None  # a sharded multi-rank step's software
+    autograd: Sequence[AutogradFit] = ()  # autograd's cost per MLP layer
 
 
 def predict_s(m: Measurement, model: FittedModel) -> float | None:
@@ -1052,6 +1085,12 @@ def predict_s(m: Measurement, model: FittedModel) -> float | None:
         o = nearest_cores(list(model.optimizer), m.cores)
         n = float(m.params["tensors"])
         return dispatch_s(overhead, m.cores, n) + (o.call_us + n * o.per_tensor_us) * 1e-6
+    if m.benchmark == "autograd":
+        if not model.autograd:
+            return None
+        a = nearest_cores(list(model.autograd), m.cores)
+        layers = float(m.params.get("layers", 1))
+        return (a.per_call_us + layers * a.per_layer_us + float(m.params["elements"]) * a.per_element_ns * 1e-3) * 1e-6
     if m.benchmark == "sharded":
         s = model.sharded_software
         return None if s is None else (s.per_step_us * 1e-6 + float(m.params["ids"]) * s.per_id_ns * 1e-9)

@@ -208,6 +208,20 @@ class OptimizerFit(StrictModel):
     )
 
 
+class AutogradFit(StrictModel):
+    """What autograd adds to MLP layers' (``nn.Linear`` + ``nn.ReLU``) forward and backward at one core count, beyond
+    the written-out ops the GEMM and element-wise fits price (benchmarks/autograd.py): per ``backward()`` call, and
+    per layer per_layer + elements x per_element, ``elements`` the layer's input and output elements
+    (batch x (fan_in + fan_out))."""
+
+    cores: Annotated[int, Field(gt=0)]
+    per_call_us: Annotated[float, Field(ge=0)] = Field(
+        0.0, description="per backward() call, whatever its layers (0 in calibrations of 2026-11-27 before 19:30)"
+    )
+    per_layer_us: Annotated[float, Field(ge=0)] = Field(description="per layer: recording its graph and running its nodes")
+    per_element_ns: Annotated[float, Field(ge=0)] = Field(description="per element of the layer's input and output")
+
+
 class ShardedSoftwareFit(StrictModel):
     """What a sharded multi-rank step (TorchRec's ``DistributedModelParallel``) runs on each rank's compute thread
     beyond the same work in one process: its input and output distribution modules, their awaitables and autograd
@@ -342,6 +356,7 @@ class Measurement(StrictModel):
         "cold_output",
         "cache_reuse",
         "sharded",
+        "autograd",
         "skew",
         "availability",
     ]
@@ -432,6 +447,12 @@ class Calibration(StrictModel):
         "in series over the same two posted together (benchmarks/collectives.py); the calibrated shm backend runs "
         "round(this) at a time (calibration.apply.calibrated_backend_overrides); null: not measured",
     )
+    autograd: list[AutogradFit] = Field(
+        default_factory=list,
+        description="autograd's cost per MLP layer beyond the written-out ops (benchmarks/autograd.py), for an "
+        "implementation whose MLPs autograd differentiates (ImplementationProfile.dense_autograd); empty: not measured "
+        "(NumPy, older files), not charged",
+    )
     sharded_software: ShardedSoftwareFit | None = Field(
         None,
         description="TorchRec's sharded-module software per multi-rank step on each rank's compute thread "
@@ -484,6 +505,10 @@ class Calibration(StrictModel):
     def optimizer_fit(self, cores: int) -> OptimizerFit | None:
         """The optimizer fit at the core count nearest ``cores`` (None: not measured)."""
         return nearest_cores(self.optimizer, cores) if self.optimizer else None
+
+    def autograd_fit(self, cores: int) -> AutogradFit | None:
+        """The autograd fit at the core count nearest ``cores`` (None: not measured)."""
+        return nearest_cores(self.autograd, cores) if self.autograd else None
 
     def interaction_fit(self, direction: str, cores: int, kernel: str = "framework") -> InteractionFit | None:
         """The interaction fit of ``direction`` at the core count nearest ``cores`` (None: not measured), of

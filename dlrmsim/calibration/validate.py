@@ -290,6 +290,8 @@ def predict(
             "copy",
             "conflicts",
             "sharded",
+            "autograd",
+            "autograd_call",
         ]
         tasks = df[df["kind"].isin(kinds) & df["rank"].eq(0)]
         for (name, cat), part in tasks.groupby(["name", "category"]):

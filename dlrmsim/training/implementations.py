@@ -33,6 +33,8 @@ TASK_KINDS = frozenset(
         "optimizer",
         "copy",
         "sharded",
+        "autograd",
+        "autograd_call",
     }
 )
 
@@ -101,6 +103,15 @@ class ImplementationProfile(StrictModel):
         "software on every rank's compute thread (input and output distribution, awaitables, the data-parallel "
         "wrapper), which a calibration with torchrec measures (calibration.sharded_software, benchmarks/sharded.py) "
         "and a task of kind sharded pays; not charged on an uncalibrated topology",
+    )
+    dense_autograd: bool = Field(
+        False,
+        description="autograd differentiates the MLPs (nn.Linear and nn.ReLU modules, backward() through the engine): "
+        "each layer costs its graph's recording and its nodes' execution beyond the written-out ops, which a torch "
+        "calibration measures (calibration.autograd, benchmarks/autograd.py) and a task of kind autograd per layer "
+        "pays, with one of kind autograd_call per step for the backward() call; false: the step writes the layers' "
+        "backward ops out (the project runner); not charged on an "
+        "uncalibrated topology",
     )
     interaction_kernel: Literal["framework", "torchrec"] = Field(
         "framework",

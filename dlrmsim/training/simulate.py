@@ -301,6 +301,7 @@ def load_inputs(
         input_dist=impl.input_dist if impl is not None else None,
         dense_first=impl is not None and impl.dense_first,
         sharded_software=impl is not None and impl.sharded_software,
+        dense_autograd=impl is not None and impl.dense_autograd,
         optimizer_object=impl.optimizer_object if impl is not None else "none",
         track_operands=any(tracks_kernel_traffic(topo.compute(r)) for r in range(cfg.ranks)),
         op_threads=tuple(sorted(threads_by_kind.items())),
@@ -537,7 +538,9 @@ def _rank_process(
                     rate = task_flop_rate(spec, step.flops, cores, prec, kind=kind, nbytes=step.bytes, columns=step.columns)
                     arithmetic = step.flops / rate
                 overhead += evicted_operand_time_s(spec, step.bytes, cores, step.operands, step.kernel_traffic, arithmetic)
-            prev_bytes = step.bytes
+            # A task without framework ops (the sharded modules' or autograd's software) is no op the next first op
+            # follows: the traffic since the previous op goes on accumulating.
+            prev_bytes = step.bytes if step.ops > 0 else prev_bytes + step.bytes
             yield sim.compute(
                 rank,
                 step.name,

@@ -62,6 +62,9 @@ class IterationSettings:
     # The implementation's sharded modules run their own software on the compute thread each multi-rank step
     # (ImplementationProfile.sharded_software): one task of kind "sharded" whose rows are the local batch's ids.
     sharded_software: bool = False
+    # Autograd differentiates the MLPs (ImplementationProfile.dense_autograd): one task of kind "autograd_call" where
+    # backward starts, and one of kind "autograd" per layer's backward, whose rows are its input and output elements.
+    dense_autograd: bool = False
     dense_first: bool = False  # bottom MLP before the lookups, its backward after the embeddings' (RankProgram.build)
     # Which parameters a torch.optim object steps (ImplementationProfile.optimizer_object): the optimizer task's
     # rows are those tensors, each paying ComputeSpec.row_time_s_by_kind["optimizer"]
@@ -637,6 +640,12 @@ class RankProgram:
         self.add_layer(layer, "act_bwd")
         self.add_layer(layer, Pass.BACKWARD_WEIGHTS)
         self.add_layer(layer, Pass.BACKWARD_DATA)
+        if s.dense_autograd:
+            # The graph autograd recorded for the layer in forward and the engine's run of its nodes, charged with its
+            # backward (its phase's hooks see both): per layer and per element of its input and output.
+            self.add(
+                Task(f"{layer.name}.autograd", "autograd", 0.0, 0.0, ops=0.0, rows=float(self.n * (layer.fan_in + layer.fan_out)))
+            )
         if layer.name in self.last_in_bucket:
             i = self.last_in_bucket[layer.name]
             self.add(copy_task(f"allreduce{i}.pre", self.buckets[i][1], s.allreduce_prepost_passes / 3))
@@ -733,6 +742,10 @@ class RankProgram:
         """4. Top MLP backward, posting each bucket when its last layer's weight gradient is done; then the
         interaction's backward."""
         w, n = self.w, self.n
+        if self.s.dense_autograd:
+            # The step's one backward() call: the engine's start, before the top MLP's first node (the phase table
+            # books it under other, with the loss's backward).
+            self.add(Task("autograd.start", "autograd_call", 0.0, 0.0, ops=0.0))
         for layer in reversed(model.top_layers(w)):
             self.backward(layer)
         self.add(
