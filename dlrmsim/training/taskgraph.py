@@ -89,7 +89,8 @@ class Task:
     """A unit of work on one rank's compute stream (flops in op, bytes of memory traffic)."""
 
     name: str
-    kind: str  # gemm | embedding | embedding_bwd | interaction | interaction_bwd | update | optimizer | copy
+    kind: str  # gemm | elementwise | embedding | embedding_bwd | interaction | interaction_bwd | update | optimizer | copy |
+    # sharded | autograd | autograd_call (implementations.TASK_KINDS)
     flops: float
     bytes: float
     category: str = "compute"  # compute | prepost
