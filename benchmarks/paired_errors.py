@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
 from pathlib import Path
 
-from dlrmsim.calibration.schema import Calibration, load_calibration, save_calibration
+from dlrmsim.calibration.schema import Calibration, load_calibration
 from dlrmsim.calibration.validate import read_results_rows, repredict
 
 
@@ -27,11 +26,9 @@ def paired_differences(torchrec: dict[str, float], runner: dict[str, float]) -> 
     return {case: e - runner[case] for case, e in torchrec.items() if case in runner}
 
 
-def errors(csv: Path, cal: Calibration, scratch: Path) -> dict[str, float]:
-    """Each case's error of ``csv`` predicted again under ``cal``."""
-    path = scratch / "calibration.yaml"
-    save_calibration(cal, path)
-    return {c.name: c.error for c in repredict(csv, path, warn_other_host=False).cases}
+def errors(csv: Path, cal_path: Path, cal: Calibration) -> dict[str, float]:
+    """Each case's error of ``csv`` predicted again under ``cal`` (loaded from ``cal_path``, perhaps changed since)."""
+    return {c.name: c.error for c in repredict(csv, cal_path, warn_other_host=False, calibration=cal).cases}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,25 +39,24 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     fits = load_calibration(args.fits, False).autograd
     pooled: dict[str, list[float]] = {"with": [], "without": []}
-    with tempfile.TemporaryDirectory() as tmp:
-        for stamp in args.stamps:
-            torchrec_csv = args.results / f"{stamp}-vm-torchrec.csv"
-            # the runner's CSV of the same run is written a second or so earlier, under its own stamp
-            runner_csv = next(iter(sorted(args.results.glob(f"{stamp[:-2]}*-vm-torch.csv"))))
-            cal_path = Path(str(read_results_rows(torchrec_csv, ("calibration",), "--fits")[0]["calibration"]))
-            cal = load_calibration(cal_path, False)
-            runner = errors(runner_csv, cal, Path(tmp))
-            for label, autograd in (("with", fits), ("without", [])):
-                torchrec = errors(torchrec_csv, cal.model_copy(update={"autograd": autograd}), Path(tmp))
-                diff = paired_differences(torchrec, runner)
-                pooled[label] += diff.values()
-                own = statistics.median(abs(e) for e in torchrec.values())
-                print(
-                    f"{stamp} {label:7s} TorchRec median |error| {own * 100:.1f} %"
-                    f", TorchRec - runner median {statistics.median(diff.values()) * 100:+.1f} %: "
-                    + " ".join(f"{c}:{d * 100:+.0f}" for c, d in diff.items()),
-                    flush=True,
-                )
+    for stamp in args.stamps:
+        torchrec_csv = args.results / f"{stamp}-vm-torchrec.csv"
+        # the runner's CSV of the same run is written a second or so earlier, under its own stamp
+        runner_csv = next(iter(sorted(args.results.glob(f"{stamp[:-2]}*-vm-torch.csv"))))
+        cal_path = Path(str(read_results_rows(torchrec_csv, ("calibration",), "--fits")[0]["calibration"]))
+        cal = load_calibration(cal_path, False)
+        runner = errors(runner_csv, cal_path, cal)
+        for label, autograd in (("with", fits), ("without", [])):
+            torchrec = errors(torchrec_csv, cal_path, cal.model_copy(update={"autograd": autograd}))
+            diff = paired_differences(torchrec, runner)
+            pooled[label] += diff.values()
+            own = statistics.median(abs(e) for e in torchrec.values())
+            print(
+                f"{stamp} {label:7s} TorchRec median |error| {own * 100:.1f} %"
+                f", TorchRec - runner median {statistics.median(diff.values()) * 100:+.1f} %: "
+                + " ".join(f"{c}:{d * 100:+.0f}" for c, d in diff.items()),
+                flush=True,
+            )
     for label, diffs in pooled.items():
         print(
             f"pooled {label}: median(TorchRec - runner) {statistics.median(diffs) * 100:+.1f} %, "

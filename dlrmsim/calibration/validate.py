@@ -38,7 +38,7 @@ from dlrmsim.errors import DlrmsimError, closest
 from dlrmsim.host import read_host, usable_cores
 from dlrmsim.output import err_console
 from dlrmsim.topologies import load_topology
-from dlrmsim.training.implementations import load_implementation
+from dlrmsim.training.implementations import TASK_KINDS, load_implementation
 from dlrmsim.training.simulate import TrainingConfig, TrainingResult, load_inputs, run_iteration
 from dlrmsim.workloads.placement import Placement, PlacementSpec, Shard
 from dlrmsim.workloads.schema import Workload
@@ -278,21 +278,9 @@ def predict(
     df = records_frame(res.records)
     phases: dict[str, float] = {}
     if not df.empty:
-        kinds = [
-            "gemm",
-            "elementwise",
-            "embedding",
-            "embedding_bwd",
-            "interaction",
-            "interaction_bwd",
-            "update",
-            "optimizer",
-            "copy",
-            "conflicts",
-            "sharded",
-            "autograd",
-            "autograd_call",
-        ]
+        # Every task kind a rank's program has (implementations.TASK_KINDS), and the contended updates' serial part,
+        # which the engine records as a kind of its own.
+        kinds = TASK_KINDS | {"conflicts"}
         tasks = df[df["kind"].isin(kinds) & df["rank"].eq(0)]
         for (name, cat), part in tasks.groupby(["name", "category"]):
             ph = sim_phase(str(name), str(cat))

@@ -110,8 +110,7 @@ class ImplementationProfile(StrictModel):
         "each layer costs its graph's recording and its nodes' execution beyond the written-out ops, which a torch "
         "calibration measures (calibration.autograd, benchmarks/autograd.py) and a task of kind autograd per layer "
         "pays, with one of kind autograd_call per step for the backward() call; false: the step writes the layers' "
-        "backward ops out (the project runner); not charged on an "
-        "uncalibrated topology",
+        "backward ops out (the project runner); not charged on an uncalibrated topology",
     )
     interaction_kernel: Literal["framework", "torchrec"] = Field(
         "framework",
