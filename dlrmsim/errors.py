@@ -67,6 +67,20 @@ def check_output_file(path: str | Path, flag: str) -> Path:
     return path
 
 
+def parse_counts(text: str | None, flag: str) -> list[int] | None:
+    """A comma-separated list of positive counts given to ``flag`` (``1,2,4``), sorted without repeats; None when
+    not given."""
+    if not text:
+        return None
+    try:
+        counts = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise DlrmsimError(f"{flag} '{text}' is not a list of positive counts", field=flag, fix="e.g. 1,2,4,8")
+    return sorted(set(counts))
+
+
 def closest(word: str, choices: Iterable[str]) -> str | None:
     """The choice nearest to a mistyped word, or None when nothing is close."""
     match = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)

@@ -9,6 +9,7 @@ import math
 import os
 import socket
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -180,6 +181,7 @@ def run_calibration(
     tiny: bool = False,
     finish: bool = False,
     max_s: float | None = None,
+    only_cores: Sequence[int] | None = None,
 ) -> Calibration:
     """Measure this host, fit the cost model, and write the calibration YAML to ``out``.
 
@@ -189,6 +191,7 @@ def run_calibration(
     nothing more: it fits what an interrupted run kept (:func:`check_first_pass`), for a run that cannot be
     resumed in the time left (a lent machine's lease, a job's limit). ``max_s`` bounds the run ahead of time: past
     it, measurements of later passes are skipped (:func:`run_plan`) and the benchmarks keep the passes they have.
+    ``only_cores`` measures the per-count benchmarks at those core counts and all cores only (``--cores``).
     """
     deadline = None if max_s is None else time.monotonic() + max_s
     backend = backend or default_backend()
@@ -200,7 +203,7 @@ def run_calibration(
     cache = PartialCache(partial_path(out), partial_key(host))
     load = _load_average()
     steady_allocator()  # the kernels see the allocator a training process has (host.steady_allocator)
-    tasks = build_plan(ops, quick or tiny, host.cores, implementation_for(backend), tiny=tiny)
+    tasks = build_plan(ops, quick or tiny, host.cores, implementation_for(backend), tiny=tiny, only_cores=only_cores)
     if finish:
         if not cache.done:
             raise DlrmsimError(

@@ -10,7 +10,7 @@ import typer
 from rich.progress import Progress
 
 from dlrmsim.calibration.backends import check_backend
-from dlrmsim.errors import DlrmsimError
+from dlrmsim.errors import DlrmsimError, parse_counts
 from dlrmsim.output import console, err_console, print_json, print_table
 
 if TYPE_CHECKING:
@@ -57,6 +57,14 @@ def calibrate(
             "completes, so the run ends soon after (a lent machine's lease, a job's limit)",
         ),
     ] = None,
+    cores: Annotated[
+        str | None,
+        typer.Option(
+            "--cores",
+            help="measure the per-core-count benchmarks at these counts only (e.g. 1,8), all cores always added: "
+            "a shorter run for a lent machine; predictions take the nearest count measured",
+        ),
+    ] = None,
 ) -> None:
     """Run the micro-benchmarks (GEMM, embedding bags, memory streams, collectives), fit the cost model and
     write the calibration YAML. An interrupted run resumes from <out>.partial.jsonl."""
@@ -69,8 +77,8 @@ def calibrate(
         raise DlrmsimError("--out is a directory", source=out, fix="give a file path such as calibration/host.yaml")
     t0 = time.perf_counter()
     if refit is not None:
-        if finish or max_minutes is not None:
-            flag = "--finish" if finish else "--max-minutes"
+        if finish or max_minutes is not None or cores is not None:
+            flag = "--finish" if finish else "--max-minutes" if max_minutes is not None else "--cores"
             raise DlrmsimError(f"--refit measures nothing, so {flag} does not apply", field=flag, fix="drop it")
         if quick or backend is not None:
             raise DlrmsimError(
@@ -87,6 +95,7 @@ def calibrate(
             progress=not (no_progress or json_out),
             finish=finish,
             max_s=None if max_minutes is None else 60.0 * max_minutes,
+            only_cores=parse_counts(cores, "--cores"),
         )
     elapsed = time.perf_counter() - t0
     summary = error_summary(cal.fit_quality, cal.measurements)

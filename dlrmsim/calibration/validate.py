@@ -34,7 +34,7 @@ from dlrmsim.calibration.targets.torchrec import measure_phases, measure_step, p
 from dlrmsim.calibration.targets.torchrec_dmp import measure_dmp_step
 from dlrmsim.config import StrictModel
 from dlrmsim.engine.frames import records_frame
-from dlrmsim.errors import DlrmsimError, closest
+from dlrmsim.errors import DlrmsimError, closest, parse_counts
 from dlrmsim.host import read_host, usable_cores
 from dlrmsim.output import err_console
 from dlrmsim.topologies import load_topology
@@ -209,15 +209,7 @@ def base_case_name(name: str) -> str:
 
 def parse_thread_counts(text: str | None) -> list[int] | None:
     """``--threads``: a comma-separated list of positive thread counts (``1,2,4``); None when not given."""
-    if not text:
-        return None
-    try:
-        counts = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        counts = []
-    if not counts or min(counts) < 1:
-        raise DlrmsimError(f"--threads '{text}' is not a list of positive counts", field="--threads", fix="e.g. 1,2,4,8")
-    return sorted(set(counts))
+    return parse_counts(text, "--threads")
 
 
 # Simulator task names -> the runner's phase names (see dlrm_runner.PHASES).

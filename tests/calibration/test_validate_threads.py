@@ -66,6 +66,25 @@ def test_embedding_and_interaction_are_measured_at_every_core_count_of_the_gemms
     assert set(core_counts(16)) == {1, 2, 3, 4, 8, 16}
 
 
+def test_calibrate_cores_measures_the_chosen_counts_and_all_cores_only() -> None:
+    def counts(only: list[int] | None) -> set[int]:
+        plan = build_plan(get_ops("numpy"), quick=True, cores=16, implementation="ccl", only_cores=only)
+        return {int(t.id.split()[-1].removeprefix("c")) for t in plan if t.first_pass and t.stage.startswith("embedding bags")}
+
+    # because a lease's run measures fewer counts, and the "all cores" rows (preset layers, collectives) need 16 always
+    assert counts([1, 8]) == {1, 8, 16} and counts(None) == {1, 2, 3, 4, 8, 16}
+    with pytest.raises(DlrmsimError) as e:
+        counts([1, 32])
+    assert e.value.field == "--cores" and "1-16" in str(e.value)
+
+
+def test_the_cli_refuses_calibrate_cores_the_host_lacks_before_measuring(cli, tmp_path: Path) -> None:  # noqa: ANN001
+    out = tmp_path / "c.yaml"
+    r = cli("calibrate", "--quick", "--backend", "numpy", "--cores", "1,100000", "--out", str(out))
+    # because no host here has 100000 cores; nothing is measured or written
+    assert r.code == 2 and r.err.count("\n") == 1 and "--cores" in r.err and not list(tmp_path.iterdir())
+
+
 def test_a_relative_reference_checkout_resolves_to_an_absolute_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "dlrm").mkdir()
     (tmp_path / "dlrm" / "dlrm_s_pytorch.py").write_text("")

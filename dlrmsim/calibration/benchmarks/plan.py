@@ -46,7 +46,7 @@ from dlrmsim.calibration.benchmarks.overhead import dispatch_task, fork_task
 from dlrmsim.calibration.benchmarks.sharded import sharded_software_task
 from dlrmsim.calibration.benchmarks.skew import SKEW_STAGE, skew_task
 from dlrmsim.calibration.benchmarks.tbe import calibrated_module, tbe_available, tbe_configs, tbe_task
-from dlrmsim.calibration.benchmarks.timing import BenchTask, TimingPolicy, core_counts, median_spread, policy_for
+from dlrmsim.calibration.benchmarks.timing import BenchTask, TimingPolicy, chosen_core_counts, median_spread, policy_for
 from dlrmsim.calibration.ops import Ops
 from dlrmsim.calibration.schema import Measurement
 from dlrmsim.host import l2_cache_bytes, last_level_cache_bytes
@@ -96,7 +96,14 @@ PASSES = 2
 
 
 def build_plan(
-    k: Ops, quick: bool, cores: int, implementation: str, ranks: int = 2, tiny: bool = False, passes: int = PASSES
+    k: Ops,
+    quick: bool,
+    cores: int,
+    implementation: str,
+    ranks: int = 2,
+    tiny: bool = False,
+    passes: int = PASSES,
+    only_cores: Sequence[int] | None = None,
 ) -> list[BenchTask]:
     """Every micro-benchmark of a calibration, in the order they run.
 
@@ -109,9 +116,10 @@ def build_plan(
     feeds every fit and every benchmark kind, in one pass: GEMMs up to 1024^3, one preset, one narrow and one
     step-order MLP layer set, the streams, the dispatch cost, the first table shape's embedding bags (at all cores
     only), three interaction shapes, four collective sizes, the Eq. 1 / Eq. 2 check and one arrival-skew length.
-    Its rates are rougher than a quick calibration's.
+    Its rates are rougher than a quick calibration's. ``only_cores`` measures the per-count benchmarks at those counts
+    and all ``cores`` instead of every count of :func:`core_counts` (``calibrate --cores``).
     """
-    tasks = _first_pass(k, quick, cores, implementation, ranks, tiny)
+    tasks = _first_pass(k, quick, cores, implementation, ranks, tiny, chosen_core_counts(cores, only_cores))
     if tiny:  # one pass, but the streams sampled again at the end: their passes are combined as in a real run
         return tasks + measured_again([t for t in tasks if t.stage == STREAM_STAGE], "last pass")
     again = [t for t in tasks if t.repeat]
@@ -241,9 +249,10 @@ def scaling_check(tasks: Sequence[BenchTask], counts: Sequence[int]) -> list[Ben
     return measured_again(again, SCALING_CHECK)
 
 
-def _first_pass(k: Ops, quick: bool, cores: int, implementation: str, ranks: int, tiny: bool) -> list[BenchTask]:
+def _first_pass(
+    k: Ops, quick: bool, cores: int, implementation: str, ranks: int, tiny: bool, counts: list[int]
+) -> list[BenchTask]:
     policy = policy_for(quick)
-    counts = core_counts(cores)
     if tiny:
         return _tiny_plan(k, cores, implementation, ranks, policy, counts)
     tasks: list[BenchTask] = []

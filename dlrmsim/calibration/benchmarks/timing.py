@@ -10,11 +10,12 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from dlrmsim.calibration.ops import Op
 from dlrmsim.calibration.schema import Measurement
+from dlrmsim.errors import DlrmsimError
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,23 @@ def core_counts(cores: int) -> list[int]:
         c *= 2
     counts.add(cores)
     return sorted(counts)
+
+
+def chosen_core_counts(cores: int, only: Sequence[int] | None = None) -> list[int]:
+    """The core counts a calibration measures: :func:`core_counts`, or ``only`` (``calibrate --cores``) with all
+    ``cores`` always added, since the fits' "all cores" rows (the preset MLP layers, the collectives' threads) are
+    taken there. Fewer counts shorten a run whose time is bounded (a lent machine's lease); the simulator then takes
+    each prediction's fit from the nearest count measured."""
+    if not only:
+        return core_counts(cores)
+    bad = [c for c in only if not 1 <= c <= cores]
+    if bad:
+        raise DlrmsimError(
+            f"--cores {bad[0]} is not a core count of this host (1-{cores})",
+            field="--cores",
+            fix=f"give counts between 1 and {cores}, e.g. 1,{cores}",
+        )
+    return sorted({*only, cores})
 
 
 # Where a call sits in its run of same-op calls (the dispatch benchmark's first and further ops, an embedding
