@@ -80,6 +80,30 @@ def available_update_fit(fit: EmbeddingFit, one: EmbeddingFit, gain: float) -> E
     return fit.model_copy(update={**terms, "bandwidth_GBps": bandwidth, "stream_fraction": fit.stream_fraction * scale})
 
 
+# The task kinds whose bytes stream element by element through one parallel region an op: activations and their
+# gradients ("elementwise") and the dense optimizer's update ("optimizer"), which the "elementwise" availability
+# kernel stands for (benchmarks/availability.py).
+ELEMENTWISE_KINDS = ("elementwise", "optimizer")
+
+
+def available_stream_fraction(cal: Calibration, cores: int, ranks: int = 1) -> float:
+    """The share of its ``cores`` cores' stream bandwidth an element-wise op gets at the cores' typical availability
+    (``Calibration.core_availability``, kernel "elementwise"), with ``ranks`` rank processes on the host.
+
+    The memory fit keeps the long triad's bandwidth, whose ~100-ms samples average the moments a core is away. A
+    step's element-wise op lasts tens of microseconds and ends with its slowest thread, so a lone rank keeps its
+    1-core bandwidth plus the pairs' ``retained_gain`` of the gain over it (:func:`kept_gain_rate`), as its GEMMs
+    do (:func:`available_gemm_points`); ranks sharing the busy cores keep the ``availability``. 1 on one busy core
+    and where the calibration did not measure it (numpy calibrations, calibrations before 2026-11-27)."""
+    fit = cal.availability_fit(min(cal.host.cores, cores * max(ranks, 1)), "elementwise")
+    if fit is None:
+        return 1.0
+    if ranks > 1:
+        return fit.availability
+    many, one = memory_bandwidth_GBps(cal.memory, cores), memory_bandwidth_GBps(cal.memory, 1)
+    return kept_gain_rate(many, one, fit.retained_gain) / many if cores > 1 else 1.0
+
+
 def slowed_fit(fit: EmbeddingFit, availability: float) -> EmbeddingFit:
     """``fit`` at ``availability`` of its speed: every time term over it, the bandwidth times it."""
     terms = {name: getattr(fit, name) / availability for name in _EMBEDDING_TIME_TERMS}
@@ -146,6 +170,8 @@ def calibrated_compute(
     evicted = table.evicted_call_us is not None
     opt = cal.optimizer_fit(cores) if optimizer_object else None
     cold = cal.cold_output_fit(cores)
+    stream = available_stream_fraction(cal, cores, sharing_ranks)
+    stream_fraction = {kind: stream for kind in ELEMENTWISE_KINDS} if stream < 1.0 else {}
     per_KiB = 1e-9 / 1024.0  # ns per KiB -> s per byte
     cold_out = {"gemm": cold.gemm_ns_per_KiB * per_KiB, "elementwise": cold.elementwise_ns_per_KiB * per_KiB} if cold else {}
     opt_fixed = {"optimizer": opt.call_us * 1e-6} if opt is not None and opt.call_us > 0 else {}
@@ -179,7 +205,7 @@ def calibrated_compute(
         memory_bandwidth_Bps=cal.memory.bandwidth_GBps * 1e9,
         memory_efficiency=EfficiencyTable.constant(1.0),
         saturation_cores=float(cal.memory.saturation_cores),
-        bandwidth_fraction_by_kind={**emb.bandwidth_fraction_by_kind, **inter.bandwidth_fraction_by_kind},
+        bandwidth_fraction_by_kind={**emb.bandwidth_fraction_by_kind, **inter.bandwidth_fraction_by_kind, **stream_fraction},
         row_time_s_by_kind={**emb.row_time_s_by_kind, **inter.row_time_s_by_kind, **opt_rows, **shard_rows, **grad_rows},
         flop_rate_by_kind=inter.flop_rate_by_kind,
         # Without that, a training step's GEMM pays its cold-call time (measured in step order) as a fixed time of its

@@ -252,8 +252,10 @@ class CoreAvailabilityFit(StrictModel):
     keep (benchmarks/availability.py): the speedup of one ``kernel`` on ``cores`` threads over one thread, timed in
     pairs, as the runs' mean median and the best of their upper deciles (availability.combine_runs), and their ratio."""
 
-    kernel: Literal["gemm", "update"] = Field(
-        "gemm", description="the kernel timed: a GEMM (the GEMM tables take it) or the sparse SGD update (its embedding fit)"
+    kernel: Literal["gemm", "update", "elementwise"] = Field(
+        "gemm",
+        description="the kernel timed: a GEMM (the GEMM tables take it), the sparse SGD update (its embedding fit) or "
+        "a dense SGD update (the element-wise and optimizer tasks' stream bandwidth)",
     )
     cores: Annotated[int, Field(ge=2)]
     availability: Annotated[float, Field(gt=0, le=1)] = Field(description="median speedup / best speedup")

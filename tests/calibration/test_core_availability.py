@@ -10,16 +10,23 @@ from dlrmsim.calibration.agreement import fitted_parameters
 from dlrmsim.calibration.apply import (
     apply_calibration,
     available_gemm_points,
+    available_stream_fraction,
     available_update_fit,
     embedding_fits,
     kept_gain_time,
 )
-from dlrmsim.calibration.benchmarks.availability import AVAILABILITY_KERNELS, availability_of, availability_task, combine_runs
+from dlrmsim.calibration.benchmarks.availability import (
+    AVAILABILITY_KERNELS,
+    TORCH_AVAILABILITY_KERNELS,
+    availability_of,
+    availability_task,
+    combine_runs,
+)
 from dlrmsim.calibration.benchmarks.plan import build_plan, combine_passes
 from dlrmsim.calibration.benchmarks.timing import TimingPolicy
 from dlrmsim.calibration.fit import fit_core_availability
 from dlrmsim.calibration.ops import get_ops
-from dlrmsim.calibration.schema import Calibration, CoreAvailabilityFit, EmbeddingFit, Measurement
+from dlrmsim.calibration.schema import Calibration, CoreAvailabilityFit, EmbeddingFit, Measurement, memory_bandwidth_GBps
 from dlrmsim.topologies.topology import ComputeSpec, Link, Topology
 
 UPDATE_AVAILABILITY = CoreAvailabilityFit(kernel="update", cores=2, availability=0.6, speedup_median=1.2,
@@ -238,3 +245,44 @@ def test_the_benchmark_times_pairs_and_the_plans_spread_it() -> None:
     assert len(quick) == 10 and names == {"core availability gemm 384", "core availability update 131072x64 16384"}
     assert len([t for t in build_plan(k, True, 2, "shm", tiny=True) if t.stage.startswith("core availability")]) == 2
     assert not [t for t in build_plan(k, True, 1, "shm", tiny=True) if t.stage.startswith("core availability")]
+
+
+ELEMENTWISE_AVAILABILITY = CoreAvailabilityFit(kernel="elementwise", cores=2, availability=0.6, speedup_median=1.2,
+                                              speedup_best=2.0, runs=5)  # fmt: skip
+
+
+def test_element_wise_ops_keep_the_share_of_their_bandwidth_gain_their_pairs_keep(quick_cal: Calibration) -> None:
+    # Because a step's element-wise op ends with its slowest thread, a lone rank on two cores gets its one-core stream
+    # bandwidth (20 GB/s) plus the pairs' retained gain (0.2) of what the second core adds (20 GB/s more): 24 of the
+    # 40 GB/s the triad fit gives two cores, a fraction of 0.6 for the element-wise and optimizer tasks alone.
+    memory = quick_cal.memory.model_copy(update={"bandwidth_GBps": 40.0, "per_core_GBps": 20.0, "saturation_cores": 2.0})
+    base = _tables(quick_cal).model_copy(update={"memory": memory})
+    cal = base.model_copy(update={"core_availability": [ELEMENTWISE_AVAILABILITY]})
+    assert memory_bandwidth_GBps(memory, 1) == 20.0 and memory_bandwidth_GBps(memory, 2) == 40.0
+    assert available_stream_fraction(cal, 2) == pytest.approx((20.0 + 0.2 * 20.0) / 40.0)
+    # one core has no team to wait for; a calibration without the pairs (numpy's, older ones) changes nothing
+    assert available_stream_fraction(cal, 1) == 1.0 and available_stream_fraction(base, 2) == 1.0
+    # two one-thread ranks share the busy cores: each keeps the pairs' availability, as their GEMMs do
+    assert available_stream_fraction(cal, 1, ranks=2) == pytest.approx(0.6)
+    before, after = (apply_calibration(_host(2, 1), c).compute(0) for c in (base, cal))
+    for kind in ("elementwise", "optimizer"):
+        assert after.bandwidth_fraction_by_kind[kind] == pytest.approx(0.6) and kind not in before.bandwidth_fraction_by_kind
+    assert after.gemm_efficiency(1e9) == before.gemm_efficiency(1e9) and after.row_time_s_by_kind == before.row_time_s_by_kind
+    assert {k: v for k, v in after.bandwidth_fraction_by_kind.items() if k not in ("elementwise", "optimizer")} == (
+        before.bandwidth_fraction_by_kind
+    )
+
+
+def test_torch_calibrations_time_the_element_wise_pairs_and_numpy_ones_do_not() -> None:
+    pytest.importorskip("torch")
+    k = get_ops("torch")
+    (row,) = availability_task(
+        k, 2, TimingPolicy(warmup=1, repeats=1, min_sample_s=0.001), seconds=0.05, kernel="elementwise"
+    ).run()
+    # because the element-wise kernel is one dense SGD update of a 1024 x 1024 weight: 3 x 4 MiB of traffic a call
+    assert row.params["kernel"] == "elementwise" and row.bytes == 3 * 4 * 2**20 and int(row.params["pairs"]) >= 3
+    assert 0 < float(row.params["availability"]) <= 1.0
+    quick = {t.id.split(" c2")[0] for t in build_plan(k, True, 2, "shm") if t.stage == "core availability"}
+    assert "core availability elementwise 1048576" in quick and len(TORCH_AVAILABILITY_KERNELS) == len(quick) == 3
+    numpy_plan = build_plan(get_ops("numpy"), True, 2, "shm")
+    assert not [t for t in numpy_plan if "elementwise" in t.id]  # numpy's element-wise ops run on one thread

@@ -50,7 +50,17 @@ AVAILABILITY_GEMM_DIM = 384
 # come cold as a step's do. Each call applies the next of a few gradients made from fresh indices.
 UPDATE_ROWS, UPDATE_DIM, UPDATE_BATCH, UPDATE_POOLING = 131072, 64, 512, 32
 UPDATE_GRADIENTS = 8
+# The element-wise ops of a step (activations, their gradients, the dense SGD update) stream their operands at
+# the cores' memory bandwidth, and each splits over the team in one parallel region. Their kernel here is the dense
+# update of one 1024 x 1024 weight (4 MiB, a wide MLP layer's), param -= lr x grad, what the optimizer runs per tensor:
+# machines E, F and G (16-core Xeon guests) ran wide-mlp's dense update (12 such ops, 1.4 M parameters) in
+# 1.02 / 0.94 / 0.75 ms on 1 thread, 0.34 / 0.31 ms on 8 and 0.59 / 0.48 / 0.43-0.69 ms on 16, where the 16-core
+# stream bandwidth (the long triad the memory fit keeps) predicts 0.14-0.21 ms.
+ELEMENTWISE_ELEMENTS = 1 << 20
+# The kernels each calibration times in pairs; the element-wise one with the torch backend only, whose element-wise
+# ops split over the threads (numpy's run on one).
 AVAILABILITY_KERNELS = ("gemm", "update")
+TORCH_AVAILABILITY_KERNELS = (*AVAILABILITY_KERNELS, "elementwise")
 # Seconds of pairs per run. The run repeats at the calibration's five spread moments (plan.SPREAD_STAGES), and
 # combine_runs sets the runs' mean median against their best moments: a few seconds a run give ~100 pairs of 10-ms
 # sides.
@@ -97,8 +107,18 @@ def kernel_op(k: Ops, kernel: str) -> tuple[Op, dict[str, float | int | str], fl
     if kernel == "gemm":
         n = AVAILABILITY_GEMM_DIM
         return k.make_gemm(n, n, n), {"kernel": kernel, "m": n}, 2.0 * n**3, 0.0
+    if kernel == "elementwise":
+        n = ELEMENTWISE_ELEMENTS
+        param = k.tensor(np.full(n, 1e-2, dtype=np.float32))
+        grad = k.tensor(np.full(n, 1e-3, dtype=np.float32))
+
+        def step() -> None:
+            k.sgd_step(param, grad, 1e-9)
+
+        # read the parameter and the gradient, write the parameter: what the optimizer task's bytes count
+        return step, {"kernel": kernel, "elements": n}, 2.0 * n, 3.0 * 4 * n
     if kernel != "update":
-        raise ValueError(f"unknown availability kernel {kernel!r}: one of {', '.join(AVAILABILITY_KERNELS)}")
+        raise ValueError(f"unknown availability kernel {kernel!r}: one of {', '.join(TORCH_AVAILABILITY_KERNELS)}")
     rng = np.random.default_rng(0)
     rows, dim, lookups = UPDATE_ROWS, UPDATE_DIM, UPDATE_BATCH * UPDATE_POOLING
     table = k.new_table(rows, dim, rng)
@@ -145,6 +165,8 @@ def availability_label(kernel: str) -> str:
     """The row name's kernel part (the op's shape), without building the op."""
     if kernel == "gemm":
         return f"gemm {AVAILABILITY_GEMM_DIM}"
+    if kernel == "elementwise":
+        return f"elementwise {ELEMENTWISE_ELEMENTS}"
     return f"update {UPDATE_ROWS}x{UPDATE_DIM} {UPDATE_BATCH * UPDATE_POOLING}"
 
 

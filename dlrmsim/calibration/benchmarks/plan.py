@@ -12,6 +12,7 @@ from dlrmsim.calibration.benchmarks.availability import (
     AVAILABILITY_KERNELS,
     AVAILABILITY_STAGE,
     TINY_AVAILABILITY_SECONDS,
+    TORCH_AVAILABILITY_KERNELS,
     availability_task,
     combine_runs,
 )
@@ -284,7 +285,7 @@ def _first_pass(
     tasks += [cold_output_task(k, c, policy) for c in counts]
     # How much of its cores a multi-threaded kernel typically gets, against the moments the kernels keep: the GEMM's
     # arithmetic and the sparse update's overlapped misses each.
-    tasks += [availability_task(k, c, policy, kernel=kernel) for kernel in AVAILABILITY_KERNELS for c in counts if c > 1]
+    tasks += [availability_task(k, c, policy, kernel=kernel) for kernel in availability_kernels(k) for c in counts if c > 1]
     # The last-level cache capacity a process gets (a shared or virtualised cache keeps less than it reports).
     tasks.append(cache_reuse_task(l2_cache_bytes(), last_level_cache_bytes(), policy))
     # A torch.optim object's Python cost (the reference DLRM's and TorchRec's dense step): both ends of the range.
@@ -328,6 +329,12 @@ def _first_pass(
     return tasks
 
 
+def availability_kernels(k: Ops) -> tuple[str, ...]:
+    """The kernels whose core availability a calibration with ``k`` times: the element-wise one where the backend's
+    element-wise ops run on several threads (torch), not numpy's single-threaded ones."""
+    return TORCH_AVAILABILITY_KERNELS if k.name == "torch" else AVAILABILITY_KERNELS
+
+
 def _tiny_plan(k: Ops, cores: int, implementation: str, ranks: int, policy: TimingPolicy, counts: list[int]) -> list[BenchTask]:
     tasks: list[BenchTask] = []
     for c in counts:
@@ -338,7 +345,7 @@ def _tiny_plan(k: Ops, cores: int, implementation: str, ranks: int, policy: Timi
     tasks += [fork_task(k, c, policy) for c in counts]
     tasks.append(cold_output_task(k, cores, policy))
     if cores > 1:
-        tasks += [availability_task(k, cores, policy, TINY_AVAILABILITY_SECONDS, kernel) for kernel in AVAILABILITY_KERNELS]
+        tasks += [availability_task(k, cores, policy, TINY_AVAILABILITY_SECONDS, kernel) for kernel in availability_kernels(k)]
     if k.name == "torch":
         tasks += [optimizer_task(k, cores, policy), autograd_task(k, cores, policy)]
     configs = embedding_configs(True)
