@@ -62,7 +62,8 @@ def calibrate(
         typer.Option(
             "--cores",
             help="measure the per-core-count benchmarks at these counts only (e.g. 1,8), all cores always added: "
-            "a shorter run for a lent machine; predictions take the nearest count measured",
+            "a shorter run for a lent machine (give it again with --finish); predictions take the nearest count "
+            "measured",
         ),
     ] = None,
 ) -> None:

@@ -284,7 +284,7 @@ def _first_pass(
     tasks += [fork_task(k, c, policy) for c in counts]
     tasks += [cold_output_task(k, c, policy) for c in counts]
     # How much of its cores a multi-threaded kernel typically gets, against the moments the kernels keep: the GEMM's
-    # arithmetic and the sparse update's overlapped misses each.
+    # arithmetic, the sparse update's overlapped misses and (torch) an element-wise op's stream each.
     tasks += [availability_task(k, c, policy, kernel=kernel) for kernel in availability_kernels(k) for c in counts if c > 1]
     # The last-level cache capacity a process gets (a shared or virtualised cache keeps less than it reports).
     tasks.append(cache_reuse_task(l2_cache_bytes(), last_level_cache_bytes(), policy))
