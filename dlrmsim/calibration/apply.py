@@ -16,12 +16,24 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 
-from dlrmsim.calibration.schema import Calibration, EmbeddingFit, memory_bandwidth_GBps, select_embedding_fit
+from dlrmsim.calibration.schema import (
+    Calibration,
+    CoreAvailabilityFit,
+    EmbeddingFit,
+    memory_bandwidth_GBps,
+    select_embedding_fit,
+)
 from dlrmsim.topologies.topology import ComputeSpec, EfficiencyTable, Link, Topology
 from dlrmsim.training.implementations import ImplementationProfile
 
 SHM_LINK_KIND = "shm"
 SHM_BACKEND = "shm"  # the backend preset of processes on one host, whose collectives the calibrated shm links carry
+
+
+def busy_availability_fit(cal: Calibration, cores: int, ranks: int, kernel: str) -> CoreAvailabilityFit | None:
+    """The ``kernel``'s core-availability fit for the cores ``ranks`` rank processes of ``cores`` threads keep busy
+    (at most the host's); None on one busy core or where the calibration did not measure it."""
+    return cal.availability_fit(min(cal.host.cores, cores * max(ranks, 1)), kernel)
 
 
 def available_gemm_points(cal: Calibration, cores: int, ranks: int = 1) -> list[tuple[float, float]]:
@@ -36,8 +48,7 @@ def available_gemm_points(cal: Calibration, cores: int, ranks: int = 1) -> list[
     core and where the calibration did not measure the availability."""
     table = cal.gemm.table(cores)
     points = [(float(f), float(e)) for f, e in table.points]
-    busy = min(cal.host.cores, cores * max(ranks, 1))
-    fit = cal.availability_fit(busy)
+    fit = busy_availability_fit(cal, cores, ranks, "gemm")
     if fit is None:
         return points
     if ranks > 1:
@@ -95,7 +106,7 @@ def available_stream_fraction(cal: Calibration, cores: int, ranks: int = 1) -> f
     1-core bandwidth plus the pairs' ``retained_gain`` of the gain over it (:func:`kept_gain_rate`), as its GEMMs
     do (:func:`available_gemm_points`); ranks sharing the busy cores keep the ``availability``. 1 on one busy core
     and where the calibration did not measure it (numpy calibrations, calibrations before 2026-11-27)."""
-    fit = cal.availability_fit(min(cal.host.cores, cores * max(ranks, 1)), "elementwise")
+    fit = busy_availability_fit(cal, cores, ranks, "elementwise")
     if fit is None:
         return 1.0
     if ranks > 1:
@@ -123,7 +134,7 @@ def typical_update_fit(
     speedup) of its fit (:func:`slowed_fit`), as their GEMMs do (:func:`available_gemm_points`). On the 2-vCPU Intel
     VM one vCPU at a time ran the update 1.75x slower than the other, pinned, where the GEMM ran 1.22x slower.
     Unchanged on one busy core and where the calibration did not measure the update's availability."""
-    avail = cal.availability_fit(min(cal.host.cores, fit.cores * max(ranks, 1)), "update")
+    avail = busy_availability_fit(cal, fit.cores, ranks, "update")
     if avail is None:
         return fit
     if ranks > 1:
