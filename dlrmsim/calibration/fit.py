@@ -766,19 +766,27 @@ def nonnegative_least_squares(x: np.ndarray, y: np.ndarray, floors: np.ndarray |
 
     With floors, a column in the fit must also reach its floor (c_i = 0 or c_i >= floors_i): a subset whose
     unconstrained solution puts a column below it is not admitted."""
-    k = x.shape[1]
+    return nonnegative_least_squares_many(x, np.asarray(y, dtype=float)[:, None], floors)[:, 0]
+
+
+def nonnegative_least_squares_many(x: np.ndarray, ys: np.ndarray, floors: np.ndarray | None = None) -> np.ndarray:
+    """:func:`nonnegative_least_squares` of each column of ``ys`` (m x g) against the one ``x`` (m x k): a k x g
+    array of coefficients. Each subset of columns is solved for every right-hand side in one ``lstsq`` call, so a
+    fit that tries many targets against the same features (the interaction fit's rate grid: some 4,000 per
+    direction and core count) pays a handful of factorisations instead of thousands."""
+    k, g = x.shape[1], ys.shape[1]
     low = np.zeros(k) if floors is None else np.asarray(floors, dtype=float)
-    best_err, best = math.inf, np.zeros(k)
+    best_err, best = np.full(g, math.inf), np.zeros((k, g))
     for n in range(1, k + 1):
         for cols in itertools.combinations(range(k), n):
-            sol, *_ = np.linalg.lstsq(x[:, cols], y, rcond=None)
-            if (sol < 0).any() or (sol < low[list(cols)]).any():
-                continue
-            c = np.zeros(k)
+            sol, *_ = np.linalg.lstsq(x[:, cols], ys, rcond=None)
+            admitted = ~((sol < 0).any(axis=0) | (sol < low[list(cols), None]).any(axis=0))
+            c = np.zeros((k, g))
             c[list(cols)] = sol
-            err = float(np.sum((x @ c - y) ** 2))
-            if err < best_err:
-                best_err, best = err, c
+            err = np.sum((x @ c - ys) ** 2, axis=0)
+            better = admitted & (err < best_err)
+            best_err = np.where(better, err, best_err)
+            best[:, better] = c[:, better]
     return best
 
 
@@ -833,16 +841,15 @@ def fit_interaction(
         stream = memory_bandwidth_GBps(memory, cores) * 1e9
         peak = peak_gflops(host, cores) * 1e9
         x = np.stack([1.0 / t, n / t], axis=1)
-        best = (math.inf, 0.0, 0.0, peak, stream)
-        for bw in np.geomspace(stream * INTERACTION_BANDWIDTH_FLOOR, stream, BANDWIDTH_GRID_POINTS):
-            t_b = nbytes / bw
-            for rate in np.geomspace(peak * 1e-3, peak, RATE_GRID_POINTS):
-                rest = (t - disp - np.maximum(flops / rate, t_b)) / t
-                c = nonnegative_least_squares(x, rest)
-                err = float(np.sum((x @ c - rest) ** 2))
-                if err < best[0]:
-                    best = (err, float(c[0]), float(c[1]), float(rate), float(bw))
-        _, fixed, sample, rate, bw = best
+        # Every (byte rate, flop rate) pair of the grids, byte rate outer, in the order the search takes them: the
+        # first pair reaching the least error wins.
+        bws = np.repeat(np.geomspace(stream * INTERACTION_BANDWIDTH_FLOOR, stream, BANDWIDTH_GRID_POINTS), RATE_GRID_POINTS)
+        rates = np.tile(np.geomspace(peak * 1e-3, peak, RATE_GRID_POINTS), BANDWIDTH_GRID_POINTS)
+        rests = (t[:, None] - disp[:, None] - np.maximum(flops[:, None] / rates, nbytes[:, None] / bws)) / t[:, None]
+        c = nonnegative_least_squares_many(x, rests)
+        errs = np.sum((x @ c - rests) ** 2, axis=0)
+        i = int(np.argmin(errs))
+        fixed, sample, rate, bw = float(c[0, i]), float(c[1, i]), float(rates[i]), float(bws[i])
         evicted = contexts.get((direction, cores))
         if evicted is not None and sum(evicted) > fixed:
             # the contexts' excess beyond the fitted intercept: at most all of it is what a warm call saves

@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import networkx as nx
+import numpy as np
 import pytest
 import yaml
 
@@ -31,6 +32,8 @@ from dlrmsim.calibration.fit import (
     fit_tbe,
     measured_gemm,
     memory_bandwidth_GBps,
+    nonnegative_least_squares,
+    nonnegative_least_squares_many,
     predict_gemm_s,
     predict_s,
 )
@@ -426,6 +429,28 @@ def test_embedding_fit_separates_the_first_call_of_a_run(quick_cal: Calibration)
     old = [m.model_copy(update={"params": {k: v for k, v in m.params.items() if k != "position"}}) for m in ms[::2]]
     (old_fit,) = fit_embedding(old, quick_cal.memory)
     assert old_fit.run_start_us == 0.0
+
+
+def test_nonnegative_least_squares_meets_the_optimality_conditions_for_each_right_hand_side() -> None:
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(9, 3))
+    ys = rng.normal(size=(9, 40))
+    cs = nonnegative_least_squares_many(x, ys)
+    for j in range(ys.shape[1]):
+        c = cs[:, j]
+        grad = x.T @ (x @ c - ys[:, j])
+        # because c minimises |x c - y|^2 over c >= 0 exactly when (Karush-Kuhn-Tucker) c >= 0, the gradient is zero
+        # on the columns in the fit and non-negative on those held at zero (moving them up cannot help)
+        assert (c >= 0).all()
+        assert np.allclose(grad[c > 0], 0.0, atol=1e-9)
+        assert (grad[c == 0] >= -1e-9).all()
+        # and each right-hand side is solved on its own: the one-target call gives the same coefficients (to
+        # rounding: LAPACK orders a many-column solve's arithmetic differently)
+        assert np.allclose(nonnegative_least_squares(x, ys[:, j]), c, rtol=1e-12, atol=1e-15)
+    # because a floor excludes a subset whose solution puts a column in the fit below it
+    floors = np.array([0.0, 10.0, 0.0])
+    floored = nonnegative_least_squares_many(x, ys, floors)
+    assert ((floored[1] == 0) | (floored[1] >= 10.0)).all()
 
 
 def test_interaction_fit_recovers_its_own_model(quick_cal: Calibration) -> None:
