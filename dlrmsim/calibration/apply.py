@@ -115,6 +115,25 @@ def available_stream_fraction(cal: Calibration, cores: int, ranks: int = 1) -> f
     return kept_gain_rate(many, one, fit.retained_gain) / many if cores > 1 else 1.0
 
 
+def elementwise_cache_Bps(cal: Calibration, cores: int, ranks: int = 1) -> float:
+    """The rate (B/s) of an element-wise op on tensors in the last-level cache on ``cores`` cores
+    (``ColdOutputFit.elementwise_cached_GBps``), at the cores' typical availability as :func:`available_stream_fraction`
+    takes the memory's: a lone rank keeps its 1-core rate plus the element-wise pairs' ``retained_gain`` of the gain
+    over it, ranks sharing the busy cores the ``availability``. 0 where the calibration has no cached rate."""
+    fit = cal.cold_output_fit(cores)
+    if fit is None or fit.elementwise_cached_GBps is None:
+        return 0.0
+    rate = fit.elementwise_cached_GBps
+    avail = busy_availability_fit(cal, cores, ranks, "elementwise")
+    if avail is not None and ranks > 1:
+        rate *= avail.availability
+    elif avail is not None and cores > 1:
+        one = cal.cold_output_fit(1)
+        if one is not None and one.cores == 1 and one.elementwise_cached_GBps is not None:
+            rate = kept_gain_rate(rate, one.elementwise_cached_GBps, avail.retained_gain)
+    return rate * 1e9
+
+
 def slowed_fit(fit: EmbeddingFit, availability: float) -> EmbeddingFit:
     """``fit`` at ``availability`` of its speed: every time term over it, the bandwidth times it."""
     terms = {name: getattr(fit, name) / availability for name in _EMBEDDING_TIME_TERMS}
@@ -212,6 +231,7 @@ def calibrated_compute(
         gemm_evicted_compute_factor=table.evicted_compute_factor or 0.0,
         cold_output_s_per_byte_by_kind=cold_out,
         cold_output_after_bytes=host.flushed_bytes if cold else math.inf,
+        elementwise_cache_Bps=elementwise_cache_Bps(cal, cores, sharing_ranks),
         gemm_evicted_after_bytes=host.flushed_bytes if evicted else math.inf,
         memory_bandwidth_Bps=cal.memory.bandwidth_GBps * 1e9,
         memory_efficiency=EfficiencyTable.constant(1.0),

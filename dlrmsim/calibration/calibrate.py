@@ -302,7 +302,7 @@ def fit_calibration(host: HostInfo, measurements: list[Measurement]) -> Calibrat
     interaction_torchrec = fit_interaction(measurements, memory, host, overhead, benchmark="interaction_torchrec")
     tbe = fit_tbe(measurements, memory, overhead, host)
     optimizer = fit_optimizer(measurements, overhead)
-    cold_output = fit_cold_output(measurements)
+    cold_output = fit_cold_output(measurements, overhead)
     sharded = fit_sharded_software(measurements)
     autograd = fit_autograd(measurements)
     fitted = FittedModel(

@@ -172,6 +172,11 @@ def calibrate(
                 )
                 for c in cal.cold_output
             ],
+            *[
+                (f"element-wise op on tensors in the last-level cache at {c.cores} cores: GB/s", c.elementwise_cached_GBps)
+                for c in cal.cold_output
+                if c.elementwise_cached_GBps is not None
+            ],
             ("memory bandwidth GB/s (triad, saturated)", cal.memory.bandwidth_GBps),
             ("memory GB/s per core", cal.memory.per_core_GBps),
             ("memory saturation cores", cal.memory.saturation_cores),

@@ -659,19 +659,44 @@ def fit_overhead(measurements: Sequence[Measurement], backend: str | None = None
     )
 
 
-def fit_cold_output(measurements: Sequence[Measurement]) -> list[ColdOutputFit]:
-    """Per core count: (cold - warm) / output bytes of each op kind of the cold-output benchmark, at least 0; empty
-    without the benchmark."""
+def fit_cold_output(measurements: Sequence[Measurement], overhead: OverheadFit | None = None) -> list[ColdOutputFit]:
+    """Per core count: (cold - warm) / output bytes of each op kind of the cold-output benchmark, at least 0; and
+    the cached ReLU's rate (:func:`cached_elementwise_GBps`); empty without the benchmark."""
     rows: dict[tuple[int, str, str], float] = {}
+    cached: dict[int, Measurement] = {}
     for m in measurements:
         if m.benchmark == "cold_output":
             rows[(m.cores, str(m.params["op"]), str(m.params["position"]))] = m.time_s / (m.bytes / 1024.0) * 1e9
+            if m.params["position"] == "cached":
+                cached[m.cores] = m
     out = []
     for cores in sorted({c for c, _, _ in rows}):
         per = {op: max(0.0, rows.get((cores, op, "cold"), 0.0) - rows.get((cores, op, "warm"), 0.0)) for op in OUTPUT_KINDS}
         gemm, elementwise = _sig(per["gemm"]), _sig(per["elementwise"])
-        out.append(ColdOutputFit(cores=cores, gemm_ns_per_KiB=gemm, elementwise_ns_per_KiB=elementwise))
+        rate = cached_elementwise_GBps(cached[cores], overhead) if cores in cached else None
+        out.append(
+            ColdOutputFit(
+                cores=cores,
+                gemm_ns_per_KiB=gemm,
+                elementwise_ns_per_KiB=elementwise,
+                elementwise_cached_GBps=None if rate is None else _sig(rate),
+            )
+        )
     return out
+
+
+def cached_elementwise_GBps(row: Measurement, overhead: OverheadFit | None) -> float | None:
+    """The cached ReLU's bytes (it reads its input and writes its output, ``row.bytes`` each) per second of the call
+    beyond what the simulator charges an activation task apart from its bytes: one further op's dispatch and, on
+    several cores, the thread pool's fork and join (its 262,144 elements are far above any grain). None where that
+    leaves no time."""
+    software = 0.0
+    if overhead is not None:
+        software = overhead.op_overhead_s(row.cores)
+        if row.cores > 1 and row.bytes / 4.0 > (overhead.parallel_grain_elements or 0):
+            software += overhead.fork_join_s(row.cores)
+    streaming = row.time_s - software
+    return 2.0 * row.bytes / streaming / 1e9 if streaming > 0 else None
 
 
 def fit_optimizer(measurements: Sequence[Measurement], overhead: OverheadFit | None) -> list[OptimizerFit]:

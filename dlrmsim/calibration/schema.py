@@ -281,6 +281,11 @@ class ColdOutputFit(StrictModel):
     elementwise_ns_per_KiB: Annotated[float, Field(ge=0)] = Field(
         description="an element-wise op's output (ReLU), ns per KiB written"
     )
+    elementwise_cached_GBps: Annotated[float, Field(gt=0)] | None = Field(
+        None,
+        description="the bytes the ReLU of the cached row reads and writes per second beyond its dispatch and fork/join: "
+        "an element-wise op's rate on tensors in the last-level cache (absent: calibrated before 2026-11-28, not modelled)",
+    )
 
 
 class OverheadFit(StrictModel):

@@ -264,6 +264,26 @@ def cold_output_time_s(spec: ComputeSpec, kind: str, out_bytes: float, traffic_b
     return per * out_bytes * traffic_share(traffic_bytes, spec.cold_output_after_bytes, spec.llc_bytes)
 
 
+def operand_miss_share(nbytes: float, traffic_bytes: float, cache_bytes: float) -> float:
+    """Share of an ``nbytes`` tensor no longer in a ``cache_bytes`` cache after ``traffic_bytes`` of other traffic
+    since it was last touched: :func:`cache_miss_share` of both (the tensor's own bytes went through the cache
+    too); 1 when never touched (inf)."""
+    return cache_miss_share(nbytes + traffic_bytes, cache_bytes) if math.isfinite(traffic_bytes) else 1.0
+
+
+def elementwise_cached_split(spec: ComputeSpec, nbytes: float, operands: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """(bytes through the memory domain, seconds at the cache rate) of an element-wise task moving ``nbytes``
+    whose inputs are ``operands`` = ((bytes, traffic since last touched), ...). The inputs' missing shares
+    (:func:`operand_miss_share` in the rank's last-level cache) come from memory; the rest of its bytes, the cached
+    inputs and its output, stream at ``spec.elementwise_cache_Bps`` (what writing the output into evicted memory
+    adds is :func:`cold_output_time_s`'s). Unchanged, (nbytes, 0), where the spec has no cache rate or the task no
+    inputs."""
+    if spec.elementwise_cache_Bps <= 0.0 or not operands or nbytes <= 0.0:
+        return nbytes, 0.0
+    missed = min(nbytes, sum(b * operand_miss_share(b, d, spec.llc_bytes) for b, d in operands))
+    return missed, (nbytes - missed) / spec.elementwise_cache_Bps
+
+
 PAGE_TABLE_ENTRY_BYTES = 8  # one last-level page-table entry (x86-64, AArch64)
 
 

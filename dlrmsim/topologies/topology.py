@@ -184,6 +184,11 @@ class ComputeSpec:
     # order each iteration, so the allocator hands each output its counterpart's block of the iteration before.
     cold_output_s_per_byte_by_kind: dict[str, float] = field(default_factory=dict)
     cold_output_after_bytes: float = math.inf
+    # The rate (B/s) at which an element-wise task streams the bytes of inputs still in the last-level cache and of
+    # its output (the calibration's cached ReLU, ColdOutputFit.elementwise_cached_GBps): an activation reads the tensor
+    # its GEMM just wrote, which never reaches memory; only its evicted inputs' bytes go through the memory domain
+    # (costs.elementwise_cached_split). 0: not modelled, every byte at memory bandwidth (built-in presets).
+    elementwise_cache_Bps: float = 0.0
     gemm_evicted_after_bytes: float = math.inf
     # Ranks whose programs are identical still reach a synchronising collective at different times: each rank's
     # compute since the ranks were last together varies (scheduler ticks, interrupts, a hypervisor's steal, a slower

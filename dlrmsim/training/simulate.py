@@ -23,6 +23,7 @@ from dlrmsim.engine.costs import (
     MATRIX_KINDS,
     arrival_excess_s,
     cold_output_time_s,
+    elementwise_cached_split,
     evicted_operand_time_s,
     fixed_time_s,
     fork_join_time_s,
@@ -303,7 +304,9 @@ def load_inputs(
         sharded_software=impl is not None and impl.sharded_software,
         dense_autograd=impl is not None and impl.dense_autograd,
         optimizer_object=impl.optimizer_object if impl is not None else "none",
-        track_operands=any(tracks_kernel_traffic(topo.compute(r)) for r in range(cfg.ranks)),
+        track_operands=any(
+            tracks_kernel_traffic(spec) or spec.elementwise_cache_Bps > 0 for spec in (topo.compute(r) for r in range(cfg.ranks))
+        ),
         op_threads=tuple(sorted(threads_by_kind.items())),
         optimizer=optimizer,
         threads=compute_cores,
@@ -531,7 +534,12 @@ def _rank_process(
             if cold_outputs and step.out_bytes > 0.0:
                 out_kind = "gemm" if kind == "gemm" else "elementwise"
                 overhead += cold_output_time_s(spec, out_kind, step.out_bytes, iteration_bytes)
-            if step.operands:
+            nbytes = step.bytes
+            if kind == "elementwise":
+                # what of its inputs is still cached streams at the cache rate, beside (not through) the memory domain
+                nbytes, cached_s = elementwise_cached_split(spec, step.bytes, step.operands)
+                overhead += cached_s
+            elif step.operands:
                 # The arithmetic time at the warm efficiency, only where the spec charges a share of it.
                 arithmetic = 0.0
                 if step.flops > 0 and spec.gemm_evicted_compute_factor > 0:
@@ -545,7 +553,7 @@ def _rank_process(
                 rank,
                 step.name,
                 flops=step.flops,
-                bytes=step.bytes,
+                bytes=nbytes,
                 kind=kind,
                 precision=prec,
                 category=step.category,

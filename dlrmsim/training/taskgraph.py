@@ -109,6 +109,8 @@ class Task:
     # and the traffic since the rank's previous GEMM, which last warmed the kernel's code and packing buffers
     # (operand_traffic); their evicted shares cost ComputeSpec.gemm_evicted_* (costs.evicted_operand_time_s). An
     # interaction task's kernel_traffic is that since the rank's previous interaction (costs.evicted_fixed_time_s).
+    # An activation's inputs the same way: what of them is still cached streams at ComputeSpec.elementwise_cache_Bps
+    # (costs.elementwise_cached_split).
     operands: tuple[tuple[float, float], ...] = ()
     kernel_traffic: float = math.inf
     columns: int = 0  # a GEMM's output columns, n of C[m, n] (costs.vector_block_efficiency); 0 = not a GEMM
@@ -195,7 +197,8 @@ def operand_traffic(program: list[Step], touches: dict[int, Touches]) -> dict[in
     repeats every iteration, so a tensor last touched late in the previous iteration (the weights, by the
     optimizer) counts the traffic from there to the program's end plus that from its start. Like
     bytes_since_lookups, each task's traffic counts once, an upper bound on the distinct bytes. Each interaction
-    step gets the traffic since the previous one (its kernels' state) and no operands."""
+    step gets the traffic since the previous one (its kernels' state) and no operands; each activation step its
+    inputs' (bytes, traffic) and no kernel traffic."""
     kernels = {"gemm": GEMM_KERNEL, **dict.fromkeys(INTERACTION_TASK_KINDS, INTERACTION_KERNEL)}
 
     def kernel_of(i: int) -> str | None:
@@ -219,6 +222,9 @@ def operand_traffic(program: list[Step], touches: dict[int, Touches]) -> dict[in
             out[i] = GemmReuse(operands, before[i] - last[GEMM_KERNEL])
         elif isinstance(step, Task) and step.kind in INTERACTION_TASK_KINDS:
             out[i] = GemmReuse((), before[i] - last[INTERACTION_KERNEL])
+        elif isinstance(step, Task) and step.kind == "elementwise" and t.reads:
+            # an activation's inputs (costs.elementwise_cached_split); no kernel state of its own
+            out[i] = GemmReuse(tuple((b, before[i] - last[n] if n in last else math.inf) for n, b in t.reads), math.inf)
         for name in (*(n for n, _ in t.reads), *t.writes):
             last[name] = after[i]
     return out
@@ -232,10 +238,10 @@ def layer_touches(layer: Layer, batch: int, which: Pass | Literal["act_fwd", "ac
     prev = layer_input(layer)
     x, g = batch * layer.fan_in * eb, batch * layer.fan_out * eb
     weights = layer.fan_in * layer.fan_out * eb
-    if which == "act_fwd":
-        return Touches(writes=(f"a:{layer.name}",))
-    if which == "act_bwd":  # the mask reads the saved output
-        return Touches(writes=(f"g:{layer.name}", f"a:{layer.name}"))
+    if which == "act_fwd":  # reads the GEMM's result (in place of it, as the model names it)
+        return Touches(((f"a:{layer.name}", g),), (f"a:{layer.name}",))
+    if which == "act_bwd":  # the output gradient, masked by the saved output
+        return Touches(((f"g:{layer.name}", g), (f"a:{layer.name}", g)), (f"g:{layer.name}", f"a:{layer.name}"))
     if which is Pass.FORWARD:
         return Touches(((f"a:{prev}", x), (f"w:{layer.name}", weights)), (f"a:{layer.name}",))
     if which is Pass.BACKWARD_WEIGHTS:

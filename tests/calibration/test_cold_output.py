@@ -8,8 +8,9 @@ import math
 
 import pytest
 
-from dlrmsim.calibration.fit import fit_cold_output
-from dlrmsim.calibration.schema import Measurement
+from dlrmsim.calibration.apply import elementwise_cache_Bps
+from dlrmsim.calibration.fit import cached_elementwise_GBps, fit_cold_output
+from dlrmsim.calibration.schema import Calibration, ColdOutputFit, CoreAvailabilityFit, Measurement, OverheadFit
 from dlrmsim.engine.costs import cache_miss_share, cold_output_time_s
 from dlrmsim.topologies import load_topology
 from dlrmsim.topologies.topology import ComputeSpec
@@ -49,6 +50,46 @@ def test_the_fit_is_cold_minus_warm_per_byte_and_never_negative() -> None:
     assert fits[2].elementwise_ns_per_KiB == pytest.approx(28e-6 / 1024 * 1e9, rel=1e-3)
     assert fits[1].gemm_ns_per_KiB == 0.0  # because a write cannot get faster for being cold: noise, floored
     assert fit_cold_output([]) == []
+
+
+def test_the_cached_relu_rate_is_its_bytes_over_its_time_beyond_dispatch_and_fork_join() -> None:
+    overhead = OverheadFit(
+        task_overhead_us_by_cores=[(1, 20.0), (2, 20.0)],
+        op_overhead_us_by_cores=[(1, 3.0), (2, 4.0)],
+        fork_join_us_by_cores=[(2, 6.0)],
+        parallel_grain_elements=32768,
+    )
+    rows = [
+        _row("elementwise", "warm", 2, 15e-6),
+        _row("elementwise", "cached", 2, 30e-6),
+        _row("elementwise", "cached", 1, 43e-6),
+    ]
+    fits = {f.cores: f for f in fit_cold_output(rows, overhead)}
+    # Because the ReLU reads 1 MiB and writes 1 MiB: at two cores in 30 us less a further op's 4 us and a fork and join's
+    # 6 us, 2 MiB in 20 us; on one core nothing forks, 2 MiB in 40 us. The warm row (L2-hot at two threads) is not it.
+    assert fits[2].elementwise_cached_GBps == pytest.approx(2 * MiB / 20e-6 / 1e9, rel=1e-3)
+    assert fits[1].elementwise_cached_GBps == pytest.approx(2 * MiB / 40e-6 / 1e9, rel=1e-3)
+    # because a call all software leaves no streaming time to speak of, and a calibration without the row has no rate
+    assert cached_elementwise_GBps(_row("elementwise", "cached", 2, 9e-6), overhead) is None
+    assert fit_cold_output([_row("elementwise", "warm", 2, 15e-6)])[0].elementwise_cached_GBps is None
+
+
+def test_the_cache_rate_a_rank_gets_keeps_the_element_wise_pairs_share_of_its_gain(quick_cal: Calibration) -> None:
+    cold = [
+        ColdOutputFit(cores=1, gemm_ns_per_KiB=0.0, elementwise_ns_per_KiB=0.0, elementwise_cached_GBps=50.0),
+        ColdOutputFit(cores=2, gemm_ns_per_KiB=0.0, elementwise_ns_per_KiB=0.0, elementwise_cached_GBps=90.0),
+    ]
+    pairs = CoreAvailabilityFit(kernel="elementwise", cores=2, availability=0.6, speedup_median=1.2, speedup_best=2.0, runs=5)
+    plain = quick_cal.model_copy(update={"cold_output": cold, "core_availability": []})
+    cal = plain.model_copy(update={"core_availability": [pairs]})
+    # Because without the pairs a rank streams at the measured rate, one core at its own
+    assert elementwise_cache_Bps(plain, 2) == pytest.approx(90e9) and elementwise_cache_Bps(cal, 1) == pytest.approx(50e9)
+    # and with them a lone two-core rank keeps the retained gain (0.2) of the 40 GB/s the second core adds, as its memory
+    # stream does; two one-thread ranks on the two cores keep the availability (0.6) of the rate at the cores they load
+    assert elementwise_cache_Bps(cal, 2) == pytest.approx((50.0 + 0.2 * 40.0) * 1e9)
+    assert elementwise_cache_Bps(cal, 1, ranks=2) == pytest.approx(0.6 * 50e9)
+    # because a calibration without the cached row (before 2026-11-28) leaves every byte at memory bandwidth
+    assert elementwise_cache_Bps(quick_cal.model_copy(update={"cold_output": []}), 2) == 0.0
 
 
 def _spec(**kw: object) -> ComputeSpec:

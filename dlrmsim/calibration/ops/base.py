@@ -129,6 +129,14 @@ class Ops(ABC):
         x = rng.standard_normal((rows, cols)).astype(np.float32)
         return lambda i: np.maximum(x, np.float32(0.0), out=bufs[i])
 
+    def make_relu_pairs(self, rows: int, cols: int, pairs: int) -> Callable[[int], None]:
+        """ReLU of the i-th of ``pairs`` ``rows`` x ``cols`` fp32 inputs into the i-th of as many outputs: cycled, each
+        call finds its tensors where ``pairs`` pairs' footprint leaves them (benchmarks/outputs.py)."""
+        rng = np.random.default_rng(0)
+        xs = [rng.standard_normal((rows, cols)).astype(np.float32) for _ in range(pairs)]
+        bufs = [np.zeros((rows, cols), dtype=np.float32) for _ in range(pairs)]
+        return lambda i: np.maximum(xs[i], np.float32(0.0), out=bufs[i])
+
     def make_multiply_into(self, elements: int) -> Op:
         """An element-wise multiply of an ``elements``-long fp32 vector into a preallocated output: an op with no
         allocation, so that its time is its arithmetic and the framework's threading alone."""

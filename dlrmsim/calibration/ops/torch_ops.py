@@ -136,6 +136,12 @@ class TorchOps(Ops):
         x = torch.randn(rows, cols, generator=g)
         return lambda i: torch.clamp_min(x, 0.0, out=bufs[i])  # torch.relu's kernel, with an out= argument
 
+    def make_relu_pairs(self, rows: int, cols: int, pairs: int) -> Any:
+        g = torch.Generator().manual_seed(0)
+        xs = [torch.randn(rows, cols, generator=g) for _ in range(pairs)]
+        bufs = [torch.zeros(rows, cols) for _ in range(pairs)]
+        return lambda i: torch.clamp_min(xs[i], 0.0, out=bufs[i])
+
     def make_multiply_into(self, elements: int) -> Op:
         a = torch.full((elements,), 1.0)
         out = torch.empty_like(a)
