@@ -71,6 +71,13 @@ def kept_gain_rate(r_many: float, r_one: float, gain: float) -> float:
     return r_one + gain * (r_many - r_one) if r_many > r_one else r_many
 
 
+def typical_rate(avail: CoreAvailabilityFit, ranks: int, r_many: float, r_one: float) -> float:
+    """A rate its benchmark measured at ``r_many`` on the busy cores (``r_one`` on one core) at the cores' typical
+    availability: ``ranks`` > 1 rank processes sharing them keep ``avail.availability`` of it, a lone rank its
+    one-core rate plus the ``retained_gain`` of the gain over it (:func:`kept_gain_rate`)."""
+    return r_many * avail.availability if ranks > 1 else kept_gain_rate(r_many, r_one, avail.retained_gain)
+
+
 def kept_gain_time(t_many: float, t_one: float, gain: float) -> float:
     """A cost term on several cores that keeps ``gain`` of its speed-up over one core: the rate 1/t moves from the
     one-core rate toward the several-core one by ``gain`` (:func:`kept_gain_rate`). A term that did not speed up (or
@@ -109,10 +116,8 @@ def available_stream_fraction(cal: Calibration, cores: int, ranks: int = 1) -> f
     fit = busy_availability_fit(cal, cores, ranks, "elementwise")
     if fit is None:
         return 1.0
-    if ranks > 1:
-        return fit.availability
-    many, one = memory_bandwidth_GBps(cal.memory, cores), memory_bandwidth_GBps(cal.memory, 1)
-    return kept_gain_rate(many, one, fit.retained_gain) / many if cores > 1 else 1.0
+    many = memory_bandwidth_GBps(cal.memory, cores)
+    return typical_rate(fit, ranks, many, memory_bandwidth_GBps(cal.memory, 1)) / many
 
 
 def elementwise_cache_Bps(cal: Calibration, cores: int, ranks: int = 1) -> float:
@@ -125,12 +130,11 @@ def elementwise_cache_Bps(cal: Calibration, cores: int, ranks: int = 1) -> float
         return 0.0
     rate = fit.elementwise_cached_GBps
     avail = busy_availability_fit(cal, cores, ranks, "elementwise")
-    if avail is not None and ranks > 1:
-        rate *= avail.availability
-    elif avail is not None and cores > 1:
+    if avail is not None:
         one = cal.cold_output_fit(1)
-        if one is not None and one.cores == 1 and one.elementwise_cached_GBps is not None:
-            rate = kept_gain_rate(rate, one.elementwise_cached_GBps, avail.retained_gain)
+        # without a 1-core rate, a lone rank's rate keeps what was measured (kept_gain_rate of a rate over itself)
+        r_one = one.elementwise_cached_GBps if one is not None and one.cores == 1 else None
+        rate = typical_rate(avail, ranks, rate, rate if r_one is None else r_one)
     return rate * 1e9
 
 

@@ -352,6 +352,13 @@ def tracks_kernel_traffic(spec: ComputeSpec) -> bool:
     return charges_evicted_gemms(spec) or bool(spec.evicted_fixed_l2_s_by_kind) or bool(spec.evicted_fixed_llc_s_by_kind)
 
 
+def tracks_operand_traffic(spec: ComputeSpec) -> bool:
+    """Whether the task graph must follow each task's inputs' traffic since their last touch (Task.operands,
+    Task.kernel_traffic) for ``spec``: its GEMMs or a kind's fixed time pay for evictions (:func:`tracks_kernel_traffic`),
+    or its activations stream their cached inputs at a cache rate (:func:`elementwise_cached_split`)."""
+    return tracks_kernel_traffic(spec) or spec.elementwise_cache_Bps > 0.0
+
+
 def fixed_time_s(
     spec: ComputeSpec,
     kind: str,

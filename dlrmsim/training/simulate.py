@@ -29,7 +29,7 @@ from dlrmsim.engine.costs import (
     fork_join_time_s,
     progress_thread_interference,
     task_flop_rate,
-    tracks_kernel_traffic,
+    tracks_operand_traffic,
 )
 from dlrmsim.engine.records import Record
 from dlrmsim.engine.resources import CommSettings
@@ -304,9 +304,7 @@ def load_inputs(
         sharded_software=impl is not None and impl.sharded_software,
         dense_autograd=impl is not None and impl.dense_autograd,
         optimizer_object=impl.optimizer_object if impl is not None else "none",
-        track_operands=any(
-            tracks_kernel_traffic(spec) or spec.elementwise_cache_Bps > 0 for spec in (topo.compute(r) for r in range(cfg.ranks))
-        ),
+        track_operands=any(tracks_operand_traffic(topo.compute(r)) for r in range(cfg.ranks)),
         op_threads=tuple(sorted(threads_by_kind.items())),
         optimizer=optimizer,
         threads=compute_cores,

@@ -69,9 +69,9 @@ class IterationSettings:
     # Which parameters a torch.optim object steps (ImplementationProfile.optimizer_object): the optimizer task's
     # rows are those tensors, each paying ComputeSpec.row_time_s_by_kind["optimizer"]
     optimizer_object: str = "none"
-    # Follow each GEMM input's traffic since its last touch, and each GEMM's and interaction's since its kernels last
-    # ran (operand_traffic): only where the ranks' specs charge for them (a calibrated host: costs.tracks_kernel_traffic),
-    # as it costs build time on every rank's program.
+    # Follow each GEMM and activation input's traffic since its last touch, and each GEMM's and interaction's since
+    # its kernels last ran (operand_traffic): only where the ranks' specs charge for them (a calibrated host:
+    # costs.tracks_operand_traffic), as it costs build time on every rank's program.
     track_operands: bool = False
     optimizer: OptimizerSpec = field(default_factory=lambda: load_optimizer("sgd"))
     threads: int = 1  # compute threads per rank, for the race-free update's load balance
