@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -327,10 +328,19 @@ def validate(
         print_json(out[0] if len(out) == 1 else {"reports": out})
 
 
+def _report_json(report: ValidationReport) -> dict[str, Any]:
+    """:meth:`ValidationReport.to_json` with the cases that ran one configuration (replicates.py) and their floor."""
+    from dlrmsim.calibration.replicates import of_report
+
+    return report.to_json() | {
+        "replicates": [{"cases": list(r.cases), "measured_s": list(r.measured_s), "floor": r.floor} for r in of_report(report)]
+    }
+
+
 def _validation_json(report: ValidationReport, target: str, phases: bool) -> dict[str, Any]:
     """One report's JSON object: every field for another implementation (with the planner's error), the main
     fields (and the phases with --phases) for the project's runner."""
-    data = report.to_json()
+    data = _report_json(report)
     if target != "project":
         for c, r in zip(data["cases"], report.cases, strict=True):
             c["planner_error"] = r.planner_error
@@ -385,6 +395,16 @@ def _print_validation(report: ValidationReport, target: str, calibration: Path, 
         _print_phases(report)
     _print_drift(report.drift_rounds)
     console.print(f"median |error| {100 * report.median_abs_error:.1f}%, max |error| {100 * report.max_abs_error:.1f}%")
+    _print_replicates(report)
+
+
+def _print_replicates(report: ValidationReport) -> None:
+    """A line per pair of cases that ran one configuration on this host (replicates.py): the host's floor under
+    the run's max |error|."""
+    from dlrmsim.calibration.replicates import describe, of_report
+
+    for r in of_report(report):
+        console.print(describe(r), highlight=False, soft_wrap=True)
 
 
 def _write_plot(report: ValidationReport, html: Path | None, title: str, quiet: bool) -> None:
@@ -422,7 +442,7 @@ def _print_phases(report: ValidationReport) -> None:
 def _print_target(report: ValidationReport, calibration: Path, json_out: bool, title: str | None = None) -> None:
     """Another implementation's measured steps beside dlrmsim's prediction (and TorchRec's planner estimate)."""
     if json_out:
-        data = report.to_json()
+        data = _report_json(report)
         for c, r in zip(data["cases"], report.cases, strict=True):
             c["planner_error"] = r.planner_error
         print_json(data)
@@ -467,6 +487,7 @@ def _print_target(report: ValidationReport, calibration: Path, json_out: bool, t
         if errs:
             line += f"; TorchRec planner: median |error| {100 * errs[len(errs) // 2]:.1f}%, max {100 * errs[-1]:.1f}%"
     console.print(line)
+    _print_replicates(report)
 
 
 def _print_drift(rounds: list[list[DriftSample]]) -> None:
@@ -573,6 +594,7 @@ def evidence(
     run against the goal (median |error| <= 8 %, max <= 20 %), the goal on the per-case medians, and each phase's
     median of measured minus predicted."""
     from dlrmsim.calibration.evidence import GOAL_MAX, GOAL_MEDIAN, pool, read_rows, repredicted, select
+    from dlrmsim.calibration.replicates import perfect_model
     from dlrmsim.calibration.validate import TARGETS
 
     if target is not None and target not in TARGETS:
@@ -630,13 +652,14 @@ def evidence(
     for (h, t), g in groups.items():
         print_table(
             f"{t} on {h}: {len(g.runs)} runs",
-            ["run", "cases", "median |error| %", "max |error| %", "worst host drift (ratio)", "goal"],
+            ["run", "cases", "median |error| %", "max |error| %", "host's floor under max %", "worst host drift (ratio)", "goal"],
             [
                 (
                     r.run,
                     r.cases,
                     100 * r.median_abs,
                     100 * r.max_abs,
+                    "-" if r.floor is None else 100 * r.floor,
                     "-" if r.host_drift is None else r.host_drift,
                     "met" if r.meets_goal else "missed",
                 )  # fmt: skip
@@ -667,6 +690,19 @@ def evidence(
             highlight=False,
             soft_wrap=True,
         )
+        floors = sorted(r.floor for r in g.runs if r.floor is not None)
+        if floors:
+            best = perfect_model(floors, round(statistics.median(r.cases for r in g.runs)), GOAL_MEDIAN, GOAL_MAX)
+            console.print(
+                f"{t} on {h}: {len(floors)} runs measured one configuration twice; the floor the host put under their max "
+                f"|error| was a median {100 * statistics.median(floors):.1f} %, at most {100 * floors[-1]:.1f} %, above "
+                f"{50 * GOAL_MAX:.0f} % in {sum(f > GOAL_MAX / 2 for f in floors)} (no prediction within that of both). "
+                f"A model with no error, its errors drawn from those pairs, would score a median {100 * best.median_abs:.1f} % "
+                f"/ max {100 * best.max_abs:.1f} % on a run of {best.cases} cases and meet the goal in "
+                f"{100 * best.meets_goal:.0f} % of runs",
+                highlight=False,
+                soft_wrap=True,
+            )
 
 
 def register(app: typer.Typer) -> None:

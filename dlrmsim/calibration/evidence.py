@@ -9,7 +9,8 @@ more than its size between runs is the host's.
 
 This module reads those CSVs and summarises, per host and target:
 - each case over the runs: the median error and its range;
-- each run: its median and largest error, and whether it meets the validation goal;
+- each run: its median and largest error, whether it meets the validation goal, and the floor the host put under
+  its largest error where two of its cases ran one configuration (:mod:`dlrmsim.calibration.replicates`);
 - each phase of the single-process cases: the median of measured minus predicted;
 - the goal checked on the per-case medians.
 
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dlrmsim.calibration.calibrate import refitted
+from dlrmsim.calibration.replicates import Measured, run_floor
 from dlrmsim.calibration.schema import Calibration, load_calibration
 from dlrmsim.calibration.validate import kept_target, parse_phases_cell, read_results_rows, repredict
 from dlrmsim.errors import DlrmsimError
@@ -62,6 +64,7 @@ class Row:
     predicted_phases_s: dict[str, float]
     source: str = ""  # the CSV's path as read
     calibration: str = ""  # the calibration the run was predicted with, as its CSV names it
+    placement: str = ""  # the sharding the implementation chose itself (TorchRec's plan), as the CSV keeps it
 
     @property
     def group(self) -> tuple[str, str]:
@@ -98,6 +101,9 @@ class RunSummary:
     median_abs: float
     max_abs: float
     host_drift: float | None
+    # The largest replicate floor of the run (replicates.py): where two of its cases ran one configuration, the
+    # largest |error| no prediction can go below on them; None where none did.
+    floor: float | None = None
 
     @property
     def meets_goal(self) -> bool:
@@ -177,6 +183,7 @@ def read_csv(path: Path, strict: bool = True) -> list[Row]:
                     predicted_phases_s=parse_phases_cell(r.get("predicted_phases_s")),
                     source=str(path),
                     calibration=r.get("calibration") or "",
+                    placement=r.get("placement") or "",
                 )
             )
         except ValueError as e:
@@ -283,7 +290,8 @@ def pool(rows: Sequence[Row]) -> Pooled:
         errs = [abs(r.error) for r in rs]
         drifts = [r.host_drift for r in rs if r.host_drift is not None]
         worst = max(drifts, key=lambda d: abs(d - 1.0)) if drifts else None
-        runs.append(RunSummary(run, h, t, len(rs), statistics.median(errs), max(errs), worst))
+        floor = run_floor([Measured(r.case, r.ranks, r.threads, r.batch, r.measured_s, r.placement) for r in rs])
+        runs.append(RunSummary(run, h, t, len(rs), statistics.median(errs), max(errs), worst, floor))
     phases = [
         PhaseSummary(h, t, ph, len(v), statistics.median(d for d, _ in v), statistics.median(e for _, e in v))
         for (h, t, ph), v in sorted(diffs.items())

@@ -240,3 +240,18 @@ def test_a_torchrec_two_rank_row_without_its_plan_is_refused(quick_cal_path: Pat
     kept = _torchrec_two_rank_csv(tmp_path, quick_cal_path, None)
     r = cli("validate", "-c", str(quick_cal_path), "--repredict", str(kept))
     assert r.code == 2 and "which the CSV does not keep" in r.err and "Traceback" not in r.err
+
+
+def test_validate_names_the_cases_that_ran_one_configuration(quick_cal_path: Path, tmp_path: Path, cli) -> None:  # noqa: ANN001
+    # because on a 2-core host ranks-2 and ranks-2-threads-1 are both two one-thread ranks: 9 and 11 ms measured are
+    # 2 / 20 = 10 % from their balance point whatever the model predicts
+    kept = _kept_csv(
+        tmp_path, quick_cal_path, [("base", 1, 2, 0.010), ("ranks-2", 2, 1, 0.009), ("ranks-2-threads-1", 2, 1, 0.011)]
+    )
+    res = cli("validate", "-c", str(quick_cal_path), "--repredict", str(kept))
+    assert res.code == 0, res.err
+    assert "ranks-2 and ranks-2-threads-1 are one configuration on this host" in res.out and "within 10.0% of both" in res.out
+    doc = json.loads(cli("validate", "-c", str(quick_cal_path), "--repredict", str(kept), "--json").out)
+    assert doc["replicates"] == [
+        {"cases": ["ranks-2", "ranks-2-threads-1"], "measured_s": [0.009, 0.011], "floor": pytest.approx(0.1)}
+    ]
