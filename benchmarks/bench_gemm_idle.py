@@ -9,11 +9,14 @@ Conditions per thread count (each a distribution of ``--repeats`` single calls, 
 - ``wake_then``: after a 2 ms serial gap a small GEMM wakes the pool; only the big one is timed;
 - ``flush``: a buffer larger than the last-level cache is written first;
 - ``mlp_loop`` / ``mlp_gap_*``: a [512, 1024, 1024, 1] MLP forward and backward at batch 1024 (wide-mlp's top);
-- ``layout_*``: 1024^3 with both operands contiguous, as ``addmm(b, x, W.t())`` and as ``mm(g.t(), x)``.
+- ``layout_*``: 1024^3 with both operands contiguous, as ``addmm(b, x, W.t())`` and as ``mm(g.t(), x)``;
+- ``small_loop`` / ``small_gap_<fill>_<ms>``: 32^3 and 256^3 in a loop and after a 1, 3 or 10 ms gap that the main
+  thread spends spinning, asleep or streaming through the flush buffer (elapsed time against our own traffic).
 
 OMP_WAIT_POLICY (ACTIVE / PASSIVE) is read at start-up, so compare policies in separate processes:
 
     OMP_WAIT_POLICY=ACTIVE .venv/bin/python -m benchmarks.bench_gemm_idle --threads 8,16 > rows.jsonl
+    .venv/bin/python -m benchmarks.bench_gemm_idle --threads 1,2 --small-only > small.jsonl
 
 The 16-core rows in validation/results/20261126-emr16-C/ (gemm-probe-C.jsonl, gemm-layout-C2.txt) came from the
 script this file was made from.
@@ -76,7 +79,44 @@ def conditions(threads: int, repeats: int, flush: torch.Tensor) -> list[dict[str
     for n in (512, 1024, 2048):
         a, b, c = torch.randn(n, n), torch.randn(n, n), torch.empty(n, n)
         rows += gemm_conditions(threads, repeats, flush, a, b, c)
-    return rows + mlp_conditions(threads, repeats)
+    return rows + mlp_conditions(threads, repeats) + small_gap_conditions(threads, repeats, flush)
+
+
+def stream(seconds: float, buffer: torch.Tensor) -> None:
+    """Stream through ``buffer`` (the main thread's own memory traffic) for about ``seconds``."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        buffer.add_(0.0)
+
+
+def small_gap_conditions(threads: int, repeats: int, flush: torch.Tensor) -> list[dict[str, object]]:
+    """DLRM-sized GEMMs (32^3 and 256^3, operands in the cores' caches) after a gap of 1, 3 or 10 ms filled three
+    ways: the main thread busy-spinning (time passes, no traffic of ours), asleep (the vCPUs may halt), or streaming
+    through ``flush`` (time passes *and* our own traffic evicts). Which fill costs the next call more tells whether
+    what it pays is set by the time since its last call or by our traffic since then (costs.evicted_operand_time_s
+    charges the latter)."""
+    import torch
+
+    rows = []
+    for n in (32, 256):
+        a, b, c = torch.randn(n, n), torch.randn(n, n), torch.empty(n, n)
+
+        def mm(a: torch.Tensor = a, b: torch.Tensor = b, c: torch.Tensor = c) -> None:
+            torch.mm(a, b, out=c)
+
+        for _ in range(3):
+            mm()
+        flop = 2.0 * n**3
+        rows.append(row(threads, "small_loop", n, timed(mm, None, repeats), flop))
+        for ms in (1.0, 3.0, 10.0):
+            fills = {
+                "spin": lambda ms=ms: spin(ms / 1e3),
+                "sleep": lambda ms=ms: time.sleep(ms / 1e3),
+                "stream": lambda ms=ms: stream(ms / 1e3, flush),
+            }
+            for fill, before in fills.items():
+                rows.append(row(threads, f"small_gap_{fill}_{ms}", n, timed(mm, before, repeats), flop))
+    return rows
 
 
 def gemm_conditions(
@@ -141,6 +181,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", default=str(usable_cores()), help="comma-separated thread counts")
     ap.add_argument("--repeats", type=int, default=25)
+    ap.add_argument("--small-only", action="store_true", help="only the DLRM-sized GEMMs after gaps (small_*)")
     args = ap.parse_args()
     import torch
 
@@ -148,7 +189,8 @@ def main() -> None:
     with torch.enable_grad():
         for t in (int(s) for s in args.threads.split(",")):
             torch.set_num_threads(t)
-            for r in conditions(t, args.repeats, flush):
+            rows = small_gap_conditions(t, args.repeats, flush) if args.small_only else conditions(t, args.repeats, flush)
+            for r in rows:
                 print(json.dumps(r), flush=True)
 
 
