@@ -80,3 +80,16 @@ def test_the_benchmark_rows_are_one_core_gathers_per_footprint() -> None:
     assert [m.params["footprint_bytes"] for m in rows] == reuse_footprints(64 << 10, MiB)
     # because each row is the time of one 64-byte gather: tens of nanoseconds on any current CPU
     assert all(1e-10 < m.time_s < 1e-6 for m in rows)
+
+
+def test_a_rise_steeper_than_the_models_form_fits_no_less_than_a_cores_l2(quick_cal: Calibration) -> None:
+    # because a shared cache that other tenants thrash still leaves a process its core's private L2: times that jump
+    # from hit to miss between the two smallest footprints and stay flat (a knee the model's F / (F + C) cannot make)
+    # once fitted C at the grid's lower end, 0.12 MiB on a VM with 0.5 MiB of L2 a core
+    rows = curve(10 * MiB)
+    knee = [
+        r.model_copy(update={"time_s": HIT_S if i == 0 else MISS_S, "params": {**r.params, "l2_bytes": MiB}})
+        for i, r in enumerate(rows)
+    ]
+    c = fit_effective_llc(knee, quick_cal.host)
+    assert c is not None and c >= MiB
