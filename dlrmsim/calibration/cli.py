@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import statistics
+import dataclasses
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -594,7 +594,6 @@ def evidence(
     run against the goal (median |error| <= 8 %, max <= 20 %), the goal on the per-case medians, and each phase's
     median of measured minus predicted."""
     from dlrmsim.calibration.evidence import GOAL_MAX, GOAL_MEDIAN, pool, read_rows, repredicted, select
-    from dlrmsim.calibration.replicates import perfect_model
     from dlrmsim.calibration.validate import TARGETS
 
     if target is not None and target not in TARGETS:
@@ -635,6 +634,7 @@ def evidence(
                         "host": h,
                         "target": t,
                         "pooled": dict(zip(("median_abs", "max_abs"), g.verdict(), strict=True)),
+                        "replicates": dataclasses.asdict(rep) if (rep := g.replicates()) is not None else None,
                         "runs": [vars(r) | {"meets_goal": r.meets_goal} for r in g.runs],
                         "cases": {
                             c.case: {"errors": list(c.errors), "median": c.median, "same_sign": c.same_sign} for c in g.cases
@@ -690,13 +690,13 @@ def evidence(
             highlight=False,
             soft_wrap=True,
         )
-        floors = sorted(r.floor for r in g.runs if r.floor is not None)
-        if floors:
-            best = perfect_model(floors, round(statistics.median(r.cases for r in g.runs)), GOAL_MEDIAN, GOAL_MAX)
+        rep = g.replicates()
+        if rep is not None:
+            best = rep.perfect
             console.print(
-                f"{t} on {h}: {len(floors)} runs measured one configuration twice; the floor the host put under their max "
-                f"|error| was a median {100 * statistics.median(floors):.1f} %, at most {100 * floors[-1]:.1f} %, above "
-                f"{50 * GOAL_MAX:.0f} % in {sum(f > GOAL_MAX / 2 for f in floors)} (no prediction within that of both). "
+                f"{t} on {h}: {rep.runs} runs measured one configuration twice; the floor the host put under their max "
+                f"|error| was a median {100 * rep.floor_median:.1f} %, at most {100 * rep.floor_max:.1f} %, above "
+                f"{50 * GOAL_MAX:.0f} % in {rep.above_half_goal} (no prediction within that of both). "
                 f"A model with no error, its errors drawn from those pairs, would score a median {100 * best.median_abs:.1f} % "
                 f"/ max {100 * best.max_abs:.1f} % on a run of {best.cases} cases and meet the goal in "
                 f"{100 * best.meets_goal:.0f} % of runs",

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dlrmsim.calibration.calibrate import refitted
-from dlrmsim.calibration.replicates import Measured, run_floor
+from dlrmsim.calibration.replicates import Measured, PerfectModel, perfect_model, run_floor
 from dlrmsim.calibration.schema import Calibration, load_calibration
 from dlrmsim.calibration.validate import kept_target, parse_phases_cell, read_results_rows, repredict
 from dlrmsim.errors import DlrmsimError
@@ -124,6 +124,18 @@ class PhaseSummary:
 
 
 @dataclass(frozen=True)
+class ReplicateSummary:
+    """The replicate floors of a group's runs (replicates.py): how many runs had one, their median and largest, how
+    many exceeded half the goal's maximum, and a model with no error scored on runs drawn from them."""
+
+    runs: int
+    floor_median: float
+    floor_max: float
+    above_half_goal: int
+    perfect: PerfectModel
+
+
+@dataclass(frozen=True)
 class Pooled:
     """Everything :func:`pool` found, for one or more (host, target) groups."""
 
@@ -141,6 +153,21 @@ class Pooled:
             return [x for x in xs if (x.host, x.target) == (host, target)]
 
         return Pooled(mine(self.cases), mine(self.runs), mine(self.phases))
+
+    def replicates(self) -> ReplicateSummary | None:
+        """The runs' replicate floors pooled (of one group), and what a model with no error would score on runs
+        that noisy; None where no run measured one configuration twice."""
+        floors = sorted(r.floor for r in self.runs if r.floor is not None)
+        if not floors:
+            return None
+        cases = round(statistics.median(r.cases for r in self.runs))
+        return ReplicateSummary(
+            len(floors),
+            statistics.median(floors),
+            floors[-1],
+            sum(f > GOAL_MAX / 2 for f in floors),
+            perfect_model(floors, cases, GOAL_MEDIAN, GOAL_MAX),
+        )
 
     def verdict(self) -> tuple[float, float]:
         """(median, largest) |per-case median error|: the goal's statistics on the pooled runs (of one group)."""

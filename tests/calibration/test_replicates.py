@@ -68,7 +68,13 @@ def test_evidence_cli_reports_the_floor_and_a_perfect_models_odds(cli, tmp_path:
     assert res.code == 0, res.err
     assert "1 runs measured one configuration twice" in res.out and "median 20.0 %" in res.out
     doc = json.loads(cli("evidence", str(tmp_path), "--json").out)
-    assert doc["groups"][0]["runs"][0]["floor"] == pytest.approx(0.2)
+    group = doc["groups"][0]
+    assert group["runs"][0]["floor"] == pytest.approx(0.2)
+    # because one run's floor is the whole pool: its median and largest, above 10 % once, and the perfect model's
+    # figures come from that one pair (runs of 3 cases, as this run had)
+    rep = group["replicates"]
+    assert (rep["runs"], rep["above_half_goal"]) == (1, 1) and rep["floor_median"] == rep["floor_max"] == pytest.approx(0.2)
+    assert rep["perfect"]["cases"] == 3 and 0 < rep["perfect"]["max_abs"] < 1
 
 
 def test_a_perfect_model_scores_what_the_replicates_spread_allows() -> None:
