@@ -30,6 +30,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from dlrmsim.calibration.benchmarks.idle import spin
 from dlrmsim.calibration.dlrm_runner import LEARNING_RATE
 from dlrmsim.calibration.ops import Ops, get_ops, make_indices
 from dlrmsim.host import usable_cores
@@ -37,12 +38,6 @@ from dlrmsim.host import usable_cores
 TABLES, ROWS, DIM = 4, 200_000, 32  # the validation base case's tables
 BATCH, FAN_IN, FAN_OUT = 1024, 64, 256  # its bottom MLP's first layer
 SHORT, LONG = 4 * 1024, 16 * 1024  # lookups per table: batch-256's and base's (16 a sample)
-
-
-def spin_until(end: float) -> None:
-    """Keep the main thread busy until ``time.perf_counter()`` reaches ``end``."""
-    while time.perf_counter() < end:
-        pass
 
 
 def update_fill(ops: Ops, tables: list, lookups: int, rng: np.random.Generator, batches: int = 16) -> Callable[[], None]:
@@ -89,14 +84,14 @@ def measure(threads: int, repeats: int) -> list[dict[str, object]]:
         def short_then_spin() -> None:
             end = time.perf_counter() + target
             short()
-            spin_until(end)
+            spin(max(0.0, end - time.perf_counter()))
 
         fills: dict[str, Callable[[], None] | None] = {
             "loop": None,
             "update_short": short,
             "update_long": long_,
             "update_short_then_spin": short_then_spin,
-            "spin_long": lambda: spin_until(time.perf_counter() + target),
+            "spin_long": lambda: spin(target),
         }
         gemm_s: dict[str, list[float]] = {k: [] for k in fills}
         fill_s: dict[str, list[float]] = {k: [] for k in fills}

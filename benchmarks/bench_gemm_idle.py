@@ -32,17 +32,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from dlrmsim.calibration.benchmarks.idle import spin
 from dlrmsim.host import last_level_cache_bytes, usable_cores
 
 if TYPE_CHECKING:
     import torch
-
-
-def spin(seconds: float) -> None:
-    """Keep the main thread busy (not asleep) for ``seconds`` while the pool's workers have nothing to do."""
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        pass
 
 
 def timed(fn: Callable[[], object], before: Callable[[], object] | None, repeats: int) -> list[float]:

@@ -231,6 +231,8 @@ def calibrated_compute(
         # then not charged on top.
         gemm_memory_overlap=1.0 if evicted else table.memory_overlap,
         gemm_evicted_call_s=(table.evicted_call_us or 0.0) * 1e-6,
+        # A GEMM after a gap in its rank's GEMMs pays by the gap's length (benchmarks/idle.py), (s, s) pairs
+        gemm_idle_extra_s=tuple((g * 1e-3, us * 1e-6) for g, us in table.idle_extra_us),
         gemm_evicted_traffic_factor=table.evicted_traffic_factor or 0.0,
         gemm_evicted_compute_factor=table.evicted_compute_factor or 0.0,
         cold_output_s_per_byte_by_kind=cold_out,

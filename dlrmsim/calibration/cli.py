@@ -161,6 +161,15 @@ def calibrate(
                 for t in cal.gemm.tables
                 if t.evicted_call_us is not None
             ],
+            *[
+                (
+                    f"GEMM after its rank went without one at {t.cores} cores: us by gap (charged in place of the "
+                    "evicted us/call)",
+                    ", ".join(f"{g:g} ms +{us:g}" for g, us in t.idle_extra_us),
+                )
+                for t in cal.gemm.tables
+                if t.idle_extra_us
+            ],
             *(
                 [("GEMM micro-kernel width (output columns), remainder", f"{cal.gemm.vector_block} / {cal.gemm.remainder}")]
                 if cal.gemm.vector_block

@@ -77,9 +77,16 @@ class GemmTable(StrictModel):
         "2026-11-27 13:00: 0)",
     )
 
+    idle_extra_us: list[tuple[Positive, Annotated[float, Field(ge=0)]]] = Field(
+        default_factory=list,
+        description="[[gap_ms, us], ...], gap increasing: what a GEMM pays over its back-to-back time after its rank "
+        "went gap_ms without one (benchmarks/idle.py; the time since its previous call, not the traffic, sets it); "
+        "where given it replaces evicted_call_us's traffic-keyed charge; empty when not measured",
+    )
+
     @model_validator(mode="after")
     def _increasing(self) -> GemmTable:
-        for name, pts in (("points", self.points), ("aspect_points", self.aspect_points)):
+        for name, pts in (("points", self.points), ("aspect_points", self.aspect_points), ("idle_extra_us", self.idle_extra_us)):
             sizes = [p[0] for p in pts]
             if sizes != sorted(sizes) or len(set(sizes)) != len(sizes):
                 raise ValueError(f"{name} must have strictly increasing first values")
@@ -366,6 +373,7 @@ class Measurement(StrictModel):
         "autograd",
         "skew",
         "availability",
+        "gemm_idle",
     ]
     name: str
     cores: Annotated[int, Field(gt=0)]

@@ -248,9 +248,25 @@ def evicted_operand_time_s(
         return 0.0
     call, factor = spec.gemm_evicted_call_s, spec.gemm_evicted_traffic_factor
     traffic_s = nbytes / task_bandwidth_cap(spec, nbytes, cores) if nbytes > 0 and factor > 0 else 0.0
-    kernel = evicted_share(spec, kernel_traffic) if call > 0 else 0.0
+    # Where the spec prices a call by the time since the previous one (gemm_idle_time_s), traffic does not price it.
+    kernel = evicted_share(spec, kernel_traffic) if call > 0 and not spec.gemm_idle_extra_s else 0.0
     inputs = evicted_operand_share(spec, operands)
     return kernel * call + inputs * (factor * traffic_s + spec.gemm_evicted_compute_factor * arithmetic_s)
+
+
+def gemm_idle_time_s(spec: ComputeSpec, gap_s: float) -> float:
+    """Time (s) a GEMM pays over its back-to-back time when its rank's previous GEMM ended ``gap_s`` seconds before:
+    ``spec.gemm_idle_extra_s`` interpolated linearly in the gap, from 0 at no gap, held at its last value past the
+    last gap measured; 0 where not calibrated."""
+    points = spec.gemm_idle_extra_s
+    if not points or gap_s <= 0.0:
+        return 0.0
+    prev_gap, prev_extra = 0.0, 0.0
+    for gap, extra in points:
+        if gap_s <= gap:
+            return prev_extra + (extra - prev_extra) * (gap_s - prev_gap) / (gap - prev_gap)
+        prev_gap, prev_extra = gap, extra
+    return prev_extra
 
 
 def cold_output_time_s(spec: ComputeSpec, kind: str, out_bytes: float, traffic_bytes: float) -> float:

@@ -176,6 +176,11 @@ class ComputeSpec:
     # GEMM's excess that grows with its flops rather than its bytes (a 16-core host: +20, +93 and +346 us for 67,
     # 268 and 537 MFLOP reading 1.5, 5.3 and 5 MB; docs/calibration.md). 0 = not modelled (built-in presets).
     gemm_evicted_compute_factor: float = 0.0
+    # What a GEMM pays after its rank went a while without one, by how long: ((gap s, extra s), ...), gap increasing,
+    # interpolated linearly and held past the last (costs.gemm_idle_time_s). Where given it takes the place of
+    # gemm_evicted_call_s's charge by traffic: on a shared VM the time since the previous call set what the call
+    # paid, not the traffic in between (benchmarks/bench_gap_in_step.py). Empty = not modelled (built-in presets).
+    gemm_idle_extra_s: tuple[tuple[float, float], ...] = ()
     # What writing a task's result costs per byte when its memory was evicted since its last use (the stores read
     # each line back first), by kind ("gemm", "elementwise"), at a share traffic_share(traffic since, of
     # cold_output_after_bytes, the flush the calibration's cold buffers had seen); empty = not modelled (built-in

@@ -27,6 +27,7 @@ from dlrmsim.engine.costs import (
     evicted_operand_time_s,
     fixed_time_s,
     fork_join_time_s,
+    gemm_idle_time_s,
     progress_thread_interference,
     task_flop_rate,
     tracks_operand_traffic,
@@ -497,7 +498,11 @@ def _rank_process(
     acc: dict[str, float],
     waits: dict[str, float],
     op_threads: dict[str, int] | None = None,
+    gemm_tail_s: float = 0.0,
 ) -> Any:
+    """SimPy process of one rank walking its program. ``gemm_tail_s``: how long before the iteration's end the
+    rank's last GEMM ended, in the previous iteration (the first GEMM's gap since it starts there; only a spec that
+    prices GEMMs by that gap reads it). Leaves the rank's times in ``acc`` (``end``, ``last_gemm_end``)."""
     env: simpy.Environment = sim.env
     rank_cores = float(sim.rank_resources[rank].pool("compute").capacity)
     op_threads = op_threads or {}
@@ -510,6 +515,8 @@ def _rank_process(
     # only a calibrated spec charges it.
     cold_outputs = bool(spec.cold_output_s_per_byte_by_kind)
     iteration_bytes = sum(s.bytes for s in program if isinstance(s, Task)) if cold_outputs else 0.0
+    # When the rank's previous GEMM ended: in the previous iteration, gemm_tail_s before this one's start.
+    last_gemm_end = -gemm_tail_s
     for step in program:
         if isinstance(step, Task):
             t0 = env.now
@@ -544,6 +551,8 @@ def _rank_process(
                     rate = task_flop_rate(spec, step.flops, cores, prec, kind=kind, nbytes=step.bytes, columns=step.columns)
                     arithmetic = step.flops / rate
                 overhead += evicted_operand_time_s(spec, step.bytes, cores, step.operands, step.kernel_traffic, arithmetic)
+            if kind == "gemm" and spec.gemm_idle_extra_s:
+                overhead += gemm_idle_time_s(spec, t0 - last_gemm_end)
             # A task without framework ops (the sharded modules' or autograd's software) is no op the next first op
             # follows: the traffic since the previous op goes on accumulating.
             prev_bytes = step.bytes if step.ops > 0 else prev_bytes + step.bytes
@@ -559,6 +568,8 @@ def _rank_process(
                 cores=cores,
                 columns=step.columns,
             )
+            if kind == "gemm":
+                last_gemm_end = env.now
             if step.serial_s > env.now - t0:
                 # Conflicting row updates serialise on cache-line transfers; cores cannot shorten the chain.
                 t1 = env.now
@@ -575,6 +586,7 @@ def _rank_process(
             acc[f"wait_{c.category}"] += env.now - t0
             waits[step.collective] = waits.get(step.collective, 0.0) + (env.now - t0)
     acc["end"] = env.now
+    acc["last_gemm_end"] = last_gemm_end
 
 
 def run_iteration(inputs: Inputs, cfg: TrainingConfig, record_flows: bool = True, run_ahead: bool = True) -> TrainingResult:
@@ -590,23 +602,14 @@ def run_iteration(inputs: Inputs, cfg: TrainingConfig, record_flows: bool = True
 
 def _run_iteration(inputs: Inputs, cfg: TrainingConfig, record_flows: bool, run_ahead: bool) -> TrainingResult:
     graph = build_iteration(inputs.workload, inputs.placement, inputs.settings)
-    comm = comm_settings(inputs.backend, inputs.topology.compute(0).cores)
-    sim = Simulation(
-        inputs.topology,
-        seed=cfg.seed,
-        comm=comm,
-        record_flows=record_flows,
-        run_ahead=run_ahead,
-        lockstep_collectives=cfg.lockstep_collectives,
-    )
     p = inputs.placement.ranks
-    coord = CollectiveCoordinator(sim, graph, inputs.backend, p)
-    accs = [{"compute": 0.0, "prepost": 0.0, "wait_allreduce": 0.0, "wait_alltoall": 0.0, "end": 0.0} for _ in range(p)]
-    waits: list[dict[str, float]] = [{} for _ in range(p)]
-    precision = inputs.workload.precision
-    threads = dict(inputs.settings.op_threads)
-    procs = [sim.env.process(_rank_process(sim, r, graph, coord, precision, accs[r], waits[r], threads)) for r in range(p)]
-    sim.run(simpy.AllOf(sim.env, procs))
+    tails = [0.0] * p
+    if any(inputs.topology.compute(r).gemm_idle_extra_s for r in range(p)):
+        # A GEMM is priced by the time since its rank's previous one, and an iteration's first GEMM follows the
+        # previous iteration's last: a first pass gives each rank that tail (the iterations repeat).
+        sim, _, accs, _ = _simulate(inputs, cfg, graph, False, run_ahead, tails)
+        tails = [a["end"] - a["last_gemm_end"] if a["last_gemm_end"] > 0.0 else 0.0 for a in accs]
+    sim, coord, accs, waits = _simulate(inputs, cfg, graph, record_flows, run_ahead, tails)
     end = max(a["end"] for a in accs)
     # The last rank's lateness at the next iteration's first synchronisation: the ranks' idle time at the end, other_s.
     iteration = end + coord.late_end(end)
@@ -640,6 +643,34 @@ def _run_iteration(inputs: Inputs, cfg: TrainingConfig, record_flows: bool, run_
         inputs.workload, inputs.settings.optimizer.name, inputs.settings.global_batch, iteration
     )
     return result
+
+
+def _simulate(
+    inputs: Inputs, cfg: TrainingConfig, graph: IterationGraph, record_flows: bool, run_ahead: bool, gemm_tails_s: list[float]
+) -> tuple[Simulation, CollectiveCoordinator, list[dict[str, float]], list[dict[str, float]]]:
+    """One pass of the iteration on a fresh engine: (the simulation, its coordinator, each rank's times, each rank's
+    waits per collective). ``gemm_tails_s``: per rank, _rank_process's ``gemm_tail_s``."""
+    comm = comm_settings(inputs.backend, inputs.topology.compute(0).cores)
+    sim = Simulation(
+        inputs.topology,
+        seed=cfg.seed,
+        comm=comm,
+        record_flows=record_flows,
+        run_ahead=run_ahead,
+        lockstep_collectives=cfg.lockstep_collectives,
+    )
+    p = inputs.placement.ranks
+    coord = CollectiveCoordinator(sim, graph, inputs.backend, p)
+    accs = [{"compute": 0.0, "prepost": 0.0, "wait_allreduce": 0.0, "wait_alltoall": 0.0, "end": 0.0} for _ in range(p)]
+    waits: list[dict[str, float]] = [{} for _ in range(p)]
+    precision = inputs.workload.precision
+    threads = dict(inputs.settings.op_threads)
+    procs = [
+        sim.env.process(_rank_process(sim, r, graph, coord, precision, accs[r], waits[r], threads, gemm_tails_s[r]))
+        for r in range(p)
+    ]
+    sim.run(simpy.AllOf(sim.env, procs))
+    return sim, coord, accs, waits
 
 
 def collective_payload(c: Collective) -> float:

@@ -34,6 +34,7 @@ from dlrmsim.calibration.benchmarks.gemm import (
     narrow_linear_shapes,
     preset_linear_shapes,
 )
+from dlrmsim.calibration.benchmarks.idle import idle_gemm_task
 from dlrmsim.calibration.benchmarks.interaction import (
     interaction_configs,
     interaction_context_task,
@@ -283,6 +284,8 @@ def _first_pass(
     tasks += [dispatch_task(k, c, policy) for c in counts]
     tasks += [fork_task(k, c, policy) for c in counts]
     tasks += [cold_output_task(k, c, policy) for c in counts]
+    # What a GEMM pays after its rank went a while without one, by the time since (fit.fit_gemm_idle).
+    tasks += [idle_gemm_task(k, c, policy) for c in counts]
     # How much of its cores a multi-threaded kernel typically gets, against the moments the kernels keep: the GEMM's
     # arithmetic, the sparse update's overlapped misses and (torch) an element-wise op's stream each.
     tasks += [availability_task(k, c, policy, kernel=kernel) for kernel in availability_kernels(k) for c in counts if c > 1]
