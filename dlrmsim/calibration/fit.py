@@ -58,6 +58,7 @@ from dlrmsim.engine.costs import (
     first_op_time_s,
     gemm_aspect,
     gemm_time_s,
+    idle_extra_s,
     inputs_traffic_share,
     page_walk_miss_share,
     sorted_visits,
@@ -293,9 +294,10 @@ def fit_gemm(
         if step:
             call_s, overlap = fit_cold_gemm(step, fit, memory, overhead)
             table = table.model_copy(update={"cold_call_us": _sig(call_s * 1e6, 4), "memory_overlap": _sig(overlap, 3)})
+        idle = fit_gemm_idle([m for m in measurements if m.benchmark == "gemm_idle" and m.cores == table.cores])
         evicted = [m for m in usable if with_evicted_operands(m) and m.cores == table.cores]
         if evicted:
-            call_s, factor, compute, sequence_s = fit_evicted_gemm(evicted, step, fit, memory, overhead, host)
+            call_s, factor, compute, sequence_s = fit_evicted_gemm(evicted, step, fit, memory, overhead, host, idle)
             table = table.model_copy(
                 update={
                     "evicted_call_us": _sig(call_s * 1e6, 4),
@@ -304,7 +306,6 @@ def fit_gemm(
                     "sequence_call_us": _sig(sequence_s * 1e6, 4),
                 }
             )
-        idle = fit_gemm_idle([m for m in measurements if m.benchmark == "gemm_idle" and m.cores == table.cores])
         if idle:
             table = table.model_copy(update={"idle_extra_us": idle})
         cold.append(table)
@@ -356,6 +357,7 @@ def fit_evicted_gemm(
     memory: MemoryFit,
     overhead: OverheadFit | None,
     host: HostInfo,
+    idle: Sequence[tuple[float, float]] = (),
 ) -> tuple[float, float, float, float]:
     """(fixed time per call in s, traffic factor, compute factor, sequence call in s) of what a GEMM among other ops
     costs beyond its warm roofline and its first op's dispatch, in the form the simulator charges it
@@ -373,7 +375,15 @@ def fit_evicted_gemm(
     (with their MLP recorded) have the shares the simulator would give them in that cycle (cycle.cycle_gemms).
     Least squares on relative error, both terms non-negative. The factor is not capped at 1: operands the kernel
     packs from memory in its own access order may stream slower than STREAM's triad, and caches it had warm
-    refill on top."""
+    refill on top.
+
+    With ``idle`` (fit_gemm_idle's [(gap ms, us), ...] at these cores) the call is no column of its own: the simulator
+    then charges a call by the time since the previous GEMM (costs.gemm_idle_time_s), so a row's call is the curve's
+    at its gap, the flush's duration for a GEMM right after a flush (its bytes at the memory fit's bandwidth for the
+    cores), nothing for one right after another op of its cycle, and the fit takes it off the excess before fitting
+    the rest (returning a call of 0). Its own column had left the call and the sequence call to share one cost by
+    the kernel shares, which the effective cache's capacity sets: at 0.12 MiB every step-order row's share was near 1,
+    and two calibrations half an hour apart put 55 and 11 us in the call, 0 and 60 us in the sequence call."""
     rows = [(m, *reuse_in_cycle(m, host)) for m in (*evicted, *step)]
     rows = [(m, k, o, prev) for m, k, o, prev in rows if k is not None]
     t_f, t_b = np.array([gemm_parts_s(fit, memory, m) for m, *_ in rows]).T
@@ -382,6 +392,14 @@ def fit_evicted_gemm(
     kernel = np.array([k for _, k, _, _ in rows])
     operands = np.array([o for _, _, o, _ in rows])
     excess = t - np.maximum(t_f, t_b) - first
+    if idle:
+        curve = [(g * 1e-3, us * 1e-6) for g, us in idle]
+        flush = float(host.flushed_bytes)
+        flush_s = {c: flush / (memory_bandwidth_GBps(memory, c) * 1e9) for c in {m.cores for m, *_ in rows}}
+        after_flush = np.array([idle_extra_s(curve, flush_s[m.cores]) if prev >= flush else 0.0 for m, _, _, prev in rows])
+        x = np.column_stack([operands * t_b, operands * t_f, np.ones(len(rows))])
+        coef = nonnegative_least_squares(x / t[:, None], (excess - after_flush) / t)
+        return 0.0, float(coef[0]), float(coef[1]), float(coef[2])
     columns = [kernel, operands * t_b, operands * t_f]
     # The sequence call is told from the kernel's call only by rows whose kernel share is below 1 (step order);
     # GEMMs timed after a flush of their own all pay both.

@@ -258,7 +258,11 @@ def gemm_idle_time_s(spec: ComputeSpec, gap_s: float) -> float:
     """Time (s) a GEMM pays over its back-to-back time when its rank's previous GEMM ended ``gap_s`` seconds before:
     ``spec.gemm_idle_extra_s`` interpolated linearly in the gap, from 0 at no gap, held at its last value past the
     last gap measured; 0 where not calibrated."""
-    points = spec.gemm_idle_extra_s
+    return idle_extra_s(spec.gemm_idle_extra_s, gap_s)
+
+
+def idle_extra_s(points: Sequence[tuple[float, float]], gap_s: float) -> float:
+    """:func:`gemm_idle_time_s` of a curve ``points`` ((gap s, extra s), ...), gap increasing."""
     if not points or gap_s <= 0.0:
         return 0.0
     prev_gap, prev_extra = 0.0, 0.0

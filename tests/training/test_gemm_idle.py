@@ -5,11 +5,13 @@ iteration's tail."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
+from dlrmsim.calibration.calibrate import refitted
 from dlrmsim.calibration.fit import fit_gemm_idle
-from dlrmsim.calibration.schema import Measurement
+from dlrmsim.calibration.schema import Measurement, load_calibration
 from dlrmsim.engine.costs import evicted_operand_time_s, gemm_idle_time_s
 from dlrmsim.engine.frames import records_frame
 from dlrmsim.topologies import load_topology
@@ -86,3 +88,15 @@ def test_the_first_gemm_counts_its_gap_from_the_previous_iterations_last_gemm() 
     assert first_timed["start"] == pytest.approx(first["start"]) and tail > 0
     paid = (first_timed["end"] - first_timed["start"]) - (first["end"] - first["start"])
     assert paid == pytest.approx(slope * (first["start"] + tail), rel=1e-6)
+
+
+def test_with_the_curve_the_eviction_fit_leaves_the_call_to_it_and_older_calibrations_fit_as_before() -> None:
+    results = Path(__file__).resolve().parents[2] / "validation" / "results"
+    timed = refitted(load_calibration(results / "20261128T0212-vm-calibration.yaml", warn_other_host=False))
+    # because the simulator charges a call by the curve where there is one, the fit takes the curve's charge off the
+    # rows (the flush's duration after a flush) and fits no call of its own, the rest as before
+    assert all(t.idle_extra_us and t.evicted_call_us == 0.0 and (t.sequence_call_us or 0.0) > 0.0 for t in timed.gemm.tables)
+    # because a calibration without the curve's rows has no curve, its call keeps its column: the same fit as kept
+    kept = load_calibration(results / "20261128T0147-vm-calibration.yaml", warn_other_host=False)
+    again = refitted(kept)
+    assert [t.evicted_call_us for t in again.gemm.tables] == [t.evicted_call_us for t in kept.gemm.tables]
