@@ -389,7 +389,6 @@ def fit_evicted_gemm(
     t_f, t_b = np.array([gemm_parts_s(fit, memory, m) for m, *_ in rows]).T
     t = np.array([m.time_s for m, *_ in rows])
     first = np.array([first_op_dispatch_s(overhead, m.cores, prev, host) for m, _, _, prev in rows])
-    kernel = np.array([k for _, k, _, _ in rows])
     operands = np.array([o for _, _, o, _ in rows])
     excess = t - np.maximum(t_f, t_b) - first
     if idle:
@@ -400,6 +399,7 @@ def fit_evicted_gemm(
         x = np.column_stack([operands * t_b, operands * t_f, np.ones(len(rows))])
         coef = nonnegative_least_squares(x / t[:, None], (excess - after_flush) / t)
         return 0.0, float(coef[0]), float(coef[1]), float(coef[2])
+    kernel = np.array([k for _, k, _, _ in rows])
     columns = [kernel, operands * t_b, operands * t_f]
     # The sequence call is told from the kernel's call only by rows whose kernel share is below 1 (step order);
     # GEMMs timed after a flush of their own all pay both.

@@ -608,7 +608,7 @@ def _run_iteration(inputs: Inputs, cfg: TrainingConfig, record_flows: bool, run_
         # A GEMM is priced by the time since its rank's previous one, and an iteration's first GEMM follows the
         # previous iteration's last: a first pass gives each rank that tail (the iterations repeat).
         sim, _, accs, _ = _simulate(inputs, cfg, graph, False, run_ahead, tails)
-        tails = [a["end"] - a["last_gemm_end"] if a["last_gemm_end"] > 0.0 else 0.0 for a in accs]
+        tails = [a["end"] - a["last_gemm_end"] for a in accs]  # (a rank without GEMMs never reads its own)
     sim, coord, accs, waits = _simulate(inputs, cfg, graph, record_flows, run_ahead, tails)
     end = max(a["end"] for a in accs)
     # The last rank's lateness at the next iteration's first synchronisation: the ranks' idle time at the end, other_s.

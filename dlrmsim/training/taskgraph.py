@@ -215,16 +215,20 @@ def operand_traffic(program: list[Step], touches: dict[int, Touches]) -> dict[in
         for name in (*(n for n, _ in t.reads), *t.writes):
             last[name] = after[i] - total  # where the previous iteration left it
     out: dict[int, GemmReuse] = {}
+
+    def inputs(i: int, t: Touches) -> tuple[tuple[float, float], ...]:
+        """Each input's (bytes, traffic since it was last touched; inf if never) at step ``i``."""
+        return tuple((b, before[i] - last[n] if n in last else math.inf) for n, b in t.reads)
+
     for i, t in sorted(touches.items()):
         step = program[i]
         if isinstance(step, Task) and step.kind == "gemm" and t.reads:
-            operands = tuple((b, before[i] - last[n] if n in last else math.inf) for n, b in t.reads)
-            out[i] = GemmReuse(operands, before[i] - last[GEMM_KERNEL])
+            out[i] = GemmReuse(inputs(i, t), before[i] - last[GEMM_KERNEL])
         elif isinstance(step, Task) and step.kind in INTERACTION_TASK_KINDS:
             out[i] = GemmReuse((), before[i] - last[INTERACTION_KERNEL])
         elif isinstance(step, Task) and step.kind == "elementwise" and t.reads:
             # an activation's inputs (costs.elementwise_cached_split); no kernel state of its own
-            out[i] = GemmReuse(tuple((b, before[i] - last[n] if n in last else math.inf) for n, b in t.reads), math.inf)
+            out[i] = GemmReuse(inputs(i, t), math.inf)
         for name in (*(n for n, _ in t.reads), *t.writes):
             last[name] = after[i]
     return out
