@@ -235,6 +235,7 @@ def calibrated_compute(
         gemm_idle_extra_s=tuple((g * 1e-3, us * 1e-6) for g, us in table.idle_extra_us),
         gemm_evicted_traffic_factor=table.evicted_traffic_factor or 0.0,
         gemm_evicted_compute_factor=table.evicted_compute_factor or 0.0,
+        gemm_sequence_l2_factor=(table.sequence_l2_factor or 0.0) if evicted else 0.0,
         cold_output_s_per_byte_by_kind=cold_out,
         cold_output_after_bytes=host.flushed_bytes if cold else math.inf,
         elementwise_cache_Bps=elementwise_cache_Bps(cal, cores, sharing_ranks),

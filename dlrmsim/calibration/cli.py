@@ -154,9 +154,10 @@ def calibrate(
             *[
                 (
                     f"GEMM with evicted operands at {t.cores} cores: us/call, x traffic time, x arithmetic time "
-                    "(charged by evicted share); us/call among other ops (every step's GEMM)",
+                    "(charged by evicted share); among other ops (every step's GEMM): us/call, x traffic time of its "
+                    "bytes up to its cores' L2",
                     f"{t.evicted_call_us:g} / {t.evicted_traffic_factor or 0.0:g} / {t.evicted_compute_factor or 0.0:g}; "
-                    f"{t.sequence_call_us or 0.0:g}",
+                    f"{t.sequence_call_us or 0.0:g} / {t.sequence_l2_factor or 0.0:g}",
                 )
                 for t in cal.gemm.tables
                 if t.evicted_call_us is not None

@@ -61,6 +61,7 @@ from dlrmsim.engine.costs import (
     idle_extra_s,
     inputs_traffic_share,
     page_walk_miss_share,
+    sequence_bytes,
     sorted_visits,
     traffic_share,
 )
@@ -297,13 +298,14 @@ def fit_gemm(
         idle = fit_gemm_idle([m for m in measurements if m.benchmark == "gemm_idle" and m.cores == table.cores])
         evicted = [m for m in usable if with_evicted_operands(m) and m.cores == table.cores]
         if evicted:
-            call_s, factor, compute, sequence_s = fit_evicted_gemm(evicted, step, fit, memory, overhead, host, idle)
+            call_s, factor, compute, sequence = fit_evicted_gemm(evicted, step, fit, memory, overhead, host, idle)
             table = table.model_copy(
                 update={
                     "evicted_call_us": _sig(call_s * 1e6, 4),
                     "evicted_traffic_factor": _sig(factor, 3),
                     "evicted_compute_factor": _sig(compute, 3),
-                    "sequence_call_us": _sig(sequence_s * 1e6, 4),
+                    "sequence_call_us": 0.0,
+                    "sequence_l2_factor": _sig(sequence, 3),
                 }
             )
         if idle:
@@ -359,31 +361,33 @@ def fit_evicted_gemm(
     host: HostInfo,
     idle: Sequence[tuple[float, float]] = (),
 ) -> tuple[float, float, float, float]:
-    """(fixed time per call in s, traffic factor, compute factor, sequence call in s) of what a GEMM among other ops
+    """(fixed time per call in s, traffic factor, compute factor, sequence factor) of what a GEMM among other ops
     costs beyond its warm roofline and its first op's dispatch, in the form the simulator charges it
-    (costs.evicted_operand_time_s, and the sequence call as the gemm kind's fixed time): kernel share x call +
-    inputs' share x (factor x traffic time (compulsory bytes at the stream bandwidth of the GEMM's cores) + compute
-    factor x arithmetic time at the warm efficiency) + sequence call. The last term is paid whatever the traffic:
-    a GEMM right after other ops, even a few small ones, ran slower than the same GEMM called back to back in a warm
-    loop, on the 2-vCPU Intel VM (2026-11-27, 1 thread, 512 x 512 by 512 x 32: 190 us back to back, 231 us after a
-    GEMM of another shape, 218 us after a 1 MiB ReLU). The three eviction terms alone left the step-order rows a
-    median 11 % short in 14 calibrations of that VM (their kernel and inputs' shares there are near 0); with it,
-    5 %. The third term is there because on a
-    16-core host the excess grew with a GEMM's flops, not its bytes (+20, +93 and +346 us for 67, 268 and 537 MFLOP
-    reading 1.5, 5.3 and 5 MB at 16 cores), which the first two could not fit (docs/calibration.md). GEMMs
-    timed right after a flush of their own have both shares 1; GEMMs timed in a step-order cycle flushed once
-    (with their MLP recorded) have the shares the simulator would give them in that cycle (cycle.cycle_gemms).
-    Least squares on relative error, both terms non-negative. The factor is not capped at 1: operands the kernel
-    packs from memory in its own access order may stream slower than STREAM's triad, and caches it had warm
-    refill on top.
+    (costs.evicted_operand_time_s and costs.sequence_time_s): kernel share x call + inputs' share x (factor x
+    traffic time (compulsory bytes at the stream bandwidth of the GEMM's cores) + compute factor x arithmetic time at
+    the warm efficiency) + sequence factor x the traffic time of the part of its bytes its cores' L2 caches hold.
+    The last term is paid whatever the traffic: a GEMM right after other ops, even a few small ones, ran slower than
+    the same GEMM called back to back in a warm loop, on the 2-vCPU Intel VM (2026-11-27, 1 thread, 512 x 512 by
+    512 x 32: 190 us back to back, 231 us after a GEMM of another shape, 218 us after a 1 MiB ReLU). It was a fixed
+    time per call until 2026-11-28; timed in the cycle without its flush against the same GEMM in a loop
+    (benchmarks/bench_gemm_sequence.py, 2-vCPU AMD VM, 2 threads), it grew with the GEMM up to about its cores' L2:
+    +2.6 to +8 us for GEMMs moving 66-129 KiB, +8 to +30 us for 350-640 KiB, +8 to +75 us (median about 30) past
+    1.2 MiB, so a fixed 20-60 us fitted on the cycles' 1-12 MiB GEMMs charged a validation step's 5-us output layer
+    ten times over. The compute term is there because on a 16-core host the excess grew with a GEMM's flops, not its
+    bytes (+20, +93 and +346 us for 67, 268 and 537 MFLOP reading 1.5, 5.3 and 5 MB at 16 cores), which the first
+    two could not fit (docs/calibration.md). GEMMs timed right after a flush of their own have both shares 1; GEMMs
+    timed in a step-order cycle flushed once (with their MLP recorded) have the shares the simulator would give them
+    in that cycle (cycle.cycle_gemms). Least squares on relative error, every term non-negative. The factor is not
+    capped at 1: operands the kernel packs from memory in its own access order may stream slower than STREAM's
+    triad, and caches it had warm refill on top.
 
     With ``idle`` (fit_gemm_idle's [(gap ms, us), ...] at these cores) the call is no column of its own: the simulator
     then charges a call by the time since the previous GEMM (costs.gemm_idle_time_s), so a row's call is the curve's
     at its gap, the flush's duration for a GEMM right after a flush (its bytes at the memory fit's bandwidth for the
     cores), nothing for one right after another op of its cycle, and the fit takes it off the excess before fitting
-    the rest (returning a call of 0). Its own column had left the call and the sequence call to share one cost by
-    the kernel shares, which the effective cache's capacity sets: at 0.12 MiB every step-order row's share was near 1,
-    and two calibrations half an hour apart put 55 and 11 us in the call, 0 and 60 us in the sequence call."""
+    the rest (returning a call of 0). Its own column had left the call and a fixed sequence call to share one cost
+    by the kernel shares, which the effective cache's capacity sets: at 0.12 MiB every step-order row's share was
+    near 1, and two calibrations half an hour apart put 55 and 11 us in the call, 0 and 60 us in the sequence call."""
     rows = [(m, *reuse_in_cycle(m, host)) for m in (*evicted, *step)]
     rows = [(m, k, o, prev) for m, k, o, prev in rows if k is not None]
     t_f, t_b = np.array([gemm_parts_s(fit, memory, m) for m, *_ in rows]).T
@@ -391,25 +395,27 @@ def fit_evicted_gemm(
     first = np.array([first_op_dispatch_s(overhead, m.cores, prev, host) for m, _, _, prev in rows])
     operands = np.array([o for _, _, o, _ in rows])
     excess = t - np.maximum(t_f, t_b) - first
+    # the sequence term's column: the traffic time of what of its bytes the GEMM's cores' L2 caches hold
+    refill = np.array([sequence_part(m, host) for m, *_ in rows]) * t_b
     if idle:
         curve = [(g * 1e-3, us * 1e-6) for g, us in idle]
         flush = float(host.flushed_bytes)
         flush_s = {c: flush / (memory_bandwidth_GBps(memory, c) * 1e9) for c in {m.cores for m, *_ in rows}}
         after_flush = np.array([idle_extra_s(curve, flush_s[m.cores]) if prev >= flush else 0.0 for m, _, _, prev in rows])
-        x = np.column_stack([operands * t_b, operands * t_f, np.ones(len(rows))])
+        x = np.column_stack([operands * t_b, operands * t_f, refill])
         coef = nonnegative_least_squares(x / t[:, None], (excess - after_flush) / t)
         return 0.0, float(coef[0]), float(coef[1]), float(coef[2])
     kernel = np.array([k for _, k, _, _ in rows])
     columns = [kernel, operands * t_b, operands * t_f]
-    # The sequence call is told from the kernel's call only by rows whose kernel share is below 1 (step order);
-    # GEMMs timed after a flush of their own all pay both.
+    # The sequence term is told from the eviction terms only by rows whose shares are below 1 (step order); GEMMs
+    # timed after a flush of their own pay all of them.
     separable = bool(np.any(kernel < 1.0))
     if separable:
-        columns.append(np.ones(len(rows)))
+        columns.append(refill)
     x = np.column_stack(columns)
     coef = nonnegative_least_squares(x / t[:, None], excess / t)
-    sequence_s = float(coef[3]) if separable else 0.0
-    return float(coef[0]), float(coef[1]), float(coef[2]), sequence_s
+    sequence = float(coef[3]) if separable else 0.0
+    return float(coef[0]), float(coef[1]), float(coef[2]), sequence
 
 
 def reuse_in_cycle(m: Measurement, host: HostInfo) -> tuple[float | None, float, float]:
@@ -429,6 +435,12 @@ def reuse_in_cycle(m: Measurement, host: HostInfo) -> tuple[float | None, float,
     llc = float(host.model_llc_bytes)
     operands = inputs_traffic_share(g.reuse.operands, flush, llc)
     return traffic_share(g.reuse.kernel_traffic, flush, llc), operands, g.prev_bytes
+
+
+def sequence_part(m: Measurement, host: HostInfo) -> float:
+    """The share of measurement ``m``'s GEMM's compulsory bytes that its cores' L2 caches hold (costs.sequence_bytes)."""
+    nbytes = measured_gemm(m).bytes_moved(4.0)
+    return sequence_bytes(nbytes, m.cores, float(host.l2_bytes)) / nbytes
 
 
 def first_op_dispatch_s(overhead: OverheadFit | None, cores: int, prev_bytes: float, host: HostInfo) -> float:
@@ -496,7 +508,7 @@ def predict_gemm_roofline_s(
             # (calibration.apply) charge them
             traffic = (table.evicted_traffic_factor or 0.0) * t_b
             compute = (table.evicted_compute_factor or 0.0) * t_f
-            sequence = (table.sequence_call_us or 0.0) * 1e-6
+            sequence = (table.sequence_call_us or 0.0) * 1e-6 + (table.sequence_l2_factor or 0.0) * sequence_part(m, host) * t_b
             evicted = kernel * table.evicted_call_us * 1e-6 + operands * (traffic + compute) + sequence
             return first_op_dispatch_s(overhead, m.cores, prev, host) + gemm_time_s(t_f, t_b, 1.0) + evicted
     if not in_step_order(m) and not with_evicted_operands(m):

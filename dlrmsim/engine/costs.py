@@ -254,6 +254,22 @@ def evicted_operand_time_s(
     return kernel * call + inputs * (factor * traffic_s + spec.gemm_evicted_compute_factor * arithmetic_s)
 
 
+def sequence_bytes(nbytes: float, cores: float, l2_bytes: float) -> float:
+    """The part of a GEMM's ``nbytes`` of compulsory traffic that its ``cores`` cores' L2 caches of ``l2_bytes``
+    each hold: what it refills after other ops (:func:`sequence_time_s`)."""
+    return min(nbytes, cores * l2_bytes)
+
+
+def sequence_time_s(spec: ComputeSpec, nbytes: float, cores: float) -> float:
+    """Time (s) a GEMM moving ``nbytes`` of compulsory traffic on ``cores`` cores pays for following other ops
+    rather than itself: ``spec.gemm_sequence_l2_factor`` x the traffic time, at :func:`task_bandwidth_cap`, of
+    its :func:`sequence_bytes`. A fixed time of the task; 0 where not calibrated."""
+    if spec.gemm_sequence_l2_factor <= 0.0 or nbytes <= 0.0:
+        return 0.0
+    refill = sequence_bytes(nbytes, cores, spec.l2_bytes)
+    return spec.gemm_sequence_l2_factor * refill / task_bandwidth_cap(spec, nbytes, cores)
+
+
 def gemm_idle_time_s(spec: ComputeSpec, gap_s: float) -> float:
     """Time (s) a GEMM pays over its back-to-back time when its rank's previous GEMM ended ``gap_s`` seconds before:
     ``spec.gemm_idle_extra_s`` interpolated linearly in the gap, from 0 at no gap, held at its last value past the

@@ -176,6 +176,12 @@ class ComputeSpec:
     # GEMM's excess that grows with its flops rather than its bytes (a 16-core host: +20, +93 and +346 us for 67,
     # 268 and 537 MFLOP reading 1.5, 5.3 and 5 MB; docs/calibration.md). 0 = not modelled (built-in presets).
     gemm_evicted_compute_factor: float = 0.0
+    # What a GEMM pays for following other ops rather than itself, whatever the traffic in between: this factor x the
+    # traffic time (at task_bandwidth_cap) of the part of its compulsory bytes its cores' L2 caches hold (cores x
+    # l2_bytes; costs.sequence_time_s). In a loop of itself a GEMM finds its packed panels and code in its cores'
+    # L2; after other ops it refills them, as much as it has up to that capacity. 0 = not modelled (built-in
+    # presets); a host calibration fits it from GEMMs timed in training-step order (fit.fit_evicted_gemm).
+    gemm_sequence_l2_factor: float = 0.0
     # What a GEMM pays after its rank went a while without one, by how long: ((gap s, extra s), ...), gap increasing,
     # interpolated linearly and held past the last (costs.gemm_idle_time_s). Where given it takes the place of
     # gemm_evicted_call_s's charge by traffic: on a shared VM the time since the previous call set what the call

@@ -29,6 +29,7 @@ from dlrmsim.engine.costs import (
     fork_join_time_s,
     gemm_idle_time_s,
     progress_thread_interference,
+    sequence_time_s,
     task_flop_rate,
     tracks_operand_traffic,
 )
@@ -551,8 +552,10 @@ def _rank_process(
                     rate = task_flop_rate(spec, step.flops, cores, prec, kind=kind, nbytes=step.bytes, columns=step.columns)
                     arithmetic = step.flops / rate
                 overhead += evicted_operand_time_s(spec, step.bytes, cores, step.operands, step.kernel_traffic, arithmetic)
-            if kind == "gemm" and spec.gemm_idle_extra_s:
-                overhead += gemm_idle_time_s(spec, t0 - last_gemm_end)
+            if kind == "gemm":
+                overhead += sequence_time_s(spec, step.bytes, cores)
+                if spec.gemm_idle_extra_s:
+                    overhead += gemm_idle_time_s(spec, t0 - last_gemm_end)
             # A task without framework ops (the sharded modules' or autograd's software) is no op the next first op
             # follows: the traffic since the previous op goes on accumulating.
             prev_bytes = step.bytes if step.ops > 0 else prev_bytes + step.bytes

@@ -223,7 +223,7 @@ def test_gemm_rows_are_predicted_with_the_simulators_roofline(quick_cal: Calibra
 
 
 @pytest.mark.parametrize(
-    "call_us,factor,compute,sequence_us",
+    "call_us,factor,compute,sequence",
     [
         (0.0, 0.0, 0.0, 0.0),
         (40.0, 0.0, 0.0, 0.0),
@@ -231,20 +231,20 @@ def test_gemm_rows_are_predicted_with_the_simulators_roofline(quick_cal: Calibra
         (25.0, 0.6, 0.0, 0.0),
         (30.0, 0.0, 0.5, 0.0),
         (20.0, 0.4, 0.3, 0.0),
-        (0.0, 0.0, 0.0, 45.0),
-        (25.0, 0.6, 0.2, 30.0),
+        (0.0, 0.0, 0.0, 0.8),
+        (25.0, 0.6, 0.2, 0.5),
     ],
 )
 def test_evicted_gemm_fit_recovers_call_and_factor_as_the_simulator_charges_them(
-    quick_cal: Calibration, call_us: float, factor: float, compute: float, sequence_us: float
+    quick_cal: Calibration, call_us: float, factor: float, compute: float, sequence: float
 ) -> None:
     """GEMMs timed right after a flush of their own, made up as roofline + dispatch + call + factor x traffic time +
-    compute x arithmetic time + sequence call: the fit recovers the four terms (the last two apart only with the
-    step-order rows, where the kernel's share is below 1), and the simulator charges a GEMM whose inputs are all
-    evicted (share 1) exactly the measured time, because its fixed time is the same dispatch plus the sequence call
-    plus costs.evicted_operand_time_s."""
-    from dlrmsim.calibration.fit import first_op_dispatch_s, fit_gemm, gemm_parts_s, reuse_in_cycle
-    from dlrmsim.engine.costs import evicted_operand_time_s, fixed_time_s
+    compute x arithmetic time + sequence x the traffic time of the bytes its cores' L2 holds: the fit recovers the
+    four terms (the call and the sequence term apart only with the step-order rows, where the kernel's share is
+    below 1), and the simulator charges a GEMM whose inputs are all evicted (share 1) exactly the measured time,
+    because its fixed time is the same dispatch plus costs.sequence_time_s plus costs.evicted_operand_time_s."""
+    from dlrmsim.calibration.fit import first_op_dispatch_s, fit_gemm, gemm_parts_s, reuse_in_cycle, sequence_part
+    from dlrmsim.engine.costs import evicted_operand_time_s, fixed_time_s, sequence_time_s
 
     host, memory, overhead = quick_cal.host, quick_cal.memory, quick_cal.overhead
     warm = quick_cal.gemm
@@ -253,7 +253,8 @@ def test_evicted_gemm_fit_recovers_call_and_factor_as_the_simulator_charges_them
         params = {"batch": batch, "fan_in": fi, "fan_out": fo, "pass": which, "context": "evicted"}
         m = _m("linear", 1, 1.0, flops=2.0 * batch * fi * fo, params=params)
         t_f, t_b = gemm_parts_s(warm, memory, m)
-        t = max(t_f, t_b) + dispatch_s(overhead, 1, 1.0) + (call_us + sequence_us) * 1e-6 + factor * t_b + compute * t_f
+        refill = sequence * sequence_part(m, host) * t_b
+        t = max(t_f, t_b) + dispatch_s(overhead, 1, 1.0) + call_us * 1e-6 + refill + factor * t_b + compute * t_f
         rows.append(m.model_copy(update={"time_s": t}))
     # The same GEMMs in a step-order cycle flushed once: each pays the call at its kernel's share and the traffic
     # term at its inputs' share, the shares the simulator's cost model gives it in that cycle (cycle.cycle_gemms).
@@ -265,21 +266,21 @@ def test_evicted_gemm_fit_recovers_call_and_factor_as_the_simulator_charges_them
             kernel, inputs, prev = reuse_in_cycle(m, host)
             assert kernel is not None and 0.0 <= kernel <= 1.0 and 0.0 <= inputs <= 1.0
             t_f, t_b = gemm_parts_s(warm, memory, m)
-            cold = kernel * call_us * 1e-6 + inputs * (factor * t_b + compute * t_f) + sequence_us * 1e-6
+            cold = kernel * call_us * 1e-6 + inputs * (factor * t_b + compute * t_f) + sequence * sequence_part(m, host) * t_b
             t = max(t_f, t_b) + first_op_dispatch_s(overhead, 1, prev, host) + cold
             step.append(m.model_copy(update={"time_s": t}))
     # The chained forward input of the second layer is fresh, so its share is below a flushed GEMM's.
     assert reuse_in_cycle(step[3], host)[1] < 1.0
     cubes = [m for m in quick_cal.measurements if m.benchmark == "gemm" and m.cores == 1]
-    # Flushed rows alone pay the call and the sequence call alike (kernel share 1): the fit gives both to the call.
+    # Flushed rows alone cannot tell the sequence term from the eviction's (every share 1): it is not fitted.
     alone = fit_gemm([*cubes, *rows], host, memory, overhead).table(1)
-    assert alone.evicted_call_us == pytest.approx(call_us + sequence_us, abs=1e-3) and alone.sequence_call_us == 0.0
+    assert alone.sequence_l2_factor == 0.0 and alone.sequence_call_us == 0.0
     gemm = fit_gemm([*cubes, *rows, *step], host, memory, overhead)
     table = gemm.table(1)
     assert table.evicted_call_us == pytest.approx(call_us, abs=1e-3)
     assert table.evicted_traffic_factor == pytest.approx(factor, abs=1e-3)
     assert table.evicted_compute_factor == pytest.approx(compute, abs=1e-3)
-    assert table.sequence_call_us == pytest.approx(sequence_us, abs=1e-3)
+    assert table.sequence_l2_factor == pytest.approx(sequence, abs=1e-3) and table.sequence_call_us == 0.0
     # The calibration's fit-quality table predicts each row with all three terms, as the simulator charges them, so
     # the made-up times come back (it once left the compute term out: evicted rows then read 16 % short).
     model = FittedModel(gemm, memory, overhead=overhead, host=host)
@@ -297,6 +298,7 @@ def test_evicted_gemm_fit_recovers_call_and_factor_as_the_simulator_charges_them
         simulated = (
             fixed_time_s(spec, "gemm", 1.0, 0.0)
             + evicted_operand_time_s(spec, g.bytes_moved(4.0), 1.0, inputs, math.inf, gemm_parts_s(warm, memory, m)[0])
+            + sequence_time_s(spec, g.bytes_moved(4.0), 1.0)
             + task_time(m.flops, g.bytes_moved(4.0), spec, kind="gemm")
         )
         assert simulated == pytest.approx(m.time_s, rel=1e-3)

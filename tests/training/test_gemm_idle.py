@@ -95,7 +95,7 @@ def test_with_the_curve_the_eviction_fit_leaves_the_call_to_it_and_older_calibra
     timed = refitted(load_calibration(results / "20261128T0212-vm-calibration.yaml", warn_other_host=False))
     # because the simulator charges a call by the curve where there is one, the fit takes the curve's charge off the
     # rows (the flush's duration after a flush) and fits no call of its own, the rest as before
-    assert all(t.idle_extra_us and t.evicted_call_us == 0.0 and (t.sequence_call_us or 0.0) > 0.0 for t in timed.gemm.tables)
+    assert all(t.idle_extra_us and t.evicted_call_us == 0.0 and (t.sequence_l2_factor or 0.0) > 0.0 for t in timed.gemm.tables)
     # because a calibration without the curve's rows has no curve, its call keeps its column: the same fit as kept
     kept = load_calibration(results / "20261128T0147-vm-calibration.yaml", warn_other_host=False)
     again = refitted(kept)

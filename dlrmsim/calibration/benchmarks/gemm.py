@@ -157,9 +157,11 @@ def narrow_linear_shapes() -> list[tuple[int, int, int, str]]:
     return [(b, fi, fo, p) for b in NARROW_BATCHES for fi, fo in NARROW_LAYERS for p in ("fwd", "bwd_data", "bwd_weights")]
 
 
-# MLPs timed in training-step order (batch, widths): a narrow one at two batches and a square one. Generic
-# widths, not any workload's.
-CYCLE_MLPS = ((512, (128, 512, 32)), (2048, (128, 512, 32)), (1024, (512, 512, 512)))
+# MLPs timed in training-step order (batch, widths): a narrow one at two batches, a square one, and a small one
+# whose GEMMs move 320-384 KiB, under one core's L2, where the sequence term grows with the bytes
+# (costs.sequence_time_s; the others' GEMMs move 1-12 MiB, past the L2 of two cores). Generic widths, not any
+# workload's.
+CYCLE_MLPS = ((512, (128, 512, 32)), (2048, (128, 512, 32)), (1024, (512, 512, 512)), (256, (32, 256, 64)))
 
 
 def time_mlp_cycle(
