@@ -372,7 +372,7 @@ def fit_evicted_gemm(
     time per call until 2026-11-28; timed in the cycle without its flush against the same GEMM in a loop
     (benchmarks/bench_gemm_sequence.py, 2-vCPU AMD VM, 2 threads), it grew with the GEMM up to about its cores' L2:
     +2.6 to +8 us for GEMMs moving 66-129 KiB, +8 to +30 us for 350-640 KiB, +8 to +75 us (median about 30) past
-    1.2 MiB, so a fixed 20-60 us fitted on the cycles' 1-12 MiB GEMMs charged a validation step's 5-us output layer
+    1.2 MiB, so a fixed 20-60 us fitted on the cycles' 1-5.3 MiB GEMMs charged a validation step's 5-us output layer
     ten times over. The compute term is there because on a 16-core host the excess grew with a GEMM's flops, not its
     bytes (+20, +93 and +346 us for 67, 268 and 537 MFLOP reading 1.5, 5.3 and 5 MB at 16 cores), which the first
     two could not fit (docs/calibration.md). GEMMs timed right after a flush of their own have both shares 1; GEMMs

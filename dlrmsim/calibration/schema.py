@@ -80,10 +80,10 @@ class GemmTable(StrictModel):
         default=None,
         description="GEMMs timed among other ops: added time per second of traffic time (at stream bandwidth) of the "
         "part of the GEMM's compulsory bytes that its cores' L2 caches hold, whatever the traffic since its last call: "
-        "what a GEMM refills of its working set after other ops grows with the call up to its cores' L2 (a 64 KiB "
-        "layer paid 1-3 us, a 384 KiB one 0-10 us, those past 1 MiB 10-50 us at 2 threads on the 2-vCPU AMD VM, "
-        "2026-11-28). Fitted in place of sequence_call_us (fit.fit_evicted_gemm), which is then 0; None in "
-        "calibrations before 2026-11-28 04:30",
+        "what a GEMM refills of its working set after other ops grows with the call up to its cores' L2 (at 2 "
+        "threads on the 2-vCPU AMD VM, 2026-11-28: 3-8 us for GEMMs moving 66-129 KiB, 8-30 us for 350-640 KiB, 8-75 "
+        "us, median about 30, past 1.2 MiB). Fitted in place of sequence_call_us (fit.fit_evicted_gemm), which is "
+        "then 0; None in calibrations before 2026-11-28 03:50",
     )
 
     idle_extra_us: list[tuple[Positive, Annotated[float, Field(ge=0)]]] = Field(

@@ -159,7 +159,7 @@ def narrow_linear_shapes() -> list[tuple[int, int, int, str]]:
 
 # MLPs timed in training-step order (batch, widths): a narrow one at two batches, a square one, and a small one
 # whose GEMMs move 320-384 KiB, under one core's L2, where the sequence term grows with the bytes
-# (costs.sequence_time_s; the others' GEMMs move 1-12 MiB, past the L2 of two cores). Generic widths, not any
+# (costs.sequence_time_s; the others' GEMMs move 1-5.3 MiB, about the L2 of two cores and past it). Generic widths, not any
 # workload's.
 CYCLE_MLPS = ((512, (128, 512, 32)), (2048, (128, 512, 32)), (1024, (512, 512, 512)), (256, (32, 256, 64)))
 
