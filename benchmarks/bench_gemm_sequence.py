@@ -19,12 +19,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from benchmarks.bench_gemm_idle import timed
 from dlrmsim.calibration.benchmarks.gemm import time_mlp_cycle
 from dlrmsim.calibration.benchmarks.timing import TimingPolicy
 from dlrmsim.calibration.dlrm_runner import mlp_backward, mlp_forward, new_mlp
@@ -58,12 +58,7 @@ def loop_times(ops: Ops, batch: int, widths: tuple[int, ...], calls: int) -> dic
     for key, call in grabbed.items():
         for _ in range(3):
             call()
-        samples = []
-        for _ in range(calls):
-            t0 = time.perf_counter()
-            call()
-            samples.append(time.perf_counter() - t0)
-        out[key] = statistics.median(samples)
+        out[key] = statistics.median(timed(call, None, calls))
     return out
 
 
