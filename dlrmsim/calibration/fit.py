@@ -29,7 +29,7 @@ import numpy as np
 from dlrmsim.calibration.benchmarks.outputs import OUTPUT_KINDS
 from dlrmsim.calibration.cycle import cycle_gemms
 from dlrmsim.calibration.host import peak_gflops, raise_peak_to
-from dlrmsim.calibration.ops.base import TORCH_GRAIN_ELEMENTS
+from dlrmsim.calibration.ops.base import OP_CLASSES, TORCH_GRAIN_ELEMENTS
 from dlrmsim.calibration.schema import (
     ArrivalSkewFit,
     AutogradFit,
@@ -58,7 +58,6 @@ from dlrmsim.engine.costs import (
     first_op_time_s,
     gemm_aspect,
     gemm_time_s,
-    idle_extra_s,
     inputs_traffic_share,
     page_walk_miss_share,
     sequence_bytes,
@@ -382,12 +381,16 @@ def fit_evicted_gemm(
     triad, and caches it had warm refill on top.
 
     With ``idle`` (fit_gemm_idle's [(gap ms, us), ...] at these cores) the call is no column of its own: the simulator
-    then charges a call by the time since the previous GEMM (costs.gemm_idle_time_s), so a row's call is the curve's
-    at its gap, the flush's duration for a GEMM right after a flush (its bytes at the memory fit's bandwidth for the
-    cores), nothing for one right after another op of its cycle, and the fit takes it off the excess before fitting
-    the rest (returning a call of 0). Its own column had left the call and a fixed sequence call to share one cost
-    by the kernel shares, which the effective cache's capacity sets: at 0.12 MiB every step-order row's share was
-    near 1, and two calibrations half an hour apart put 55 and 11 us in the call, 0 and 60 us in the sequence call."""
+    then charges the time since the previous GEMM (costs.gemm_idle_time_s) and these terms as one loss, paying the
+    larger (costs.cold_gemm_time_s), and returns a call of 0. A row's excess is then these terms alone: a GEMM right
+    after a flush has gone the flush's duration without a call, but the flush's traffic costs it more than that gap
+    does (the base case's first layer, 2-vCPU AMD VM: +57 / +92 us over a 3 ms spin at 2 / 1 threads), and one
+    right after another op of its cycle has no gap. Until 2026-11-28 the curve's value at the flush's duration was
+    taken off a flushed row's excess, as if the two added; after a flush and an 8 ms spin the layer cost what the
+    spin alone did (benchmarks/bench_gemm_cold_contexts.py). The call's own column had left it and a fixed
+    sequence call to share one cost by the kernel shares, which the effective cache's capacity sets: at 0.12 MiB
+    every step-order row's share was near 1, and two calibrations half an hour apart put 55 and 11 us in the call,
+    0 and 60 us in the sequence call."""
     rows = [(m, *reuse_in_cycle(m, host)) for m in (*evicted, *step)]
     rows = [(m, k, o, prev) for m, k, o, prev in rows if k is not None]
     t_f, t_b = np.array([gemm_parts_s(fit, memory, m) for m, *_ in rows]).T
@@ -398,12 +401,8 @@ def fit_evicted_gemm(
     # the sequence term's column: the traffic time of what of its bytes the GEMM's cores' L2 caches hold
     refill = np.array([sequence_part(m, host) for m, *_ in rows]) * t_b
     if idle:
-        curve = [(g * 1e-3, us * 1e-6) for g, us in idle]
-        flush = float(host.flushed_bytes)
-        flush_s = {c: flush / (memory_bandwidth_GBps(memory, c) * 1e9) for c in {m.cores for m, *_ in rows}}
-        after_flush = np.array([idle_extra_s(curve, flush_s[m.cores]) if prev >= flush else 0.0 for m, _, _, prev in rows])
         x = np.column_stack([operands * t_b, operands * t_f, refill])
-        coef = nonnegative_least_squares(x / t[:, None], (excess - after_flush) / t)
+        coef = nonnegative_least_squares(x / t[:, None], excess / t)
         return 0.0, float(coef[0]), float(coef[1]), float(coef[2])
     kernel = np.array([k for _, k, _, _ in rows])
     columns = [kernel, operands * t_b, operands * t_f]
@@ -697,17 +696,36 @@ def fit_tbe(
 
 def fit_overhead(measurements: Sequence[Measurement], backend: str | None = None) -> OverheadFit | None:
     """Per-op fixed costs at each core count: the median over element counts of the dispatch benchmark's
-    first-op-after-flush times (a task's first op) and of its following ops' times (each further op); and the
-    thread pool's fork and join per parallel element-wise op (:func:`fork_join_table`)."""
+    first-op-after-flush times (a task's first op) and of its following ops' times (each further op); the thread
+    pool's fork and join per parallel element-wise op (:func:`fork_join_table`); and what a further op with a Python
+    scalar operand and a reduction cost beyond a multiply (the median over element counts of the difference, at
+    least 0; none where the benchmark did not time them)."""
     by_position: dict[str, dict[int, list[float]]] = {"first": defaultdict(list), "rest": defaultdict(list)}
+    # further ops of the costlier classes, by class, cores and element count (seconds per op)
+    by_class: dict[str, dict[int, dict[int, float]]] = {c: defaultdict(dict) for c in OP_CLASSES}
     for m in measurements:
-        if m.benchmark == "dispatch":
+        if m.benchmark != "dispatch":
+            continue
+        op_class = str(m.params.get("op", "mul"))
+        if op_class == "mul":
             by_position[str(m.params.get("position", "first"))][m.cores].append(m.time_s)
+        if m.params.get("position") == "rest" and op_class in by_class:
+            by_class[op_class][m.cores][int(m.params.get("elements", 0))] = m.time_s
     if not by_position["first"]:
         return None
 
     def table(rows: dict[int, list[float]]) -> list[tuple[int, float]]:
         return [(c, _sig(float(np.median(v)) * 1e6, 4)) for c, v in sorted(rows.items())]
+
+    def extra(op_class: str) -> list[tuple[int, float]]:
+        """Per core count: the median over element counts of the class's further op less the multiply's, at least 0."""
+        out = []
+        for cores, times in sorted(by_class[op_class].items()):
+            muls = by_class["mul"].get(cores, {})
+            diffs = [t - muls[n] for n, t in times.items() if n in muls]
+            if diffs:
+                out.append((cores, _sig(max(float(np.median(diffs)), 0.0) * 1e6, 4)))
+        return out
 
     forks, grain = fork_join_table(measurements, TORCH_GRAIN_ELEMENTS if backend == "torch" else math.inf)
     return OverheadFit(
@@ -715,6 +733,8 @@ def fit_overhead(measurements: Sequence[Measurement], backend: str | None = None
         op_overhead_us_by_cores=table(by_position["rest"]),
         fork_join_us_by_cores=forks,
         parallel_grain_elements=grain,
+        scalar_op_extra_us_by_cores=extra("scalar"),
+        reduce_op_extra_us_by_cores=extra("reduce"),
     )
 
 

@@ -190,6 +190,12 @@ def dispatch_overhead_s(spec: ComputeSpec, ops: float, prev_bytes: float = math.
     return dispatch_time_s(first_op_s(spec, prev_bytes), spec.op_overhead_s, ops)
 
 
+def op_class_extra_s(spec: ComputeSpec, scalar_ops: float, reduce_ops: float) -> float:
+    """What ``scalar_ops`` ops with a Python scalar operand and ``reduce_ops`` reductions among a task's ops cost
+    beyond the dispatch of as many multiplies (s): ``spec.scalar_op_extra_s`` and ``spec.reduce_op_extra_s`` each."""
+    return scalar_ops * spec.scalar_op_extra_s + reduce_ops * spec.reduce_op_extra_s
+
+
 def fork_join_time_s(spec: ComputeSpec, op_elements: Sequence[float], cores: float) -> float:
     """Thread-pool time (s) of a task's element-wise ops of ``op_elements`` elements each, run on ``cores`` cores:
     every op above ``spec.parallel_grain_elements`` splits over the pool and pays ``spec.fork_join_s`` (waking the
@@ -275,6 +281,17 @@ def gemm_idle_time_s(spec: ComputeSpec, gap_s: float) -> float:
     ``spec.gemm_idle_extra_s`` interpolated linearly in the gap, from 0 at no gap, held at its last value past the
     last gap measured; 0 where not calibrated."""
     return idle_extra_s(spec.gemm_idle_extra_s, gap_s)
+
+
+def cold_gemm_time_s(idle_s: float, evicted_s: float) -> float:
+    """Time (s) a GEMM pays for finding its warm state gone, given what the time since its previous call alone
+    would cost (``idle_s``, :func:`gemm_idle_time_s`) and what the traffic since alone would (``evicted_s``: its
+    :func:`evicted_operand_time_s` and :func:`sequence_time_s`): the larger of the two, not their sum. Both price
+    one loss, of what a GEMM keeps warm between back-to-back calls, and it can be lost only once: the validation
+    base case's first layer (1024 x 64 by 64 x 256) on the 2-vCPU AMD VM cost about the same after a flush of
+    twice the last-level cache (some 3 ms), after an 8 ms spin and after both, while right after a flush it cost
+    more than after a 3 ms spin (benchmarks/bench_gemm_cold_contexts.py; docs/calibration.md)."""
+    return max(idle_s, evicted_s)
 
 
 def idle_extra_s(points: Sequence[tuple[float, float]], gap_s: float) -> float:

@@ -22,12 +22,14 @@ from dlrmsim.engine.backends import Backend, load_backend
 from dlrmsim.engine.costs import (
     MATRIX_KINDS,
     arrival_excess_s,
+    cold_gemm_time_s,
     cold_output_time_s,
     elementwise_cached_split,
     evicted_operand_time_s,
     fixed_time_s,
     fork_join_time_s,
     gemm_idle_time_s,
+    op_class_extra_s,
     progress_thread_interference,
     sequence_time_s,
     task_flop_rate,
@@ -303,6 +305,7 @@ def load_inputs(
         fuse_backward_update=cfg.fuse_backward_update or (impl is not None and impl.fuse_backward_update),
         input_dist=impl.input_dist if impl is not None else None,
         dense_first=impl is not None and impl.dense_first,
+        written_out_loss=impl is None or impl.loss == "written_out",
         sharded_software=impl is not None and impl.sharded_software,
         dense_autograd=impl is not None and impl.dense_autograd,
         optimizer_object=impl.optimizer_object if impl is not None else "none",
@@ -537,10 +540,13 @@ def _rank_process(
                 prev_bytes,
                 step.kernel_traffic,
             ) + fork_join_time_s(spec, step.op_elements, cores)
+            if step.scalar_ops or step.reduce_ops:
+                overhead += op_class_extra_s(spec, step.scalar_ops, step.reduce_ops)
             if cold_outputs and step.out_bytes > 0.0:
                 out_kind = "gemm" if kind == "gemm" else "elementwise"
                 overhead += cold_output_time_s(spec, out_kind, step.out_bytes, iteration_bytes)
             nbytes = step.bytes
+            evicted = 0.0  # what the traffic since its operands' last use costs the task (a GEMM: its warm state)
             if kind == "elementwise":
                 # what of its inputs is still cached streams at the cache rate, beside (not through) the memory domain
                 nbytes, cached_s = elementwise_cached_split(spec, step.bytes, step.operands)
@@ -551,11 +557,13 @@ def _rank_process(
                 if step.flops > 0 and spec.gemm_evicted_compute_factor > 0:
                     rate = task_flop_rate(spec, step.flops, cores, prec, kind=kind, nbytes=step.bytes, columns=step.columns)
                     arithmetic = step.flops / rate
-                overhead += evicted_operand_time_s(spec, step.bytes, cores, step.operands, step.kernel_traffic, arithmetic)
+                evicted = evicted_operand_time_s(spec, step.bytes, cores, step.operands, step.kernel_traffic, arithmetic)
             if kind == "gemm":
-                overhead += sequence_time_s(spec, step.bytes, cores)
-                if spec.gemm_idle_extra_s:
-                    overhead += gemm_idle_time_s(spec, t0 - last_gemm_end)
+                evicted += sequence_time_s(spec, step.bytes, cores)
+                # The time since the rank's previous GEMM and the traffic since price one loss: it pays the larger.
+                idle = gemm_idle_time_s(spec, t0 - last_gemm_end) if spec.gemm_idle_extra_s else 0.0
+                evicted = cold_gemm_time_s(idle, evicted)
+            overhead += evicted
             # A task without framework ops (the sharded modules' or autograd's software) is no op the next first op
             # follows: the traffic since the previous op goes on accumulating.
             prev_bytes = step.bytes if step.ops > 0 else prev_bytes + step.bytes

@@ -12,7 +12,7 @@ import pytest
 from dlrmsim.calibration.calibrate import refitted
 from dlrmsim.calibration.fit import fit_gemm_idle
 from dlrmsim.calibration.schema import Measurement, load_calibration
-from dlrmsim.engine.costs import evicted_operand_time_s, gemm_idle_time_s
+from dlrmsim.engine.costs import cold_gemm_time_s, evicted_operand_time_s, gemm_idle_time_s
 from dlrmsim.engine.frames import records_frame
 from dlrmsim.topologies import load_topology
 from dlrmsim.training.simulate import TrainingConfig, load_inputs, run_iteration
@@ -53,10 +53,10 @@ def test_the_fit_takes_each_gaps_excess_over_the_least_idle_call_never_falling()
     assert fit_gemm_idle(rows[1:]) == [] and fit_gemm_idle(rows[:1]) == []
 
 
-def _iteration(curve: tuple[tuple[float, float], ...]) -> tuple[float, object]:
+def _iteration(curve: tuple[tuple[float, float], ...], sequence_factor: float = 0.0) -> tuple[float, object]:
     cfg = TrainingConfig(topology="host", workload="small", ranks=1, scaling="strong", backend="shm", blocking=True)
     topo = load_topology("host", {"compute.host-cpu.cores": 2}, ranks=1).with_specs(
-        compute=lambda s: dataclasses.replace(s, gemm_idle_extra_s=curve)
+        compute=lambda s: dataclasses.replace(s, gemm_idle_extra_s=curve, gemm_sequence_l2_factor=sequence_factor)
     )
     res = run_iteration(load_inputs(cfg, topology=topo), cfg)
     df = records_frame(res.records)
@@ -93,10 +93,37 @@ def test_the_first_gemm_counts_its_gap_from_the_previous_iterations_last_gemm() 
 def test_with_the_curve_the_eviction_fit_leaves_the_call_to_it_and_older_calibrations_fit_as_before() -> None:
     results = Path(__file__).resolve().parents[2] / "validation" / "results"
     timed = refitted(load_calibration(results / "20261128T0212-vm-calibration.yaml", warn_other_host=False))
-    # because the simulator charges a call by the curve where there is one, the fit takes the curve's charge off the
-    # rows (the flush's duration after a flush) and fits no call of its own, the rest as before
+    # because the simulator charges a call by the curve where there is one, the fit fits no call of its own; a
+    # flushed row's excess is the traffic's terms alone (the larger of the two losses, costs.cold_gemm_time_s)
     assert all(t.idle_extra_us and t.evicted_call_us == 0.0 and (t.sequence_l2_factor or 0.0) > 0.0 for t in timed.gemm.tables)
     # because a calibration without the curve's rows has no curve, its call keeps its column: the same fit as kept
     kept = load_calibration(results / "20261128T0147-vm-calibration.yaml", warn_other_host=False)
     again = refitted(kept)
     assert [t.evicted_call_us for t in again.gemm.tables] == [t.evicted_call_us for t in kept.gemm.tables]
+
+
+def test_time_and_traffic_price_one_loss_so_a_gemm_pays_the_larger_not_the_sum() -> None:
+    # because a GEMM after a flush and an 8 ms spin cost what the spin alone did (bench_gemm_cold_contexts)
+    assert cold_gemm_time_s(100e-6, 30e-6) == 100e-6 and cold_gemm_time_s(10e-6, 30e-6) == 30e-6
+    assert cold_gemm_time_s(0.0, 0.0) == 0.0
+    tiny, huge = ((1.0, 1e-15),), ((1e-12, 1.0), (1.0, 1.0))
+    only_traffic, _ = _iteration((), sequence_factor=1.0)
+    only_time, _ = _iteration(huge)
+    # because every GEMM's sequence term (its bytes' refill time) beats a femtosecond of idle cost, the idle curve
+    # adds nothing to an iteration that pays the sequence term...
+    assert _iteration(tiny, sequence_factor=1.0)[0] == pytest.approx(only_traffic, rel=1e-12)
+    # ... and where a gap costs a second, the sequence term (microseconds) adds nothing to the GEMMs after a gap; the
+    # ones right behind another (no gap) pay it: the iteration is the idle-only one plus exactly those terms
+    base, gemms = _iteration(())
+    both, gemms_both = _iteration(huge, sequence_factor=1.0)
+    _, gemms_time = _iteration(huge)
+    gaps = gemms["start"].to_numpy()[1:] - gemms["end"].to_numpy()[:-1]
+    no_gap = [i + 1 for i, g in enumerate(gaps) if g <= 0]
+    assert no_gap  # a layer's two backward GEMMs follow each other
+    _, gemms_seq = _iteration((), sequence_factor=1.0)
+    paid_seq = sum(
+        (gemms_seq.iloc[i]["end"] - gemms_seq.iloc[i]["start"]) - (gemms.iloc[i]["end"] - gemms.iloc[i]["start"]) for i in no_gap
+    )
+    assert paid_seq > 0
+    assert both == pytest.approx(only_time + paid_seq, rel=1e-9)
+    assert only_time > only_traffic > base
