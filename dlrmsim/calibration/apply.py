@@ -273,6 +273,8 @@ def calibrated_compute(
         llc_bytes=host.model_llc_bytes / max(sharing_ranks, 1),
         task_overhead_s=cal.overhead.task_overhead_s(cores) if cal.overhead is not None else spec.task_overhead_s,
         op_overhead_s=cal.overhead.op_overhead_s(cores) if cal.overhead is not None else spec.op_overhead_s,
+        scalar_op_extra_s=cal.overhead.scalar_op_extra_s(cores) if cal.overhead is not None else spec.scalar_op_extra_s,
+        reduce_op_extra_s=cal.overhead.reduce_op_extra_s(cores) if cal.overhead is not None else spec.reduce_op_extra_s,
         fork_join_s=cal.overhead.fork_join_s(cores) if cal.overhead is not None else spec.fork_join_s,
         parallel_grain_elements=(
             cal.overhead.parallel_grain_elements

@@ -326,6 +326,16 @@ class OverheadFit(StrictModel):
     parallel_grain_elements: Annotated[float, Field(gt=0)] | None = Field(
         None, description="elements above which the backend splits an element-wise op over its threads"
     )
+    scalar_op_extra_us_by_cores: list[tuple[Annotated[int, Field(gt=0)], Annotated[float, Field(ge=0)]]] = Field(
+        default_factory=list,
+        description="[[cores, microseconds], ...]: what a further tiny op with a Python scalar operand (x + 0.5) costs "
+        "beyond a multiply of two tensors (the framework wraps the number into a tensor each call); empty: not measured",
+    )
+    reduce_op_extra_us_by_cores: list[tuple[Annotated[int, Field(gt=0)], Annotated[float, Field(ge=0)]]] = Field(
+        default_factory=list,
+        description="[[cores, microseconds], ...]: what a further tiny reduction (x.mean()) costs beyond a multiply of "
+        "two tensors; empty: not measured",
+    )
 
     def task_overhead_s(self, cores: int) -> float:
         return nearest_cores(self.task_overhead_us_by_cores, cores, of=lambda r: r[0])[1] * 1e-6
@@ -338,6 +348,22 @@ class OverheadFit(StrictModel):
 
     def op_overhead_s(self, cores: int) -> float:
         return nearest_cores(self.op_overhead_us_by_cores or self.task_overhead_us_by_cores, cores, of=lambda r: r[0])[1] * 1e-6
+
+    def scalar_op_extra_s(self, cores: int) -> float:
+        """What an op with a Python scalar operand costs beyond a multiply at ``cores`` threads (s); 0 unmeasured."""
+        return (
+            nearest_cores(self.scalar_op_extra_us_by_cores, cores, of=lambda r: r[0])[1] * 1e-6
+            if self.scalar_op_extra_us_by_cores
+            else 0.0
+        )
+
+    def reduce_op_extra_s(self, cores: int) -> float:
+        """What a reduction costs beyond a multiply at ``cores`` threads (s); 0 unmeasured."""
+        return (
+            nearest_cores(self.reduce_op_extra_us_by_cores, cores, of=lambda r: r[0])[1] * 1e-6
+            if self.reduce_op_extra_us_by_cores
+            else 0.0
+        )
 
 
 class CollectiveFit(StrictModel):

@@ -86,6 +86,12 @@ class ComputeSpec:
     # 0 = not modelled (built-in presets: no cited figure); a host calibration measures both ("dispatch" benchmark).
     task_overhead_s: float = 0.0
     op_overhead_s: float = 0.0
+    # What a framework op costs beyond op_overhead_s when one operand is a Python number (x + 1e-7: the framework
+    # wraps it into a tensor each call) or when it reduces (x.mean()), seconds per op; a task says how many of its
+    # ops are of each class (costs.op_class_extra_s). 0 = not modelled (built-in presets); a host calibration times
+    # both classes beside its multiplies ("dispatch" benchmark).
+    scalar_op_extra_s: float = 0.0
+    reduce_op_extra_s: float = 0.0
     # The traffic (bytes) that preceded the first op when task_overhead_s was measured (a host calibration: its
     # cache flush, twice the last-level cache). A task after less traffic finds part of the framework's code and
     # metadata still cached: it pays the first op's surcharge over op_overhead_s in the proportion

@@ -112,6 +112,13 @@ class ImplementationProfile(StrictModel):
         "pays, with one of kind autograd_call per step for the backward() call; false: the step writes the layers' "
         "backward ops out (the project runner); not charged on an uncalibrated topology",
     )
+    loss: Literal["written_out", "module"] = Field(
+        "written_out",
+        description="how the step computes its loss: written_out, element-wise ops on the output (the project runner's "
+        "binary cross-entropy, whose Python-float operands and mean cost more than other ops, calibration overhead "
+        "scalar_op_extra_us_by_cores and reduce_op_extra_us_by_cores); module, one loss module's call "
+        "(torch.nn.BCEWithLogitsLoss, MSELoss), charged as the same count of ops without those classes",
+    )
     interaction_kernel: Literal["framework", "torchrec"] = Field(
         "framework",
         description="which calibrated dot interaction the interaction kinds run: the project runner's, or TorchRec's "

@@ -66,6 +66,9 @@ class IterationSettings:
     # backward starts, and one of kind "autograd" per layer's backward, whose rows are its input and output elements.
     dense_autograd: bool = False
     dense_first: bool = False  # bottom MLP before the lookups, its backward after the embeddings' (RankProgram.build)
+    # The step writes its loss out in element-wise ops (ImplementationProfile.loss "written_out", the project runner):
+    # the loss task counts its scalar-operand ops and its mean (activation_task); "module": one loss module's call
+    written_out_loss: bool = True
     # Which parameters a torch.optim object steps (ImplementationProfile.optimizer_object): the optimizer task's
     # rows are those tensors, each paying ComputeSpec.row_time_s_by_kind["optimizer"]
     optimizer_object: str = "none"
@@ -96,6 +99,10 @@ class Task:
     category: str = "compute"  # compute | prepost
     serial_s: float = 0.0  # time that does not parallelise over cores (contended cache-line transfers)
     ops: float = 1.0  # framework operations (kernel launches) the task stands for; each pays ComputeSpec.task_overhead_s
+    # Of those ops, how many take a Python scalar operand and how many reduce: each pays ComputeSpec.scalar_op_extra_s
+    # or reduce_op_extra_s beyond the dispatch (costs.op_class_extra_s)
+    scalar_ops: float = 0.0
+    reduce_ops: float = 0.0
     rows: float = 0.0  # items the task walks one by one (embedding rows looked up or updated, samples of the
     # interaction's batched small matrices); each pays ComputeSpec.row_time_s_by_kind[kind]
     tables_bytes: float = 0.0  # embedding tables on the rank whose page tables a lookup walks (costs.fixed_time_s)
@@ -271,20 +278,34 @@ def gemm_task(w: Workload, layer: Layer, batch: int, which: Pass) -> Task | None
     if flops == 0:
         return None
     g = model.layer_gemm(layer, batch, which)
-    # Framework ops: one GEMM call; the weight gradient also reduces the bias gradient (dz.sum(0)).
-    ops = 2.0 if which is Pass.BACKWARD_WEIGHTS else 1.0
+    # Framework ops: one GEMM call; the weight gradient also reduces the bias gradient (dz.sum(0)), a reduction.
+    weights = which is Pass.BACKWARD_WEIGHTS
+    ops = 2.0 if weights else 1.0
     out = g.m * g.n * w.element_bytes
-    return Task(f"{layer.name}.{which.value}", "gemm", flops, g.bytes_moved(w.element_bytes), ops=ops, columns=g.n, out_bytes=out)
+    return Task(
+        f"{layer.name}.{which.value}",
+        "gemm",
+        flops,
+        g.bytes_moved(w.element_bytes),
+        ops=ops,
+        reduce_ops=1.0 if weights else 0.0,
+        columns=g.n,
+        out_bytes=out,
+    )
 
 
-def activation_task(w: Workload, layer: Layer, batch: int, backward: bool = False) -> Task:
+def activation_task(w: Workload, layer: Layer, batch: int, backward: bool = False, written_out_loss: bool = True) -> Task:
     """ReLU (or the final sigmoid) after a layer's GEMM, or its gradient in backward: bandwidth-bound."""
     nbytes = model.activation_bytes(batch, layer.fan_out, w.element_bytes, backward)
     # One framework op (relu / threshold_backward), except after the network's last layer: the sigmoid and the
     # binary cross-entropy loss, 12 element-wise ops on a batch-long vector forward (sigmoid; loss: add, log, mul,
-    # rsub, rsub, add, log, mul, add, neg, mean) and 2 backward ((p - y) / n); counted from dlrm_runner.
+    # rsub, rsub, add, log, mul, add, neg, mean) and 2 backward ((p - y) / n); counted from dlrm_runner. Written out
+    # (``written_out_loss``), 4 of the forward's add a Python float (p + eps, 1 - p, + eps, 1 - y) and its mean
+    # reduces; backward divides by the batch size. A loss module's call (TorchRec's, the reference DLRM's) keeps the
+    # same count of ops, not re-measured, and no class of its own.
     last = layer.part == "top" and layer.index == len(w.top_mlp) - 1
     ops = (2.0 if backward else 12.0) if last else 1.0
+    scalar_ops, reduce_ops = ((1.0, 0.0) if backward else (4.0, 1.0)) if last and written_out_loss else (0.0, 0.0)
     elements = float(batch * layer.fan_out)
     return Task(
         f"{layer.name}.act.{'bwd' if backward else 'fwd'}",
@@ -292,6 +313,8 @@ def activation_task(w: Workload, layer: Layer, batch: int, backward: bool = Fals
         elements,
         nbytes,
         ops=ops,
+        scalar_ops=scalar_ops,
+        reduce_ops=reduce_ops,
         op_elements=(elements,) * int(ops),
         out_bytes=elements * w.element_bytes,
     )
@@ -626,7 +649,7 @@ class RankProgram:
         got = self.layer_steps.get(key)
         if got is None:
             if which == "act_fwd" or which == "act_bwd":
-                task: Task | None = activation_task(w, layer, n, backward=which == "act_bwd")
+                task: Task | None = activation_task(w, layer, n, which == "act_bwd", self.s.written_out_loss)
             else:
                 task = gemm_task(w, layer, n, which)
             got = self.layer_steps[key] = (task, layer_touches(layer, n, which, w.element_bytes))

@@ -357,6 +357,33 @@ def test_overhead_fit_splits_first_op_from_further_ops() -> None:
     assert old.op_overhead_s(2) == pytest.approx(25e-6)
 
 
+def test_overhead_fit_takes_a_scalar_operand_and_a_reduction_beyond_a_multiply() -> None:
+    ms = [
+        _m("dispatch", c, t, params={"elements": n, "position": pos})
+        for c in (1, 2)
+        for n in (1, 16, 256)
+        for pos, t in (("first", 40e-6), ("rest", 3e-6 + 1e-9 * n))
+    ]
+    classes = [
+        _m("dispatch", c, 3e-6 + 1e-9 * n + extra, params={"elements": n, "position": "rest", "op": op})
+        for c, scalar, reduce in ((1, 5e-6, 7e-6), (2, 4e-6, 0.0))
+        for n in (1, 16, 256)
+        for op, extra in (("scalar", scalar), ("reduce", reduce - 1e-6 if reduce == 0.0 else reduce))
+    ]
+    fit = fit_overhead(ms + classes)
+    assert fit is not None
+    # because each class's further op is compared with the multiply at the same element count, the size's own cost
+    # cancels and the difference is the class's; one that ran faster than the multiply costs nothing extra
+    assert fit.scalar_op_extra_s(1) == pytest.approx(5e-6) and fit.reduce_op_extra_s(1) == pytest.approx(7e-6)
+    assert fit.scalar_op_extra_s(2) == pytest.approx(4e-6) and fit.reduce_op_extra_s(2) == 0.0
+    # because the classes' rows are further ops of another kind, they leave the multiplies' fit as it was
+    alone = fit_overhead(ms)
+    assert alone is not None and fit.op_overhead_s(1) == alone.op_overhead_s(1)
+    assert fit.task_overhead_s(2) == alone.task_overhead_s(2)
+    # a calibration without the classes' rows charges none
+    assert alone.scalar_op_extra_s(1) == 0.0 and alone.reduce_op_extra_s(2) == 0.0
+
+
 def test_embedding_fit_takes_the_cold_start_off_and_predicts_it_back(quick_cal: Calibration) -> None:
     """Times made of the first-op cost, a fixed time per op, a time per lookup, a time per L2-missing page
     walk, a time per row reloaded into the last-level cache and a bandwidth come back as the same five fitted

@@ -257,7 +257,15 @@ def test_the_plan_cycles_its_first_table_shape_over_two_table_counts(quick: bool
 def test_dispatch_benchmark_reports_first_and_further_ops(backend: str) -> None:
     rows = dispatch_task(_kernels(backend), 1, TimingPolicy(warmup=1, repeats=3, min_sample_s=0.001)).run()
     assert sorted({str(m.params["position"]) for m in rows}) == ["first", "rest"]
-    assert len(rows) == 2 * len(DISPATCH_ELEMENTS) and all(m.time_s > 0 for m in rows)
+    # because the multiplies time a task's first and further ops, and the costlier classes (a Python scalar operand,
+    # a reduction) each time further ops beside them, at every element count
+    muls = [m for m in rows if "op" not in m.params]
+    assert len(muls) == 2 * len(DISPATCH_ELEMENTS) and all(m.time_s > 0 for m in rows)
+    classes = sorted((str(m.params["op"]), int(m.params["elements"])) for m in rows if "op" in m.params)
+    assert classes == sorted((c, n) for c in ("reduce", "scalar") for n in DISPATCH_ELEMENTS)
+    assert all(
+        m.params["position"] == "rest" and m.name.startswith(f"dispatch rest {m.params['op']} ") for m in rows if "op" in m.params
+    )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -10,7 +10,7 @@ from typing import Literal
 
 from dlrmsim.calibration.benchmarks.timing import POSITIONS, BenchTask, TimingPolicy, median_spread
 from dlrmsim.calibration.ops import Ops
-from dlrmsim.calibration.ops.base import Op
+from dlrmsim.calibration.ops.base import OP_CLASSES, Op
 from dlrmsim.calibration.schema import Measurement
 
 DISPATCH_ELEMENTS = (1, 16, 256)
@@ -21,6 +21,15 @@ def time_dispatch(k: Ops, elements: int, policy: TimingPolicy) -> tuple[list[flo
     """Per repeat: seconds of the first tiny op after a cache flush, and seconds per op of the
     ``DISPATCH_FOLLOWERS`` distinct tiny ops run right after it."""
     return _time_first_then_rest(lambda: [k.make_tiny(elements) for _ in range(1 + DISPATCH_FOLLOWERS)], k.flush, policy)
+
+
+def time_dispatch_class(k: Ops, op_class: str, elements: int, policy: TimingPolicy) -> list[float]:
+    """Per repeat: seconds per op of ``DISPATCH_FOLLOWERS`` distinct tiny ops of ``op_class`` run right after a first
+    one (timed as :func:`time_dispatch` times the multiplies that follow its first op)."""
+    _, rest = _time_first_then_rest(
+        lambda: [k.make_tiny_of_class(op_class, elements) for _ in range(1 + DISPATCH_FOLLOWERS)], k.flush, policy
+    )
+    return rest
 
 
 def _time_first_then_rest(
@@ -51,16 +60,25 @@ def dispatch_task(k: Ops, cores: int, policy: TimingPolicy) -> BenchTask:
     "first": one op right after a cache flush - a task's first op, after the previous task's data evicted
     the framework's code and metadata from the private caches. "rest": each of the distinct ops that follow
     it - a task's further ops (an optimizer's sweep over parameter tensors). A tight loop of one op on the
-    same tensors is faster than both, and no iteration runs one."""
+    same tensors is faster than both, and no iteration runs one. Then, as further ops, the classes that cost more
+    than a multiply (:data:`~dlrmsim.calibration.ops.base.OP_CLASSES`): an op with a Python scalar operand, which
+    the framework wraps into a tensor each call, and a reduction. On the 2-vCPU AMD VM (2026-11-28, 256 elements) a
+    multiply took 2.5-4 us, ``x + 1e-7`` and ``1 - x`` 5-10 us and ``x.mean()`` 6-12 us, and the project runner's
+    loss, 12 such ops of which 4 add or subtract a float and one is a mean, 86-96 us in a warm loop."""
     name = f"dispatch c{cores}"
 
     def run() -> list[Measurement]:
         with k.threads(cores):
-            return [
+            rows = [
                 m
                 for n in DISPATCH_ELEMENTS
                 for m in _multiply_measurements("dispatch", POSITIONS, time_dispatch(k, n, policy), n, cores)
             ]
+            for n in DISPATCH_ELEMENTS:
+                for op_class in OP_CLASSES[1:]:
+                    ts = time_dispatch_class(k, op_class, n, policy)
+                    rows.extend(_multiply_measurements("dispatch", ("rest",), (ts,), n, cores, {"op": op_class}, op_class))
+            return rows
 
     return BenchTask("op dispatch", name, run, repeat=True)
 
@@ -108,17 +126,18 @@ def _multiply_measurements(
     timings: tuple[list[float], ...],
     elements: int,
     cores: int,
-    extra: dict[str, float] | None = None,
+    extra: dict[str, float | str] | None = None,
+    op_name: str = "mul",
 ) -> list[Measurement]:
-    """One row per position of an element-wise multiply's per-repeat seconds: median and spread, named
-    ``"<benchmark> <position> mul n<elements> c<cores>"``; ``extra`` adds to each row's params."""
+    """One row per position of a tiny op's per-repeat seconds: median and spread, named
+    ``"<benchmark> <position> <op_name> n<elements> c<cores>"``; ``extra`` adds to each row's params."""
     out = []
     for position, ts in zip(positions, timings, strict=True):
         med, spread = median_spread(ts)
         out.append(
             Measurement(
                 benchmark=benchmark,
-                name=f"{benchmark} {position} mul n{elements} c{cores}",
+                name=f"{benchmark} {position} {op_name} n{elements} c{cores}",
                 cores=cores,
                 params={"elements": elements, "position": position, **(extra or {})},
                 bytes=12.0 * elements,

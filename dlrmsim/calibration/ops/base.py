@@ -68,6 +68,9 @@ FLUSH_LLC_MULTIPLE = 2
 # torch's at::internal::GRAIN_SIZE: an element-wise op on more elements is split over the intra-op thread pool
 # ([PyTorch-2.13] aten/src/ATen/Parallel.h; TensorIterator's for_each divides by it).
 TORCH_GRAIN_ELEMENTS = 32768.0
+# Classes of tiny framework op whose fixed cost the dispatch benchmark times apart (Ops.make_tiny_of_class): an
+# element-wise op of two tensors, one with a Python scalar operand, and a reduction.
+OP_CLASSES = ("mul", "scalar", "reduce")
 
 
 class Ops(ABC):
@@ -113,6 +116,15 @@ class Ops(ABC):
         the fixed per-op cost of the framework, with next to no arithmetic or memory traffic."""
         a = np.full(elements, 1.0, dtype=np.float32)
         return lambda: np.multiply(a, a)
+
+    def make_tiny_of_class(self, op_class: str, elements: int) -> Op:
+        """A tiny op of ``op_class`` (:data:`OP_CLASSES`) on an ``elements``-long fp32 vector, a new output each call:
+        "scalar" adds a Python float (``x + 0.5``, as a loss adds its epsilon), "reduce" takes the mean (``x.mean()``,
+        as a loss reduces over the batch), "mul" is :meth:`make_tiny`."""
+        if op_class == "mul":
+            return self.make_tiny(elements)
+        a = np.full(elements, 1.0, dtype=np.float32)
+        return (lambda: a + 0.5) if op_class == "scalar" else (lambda: a.mean())
 
     def make_into(self, kind: str, rows: int, cols: int, outputs: int) -> Callable[[int], None]:
         """An op writing a fresh ``rows`` x ``cols`` fp32 result into the i-th of ``outputs`` preallocated buffers:
