@@ -21,6 +21,8 @@ FORMAT_VERSION = 1
 
 Positive = Annotated[float, Field(gt=0)]
 Fraction = Annotated[float, Field(gt=0, le=1)]
+# [[cores, microseconds], ...]: a per-op time at each core count measured
+CoresMicroseconds = list[tuple[Annotated[int, Field(gt=0)], Annotated[float, Field(ge=0)]]]
 
 T = TypeVar("T")
 
@@ -304,20 +306,25 @@ class ColdOutputFit(StrictModel):
     )
 
 
+def _seconds_at_cores(table: Sequence[tuple[int, float]], cores: int) -> float:
+    """A [[cores, microseconds], ...] table's value at the core count nearest ``cores``, in seconds; 0 when empty."""
+    return nearest_cores(table, cores, of=lambda r: r[0])[1] * 1e-6 if table else 0.0
+
+
 class OverheadFit(StrictModel):
     """Fixed cost of framework ops (dispatch, output allocation, thread-pool fork/join), per core count: a
     task's first op (cold private caches) and each further op of the task (warm dispatch)."""
 
-    task_overhead_us_by_cores: list[tuple[Annotated[int, Field(gt=0)], Annotated[float, Field(ge=0)]]] = Field(
+    task_overhead_us_by_cores: CoresMicroseconds = Field(
         min_length=1, description="[[cores, microseconds], ...]: median time of a tiny op right after a cache flush"
     )
-    op_overhead_us_by_cores: list[tuple[Annotated[int, Field(gt=0)], Annotated[float, Field(ge=0)]]] = Field(
+    op_overhead_us_by_cores: CoresMicroseconds = Field(
         default_factory=list,
         description="[[cores, microseconds], ...]: median time per op of the distinct tiny ops that follow it "
         "(empty: a calibration from before this split; every op then costs the first op's time)",
     )
 
-    fork_join_us_by_cores: list[tuple[Annotated[int, Field(gt=0)], Annotated[float, Field(ge=0)]]] = Field(
+    fork_join_us_by_cores: CoresMicroseconds = Field(
         default_factory=list,
         description="[[cores, microseconds], ...]: the thread pool's fork and join per element-wise op above "
         "parallel_grain_elements, warm (the fork benchmark's op at these cores less its 1-core time / cores); "
@@ -326,44 +333,34 @@ class OverheadFit(StrictModel):
     parallel_grain_elements: Annotated[float, Field(gt=0)] | None = Field(
         None, description="elements above which the backend splits an element-wise op over its threads"
     )
-    scalar_op_extra_us_by_cores: list[tuple[Annotated[int, Field(gt=0)], Annotated[float, Field(ge=0)]]] = Field(
+    scalar_op_extra_us_by_cores: CoresMicroseconds = Field(
         default_factory=list,
         description="[[cores, microseconds], ...]: what a further tiny op with a Python scalar operand (x + 0.5) costs "
         "beyond a multiply of two tensors (the framework wraps the number into a tensor each call); empty: not measured",
     )
-    reduce_op_extra_us_by_cores: list[tuple[Annotated[int, Field(gt=0)], Annotated[float, Field(ge=0)]]] = Field(
+    reduce_op_extra_us_by_cores: CoresMicroseconds = Field(
         default_factory=list,
         description="[[cores, microseconds], ...]: what a further tiny reduction (x.mean()) costs beyond a multiply of "
         "two tensors; empty: not measured",
     )
 
     def task_overhead_s(self, cores: int) -> float:
-        return nearest_cores(self.task_overhead_us_by_cores, cores, of=lambda r: r[0])[1] * 1e-6
+        return _seconds_at_cores(self.task_overhead_us_by_cores, cores)
 
     def fork_join_s(self, cores: int) -> float:
         """Fork and join of one parallel element-wise op at ``cores`` threads (s); 0 at one core or unmeasured."""
-        if cores <= 1 or not self.fork_join_us_by_cores:
-            return 0.0
-        return nearest_cores(self.fork_join_us_by_cores, cores, of=lambda r: r[0])[1] * 1e-6
+        return _seconds_at_cores(self.fork_join_us_by_cores, cores) if cores > 1 else 0.0
 
     def op_overhead_s(self, cores: int) -> float:
-        return nearest_cores(self.op_overhead_us_by_cores or self.task_overhead_us_by_cores, cores, of=lambda r: r[0])[1] * 1e-6
+        return _seconds_at_cores(self.op_overhead_us_by_cores or self.task_overhead_us_by_cores, cores)
 
     def scalar_op_extra_s(self, cores: int) -> float:
         """What an op with a Python scalar operand costs beyond a multiply at ``cores`` threads (s); 0 unmeasured."""
-        return (
-            nearest_cores(self.scalar_op_extra_us_by_cores, cores, of=lambda r: r[0])[1] * 1e-6
-            if self.scalar_op_extra_us_by_cores
-            else 0.0
-        )
+        return _seconds_at_cores(self.scalar_op_extra_us_by_cores, cores)
 
     def reduce_op_extra_s(self, cores: int) -> float:
         """What a reduction costs beyond a multiply at ``cores`` threads (s); 0 unmeasured."""
-        return (
-            nearest_cores(self.reduce_op_extra_us_by_cores, cores, of=lambda r: r[0])[1] * 1e-6
-            if self.reduce_op_extra_us_by_cores
-            else 0.0
-        )
+        return _seconds_at_cores(self.reduce_op_extra_us_by_cores, cores)
 
 
 class CollectiveFit(StrictModel):
