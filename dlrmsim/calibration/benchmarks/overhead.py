@@ -17,19 +17,12 @@ DISPATCH_ELEMENTS = (1, 16, 256)
 DISPATCH_FOLLOWERS = 16  # ops timed after the first one, each on its own tensors
 
 
-def time_dispatch(k: Ops, elements: int, policy: TimingPolicy) -> tuple[list[float], list[float]]:
-    """Per repeat: seconds of the first tiny op after a cache flush, and seconds per op of the
-    ``DISPATCH_FOLLOWERS`` distinct tiny ops run right after it."""
-    return _time_first_then_rest(lambda: [k.make_tiny(elements) for _ in range(1 + DISPATCH_FOLLOWERS)], k.flush, policy)
-
-
-def time_dispatch_class(k: Ops, op_class: str, elements: int, policy: TimingPolicy) -> list[float]:
-    """Per repeat: seconds per op of ``DISPATCH_FOLLOWERS`` distinct tiny ops of ``op_class`` run right after a first
-    one (timed as :func:`time_dispatch` times the multiplies that follow its first op)."""
-    _, rest = _time_first_then_rest(
+def time_dispatch(k: Ops, elements: int, policy: TimingPolicy, op_class: str = "mul") -> tuple[list[float], list[float]]:
+    """Per repeat: seconds of the first tiny op of ``op_class`` (``Ops.make_tiny_of_class``) after a cache flush, and
+    seconds per op of the ``DISPATCH_FOLLOWERS`` distinct tiny ops of that class run right after it."""
+    return _time_first_then_rest(
         lambda: [k.make_tiny_of_class(op_class, elements) for _ in range(1 + DISPATCH_FOLLOWERS)], k.flush, policy
     )
-    return rest
 
 
 def _time_first_then_rest(
@@ -76,7 +69,7 @@ def dispatch_task(k: Ops, cores: int, policy: TimingPolicy) -> BenchTask:
             ]
             for n in DISPATCH_ELEMENTS:
                 for op_class in OP_CLASSES[1:]:
-                    ts = time_dispatch_class(k, op_class, n, policy)
+                    _, ts = time_dispatch(k, n, policy, op_class)
                     rows.extend(_multiply_measurements("dispatch", ("rest",), (ts,), n, cores, {"op": op_class}, op_class))
             return rows
 

@@ -123,7 +123,8 @@ class Ops(ABC):
         as a loss reduces over the batch), "mul" is :meth:`make_tiny`."""
         if op_class == "mul":
             return self.make_tiny(elements)
-        a = np.full(elements, 1.0, dtype=np.float32)
+        a = self.tensor(np.full(elements, 1.0, dtype=np.float32))
+        # the Python operator, as a loss writes it: a framework wraps the float into a 0-dim tensor each call
         return (lambda: a + 0.5) if op_class == "scalar" else (lambda: a.mean())
 
     def make_into(self, kind: str, rows: int, cols: int, outputs: int) -> Callable[[int], None]:

@@ -127,13 +127,6 @@ class TorchOps(Ops):
         a = torch.full((elements,), 1.0)
         return lambda: torch.mul(a, a)
 
-    def make_tiny_of_class(self, op_class: str, elements: int) -> Op:
-        if op_class == "mul":
-            return self.make_tiny(elements)
-        a = torch.full((elements,), 1.0)
-        # the Python operator, as a loss writes it: the float is wrapped into a 0-dim tensor each call
-        return (lambda: a + 0.5) if op_class == "scalar" else (lambda: a.mean())
-
     def make_into(self, kind: str, rows: int, cols: int, outputs: int) -> Any:
         g = torch.Generator().manual_seed(0)
         bufs = [torch.zeros(rows, cols) for _ in range(outputs)]
