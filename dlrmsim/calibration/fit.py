@@ -297,7 +297,7 @@ def fit_gemm(
         idle = fit_gemm_idle([m for m in measurements if m.benchmark == "gemm_idle" and m.cores == table.cores])
         evicted = [m for m in usable if with_evicted_operands(m) and m.cores == table.cores]
         if evicted:
-            call_s, factor, compute, sequence = fit_evicted_gemm(evicted, step, fit, memory, overhead, host, idle)
+            call_s, factor, compute, sequence = fit_evicted_gemm(evicted, step, fit, memory, overhead, host, bool(idle))
             table = table.model_copy(
                 update={
                     "evicted_call_us": _sig(call_s * 1e6, 4),
@@ -358,7 +358,7 @@ def fit_evicted_gemm(
     memory: MemoryFit,
     overhead: OverheadFit | None,
     host: HostInfo,
-    idle: Sequence[tuple[float, float]] = (),
+    priced_by_gap: bool = False,
 ) -> tuple[float, float, float, float]:
     """(fixed time per call in s, traffic factor, compute factor, sequence factor) of what a GEMM among other ops
     costs beyond its warm roofline and its first op's dispatch, in the form the simulator charges it
@@ -380,16 +380,16 @@ def fit_evicted_gemm(
     capped at 1: operands the kernel packs from memory in its own access order may stream slower than STREAM's
     triad, and caches it had warm refill on top.
 
-    With ``idle`` (fit_gemm_idle's [(gap ms, us), ...] at these cores) the call is no column of its own: the simulator
-    then charges the time since the previous GEMM (costs.gemm_idle_time_s) and these terms as one loss, paying the
-    larger (costs.cold_gemm_time_s), and returns a call of 0. A row's excess is then these terms alone: a GEMM right
-    after a flush has gone the flush's duration without a call, but the flush's traffic costs it more than that gap
-    does (the base case's first layer, 2-vCPU AMD VM: +57 / +92 us over a 3 ms spin at 2 / 1 threads), and one
-    right after another op of its cycle has no gap. Until 2026-11-28 the curve's value at the flush's duration was
-    taken off a flushed row's excess, as if the two added; after a flush and an 8 ms spin the layer cost what the
-    spin alone did (benchmarks/bench_gemm_cold_contexts.py). The call's own column had left it and a fixed
-    sequence call to share one cost by the kernel shares, which the effective cache's capacity sets: at 0.12 MiB
-    every step-order row's share was near 1, and two calibrations half an hour apart put 55 and 11 us in the call,
+    With ``priced_by_gap`` (the calibration has an idle curve at these cores, fit_gemm_idle) the call is no column of
+    its own: the simulator then charges the time since the previous GEMM (costs.gemm_idle_time_s) and these terms as
+    one loss, paying the larger (costs.cold_gemm_time_s), and returns a call of 0. A row's excess is then these terms
+    alone: a GEMM right after a flush has gone the flush's duration without a call, but the flush's traffic costs it
+    more than that gap does (the base case's first layer, 2-vCPU AMD VM: +57 / +92 us over a 3 ms spin at 2 / 1
+    threads), and one right after another op of its cycle has no gap. Until 2026-11-28 the curve's value at the
+    flush's duration was taken off a flushed row's excess, as if the two added; after a flush and an 8 ms spin the
+    layer cost what the spin alone did (benchmarks/bench_gemm_cold_contexts.py). The call's own column had left it and
+    a fixed sequence call to share one cost by the kernel shares, which the effective cache's capacity sets: at 0.12
+    MiB every step-order row's share was near 1, and two calibrations half an hour apart put 55 and 11 us in the call,
     0 and 60 us in the sequence call."""
     rows = [(m, *reuse_in_cycle(m, host)) for m in (*evicted, *step)]
     rows = [(m, k, o, prev) for m, k, o, prev in rows if k is not None]
@@ -400,7 +400,7 @@ def fit_evicted_gemm(
     excess = t - np.maximum(t_f, t_b) - first
     # the sequence term's column: the traffic time of what of its bytes the GEMM's cores' L2 caches hold
     refill = np.array([sequence_part(m, host) for m, *_ in rows]) * t_b
-    if idle:
+    if priced_by_gap:
         x = np.column_stack([operands * t_b, operands * t_f, refill])
         coef = nonnegative_least_squares(x / t[:, None], excess / t)
         return 0.0, float(coef[0]), float(coef[1]), float(coef[2])
