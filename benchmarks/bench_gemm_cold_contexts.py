@@ -95,13 +95,14 @@ def model_rows(calibration: Path, threads: int, flush_s: float) -> dict[str, dic
     from dlrmsim.calibration.schema import load_calibration
     from dlrmsim.engine.costs import cold_gemm_time_s, evicted_operand_time_s, gemm_idle_time_s, sequence_time_s
     from dlrmsim.topologies import load_topology
+    from dlrmsim.workloads.model import Gemm
 
     cal = refitted(load_calibration(calibration, False))
     topo = apply_calibration(load_topology("host", {"compute.host-cpu.cores": threads}, ranks=1), cal, "uniform")
     spec = topo.compute(0)
     batch, fan_in, fan_out = IDLE_LAYER
-    inputs = 4.0 * (batch * fan_in + fan_in * fan_out)
-    nbytes = inputs + 4.0 * batch * fan_out
+    inputs = 4.0 * (batch * fan_in + fan_in * fan_out)  # the activation and the weights, as the task graph's operands
+    nbytes = Gemm(batch, fan_out, fan_in).bytes_moved(4.0)  # the compulsory traffic a GEMM task carries (taskgraph)
     flushed = float(cal.host.flushed_bytes)
     evicted = evicted_operand_time_s(spec, nbytes, threads, ((inputs, flushed),), flushed)
     evicted += sequence_time_s(spec, nbytes, threads)
