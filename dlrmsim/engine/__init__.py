@@ -7,7 +7,7 @@ reference, with an example.
 
 Documented API (what applications may import):
 
-- from ``dlrmsim.engine``: :class:`Simulation` (``compute``, ``transfer``, ``transfer_nodes``, ``collective``,
+- from ``dlrmsim.engine``: :class:`Simulation` (``compute``, ``compute_batch`` with :class:`TaskCall`, ``transfer``, ``transfer_nodes``, ``collective``,
   ``alltoallv``, ``run``), :func:`gc_paused`, :class:`CommSettings`, :class:`Record`, :func:`records_frame`,
   :func:`write_chrome_trace`, and the collective registry (:data:`ALGORITHMS`, :func:`algorithm`,
   :class:`Phase`, :class:`FlowSpec`, :class:`CollectiveContext`);
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from dlrmsim.engine.frames import records_frame
     from dlrmsim.engine.records import Record
     from dlrmsim.engine.resources import CommSettings
-    from dlrmsim.engine.simulation import Simulation, gc_paused
+    from dlrmsim.engine.simulation import Simulation, TaskCall, gc_paused
     from dlrmsim.engine.trace import write_chrome_trace
 
 # Exports load on first use (PEP 562), so that importing a submodule (e.g. a CLI module) does not import the
@@ -46,6 +46,7 @@ _EXPORTS: dict[str, str] = {
     "algorithm": "dlrmsim.engine.collectives",
     "Simulation": "dlrmsim.engine.simulation",
     "gc_paused": "dlrmsim.engine.simulation",
+    "TaskCall": "dlrmsim.engine.simulation",
     "Record": "dlrmsim.engine.records",
     "records_frame": "dlrmsim.engine.frames",
     "CommSettings": "dlrmsim.engine.resources",
@@ -60,6 +61,7 @@ __all__ = [
     "Phase",
     "Record",
     "Simulation",
+    "TaskCall",
     "algorithm",
     "gc_paused",
     "records_frame",

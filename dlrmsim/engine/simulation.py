@@ -20,6 +20,7 @@ import gc
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import NamedTuple
 
 import numpy as np
 import simpy
@@ -214,6 +215,69 @@ class Simulation:
         task = _ComputeTask(self, rank, name, float(flops), float(bytes), kind, precision, c, category, pool, overhead_s, columns)
         task.begin(container)
         return task.done
+
+    def compute_batch(self, calls: Sequence[TaskCall], on_done: Callable[[list[int], float], None]) -> None:
+        """Start the compute tasks ``calls`` now, each on its own rank, as :meth:`compute` would one by one, in one
+        batch: ``on_done(indices, end)`` hears which of them (indices into ``calls``) finished at ``end`` (s), once
+        per instant at which some do, after their records are written.
+
+        For an application whose ranks walk programs in step (a rank's next task starts when its previous one
+        ends): at 1024 ranks some 640 tasks start at each instant, and one batch costs one fluid addition and one
+        owner instead of an event, a core-pool request and an owner each. Each call's cores must be free now (a
+        rank's compute stream holds them one task at a time); a call whose pool cannot grant them at once is a
+        usage error. Times, records and rates are those of :meth:`compute` (the batch's activities keep the calls'
+        order; the fixed overhead delays each activity's start, with the record's start at the call)."""
+        if not calls:
+            return
+        n = len(calls)
+        work = np.empty(n)
+        cap = np.empty(n)
+        cap_s = np.empty(n)
+        trig = np.empty(n, dtype=np.int64)
+        share = np.empty(n)
+        e_act: list[int] = []
+        e_res: list[int] = []
+        delay = np.empty(n)
+        containers = []
+        for i, c in enumerate(calls):
+            rr = self.rank_resources[c.rank]
+            container = rr.pool(c.pool)
+            if c.flops < 0 or c.nbytes < 0 or c.overhead_s < 0 or not 0 < c.cores <= container.capacity:
+                raise DlrmsimError(
+                    f"task '{c.name}' has negative flops, bytes or overhead, or asks for {c.cores:g} cores of rank "
+                    f"{c.rank}'s {container.capacity:g}",
+                    field="calls",
+                )
+            if not container.take_now(c.cores):
+                raise DlrmsimError(
+                    f"task '{c.name}': rank {c.rank}'s {c.pool} cores are busy; a batch starts tasks on free cores only",
+                    field="cores",
+                    fix="use Simulation.compute, which waits for them",
+                )
+            containers.append(container)
+            w, cp, cs, tr, res = self._task_params(
+                c.rank, c.flops, c.nbytes, c.precision, c.cores, c.pool == "compute", c.kind, c.columns
+            )
+            work[i], cap[i], cap_s[i], trig[i], share[i], delay[i] = w, cp, cs, tr, c.cores, c.overhead_s
+            if res >= 0:
+                e_act.append(i)
+                e_res.append(res)
+        owner = _BatchOwner(self, calls, containers, self.env.now, on_done)
+        batch = Batch(
+            work=work,
+            cap=cap,
+            cap_slow=cap_s,
+            trig=trig,
+            rank_a=np.fromiter((c.rank for c in calls), dtype=np.int64, count=n),
+            rank_b=np.full(n, -1, dtype=np.int64),
+            tag=np.arange(n, dtype=np.int64),
+            e_act=np.array(e_act, dtype=np.int64),
+            e_res=np.array(e_res, dtype=np.int64),
+            e_w=np.ones(len(e_act)),
+            owner=self.fluid.register(owner, n),
+            share=share,
+        )
+        self.fluid.add(batch, delay)
 
     def _task_params(
         self,
@@ -495,6 +559,42 @@ class _ComputeTask:
             (self.rank, self.kind, self.name, self.category, self.start, now, self.nbytes, self.flops, -1, self.pool, None)
         )
         self.done.succeed(now)
+
+
+class TaskCall(NamedTuple):
+    """One task of :meth:`Simulation.compute_batch`: :meth:`Simulation.compute`'s arguments (``cores`` given)."""
+
+    rank: int
+    name: str
+    flops: float
+    nbytes: float
+    kind: str
+    precision: str
+    cores: float
+    category: str = "compute"
+    pool: str = "compute"
+    overhead_s: float = 0.0
+    columns: int = 0
+
+
+class _BatchOwner:
+    """The fluid owner of one :meth:`Simulation.compute_batch`: records each task as it ends, gives its cores back
+    and tells the caller which ended."""
+
+    __slots__ = ("sim", "calls", "containers", "start", "notify")
+
+    def __init__(self, sim: Simulation, calls: Sequence[TaskCall], containers: list[CorePool], start: float,
+                 notify: Callable[[list[int], float], None]) -> None:  # fmt: skip
+        self.sim, self.calls, self.containers, self.start, self.notify = sim, calls, containers, start, notify
+
+    def on_done(self, tags: np.ndarray, t_issue: np.ndarray, now: float) -> None:
+        idx = tags.tolist()
+        add, start = self.sim._log.add, self.start
+        for i in idx:
+            c = self.calls[i]
+            self.containers[i].give_back(c.cores)
+            add((c.rank, c.kind, c.name, c.category, start, now, c.nbytes, c.flops, -1, c.pool, None))
+        self.notify(idx, now)
 
 
 class _TransferOwner:

@@ -1,4 +1,4 @@
-"""Training simulation: every rank is a SimPy process walking its iteration program on the engine.
+"""Training simulation: every rank walks its iteration program on the engine (``ranks.py``).
 
 It loads the inputs (topology, workload, backend, calibration), checks that the placement and memory
 allow the rank count, builds the task graph (``taskgraph.py``), runs it on the engine, and turns the
@@ -12,7 +12,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import simpy
 from pydantic import Field, model_validator
 
 from dlrmsim.calibration.apply import apply_calibration, calibrated_backend_overrides
@@ -20,22 +19,9 @@ from dlrmsim.calibration.schema import load_calibration
 from dlrmsim.config import StrictModel
 from dlrmsim.engine.backends import Backend, load_backend
 from dlrmsim.engine.costs import (
-    MATRIX_KINDS,
-    arrival_excess_s,
-    cold_gemm_time_s,
-    cold_output_time_s,
-    elementwise_cached_split,
-    evicted_operand_time_s,
-    fixed_time_s,
-    fork_join_time_s,
-    gemm_idle_time_s,
-    op_class_extra_s,
     progress_thread_interference,
-    sequence_time_s,
-    task_flop_rate,
     tracks_operand_traffic,
 )
-from dlrmsim.engine.records import Record
 from dlrmsim.engine.resources import CommSettings
 from dlrmsim.engine.simulation import Simulation, gc_paused
 from dlrmsim.errors import DlrmsimError
@@ -43,18 +29,16 @@ from dlrmsim.topologies import load_topology
 from dlrmsim.topologies.builder import load_spec
 from dlrmsim.topologies.mapping import RankMapping, capacities, remap
 from dlrmsim.topologies.topology import Topology
-from dlrmsim.training.implementations import load_implementation, task_cores
+from dlrmsim.training.implementations import load_implementation
 from dlrmsim.training.optimizers import load_optimizer
+from dlrmsim.training.ranks import CollectiveCoordinator, RankPrograms
 from dlrmsim.training.taskgraph import (
     Collective,
     CommVariant,
     IterationGraph,
     IterationSettings,
-    Post,
-    Task,
     UpdateCosts,
     UpdateStrategy,
-    Wait,
     build_iteration,
 )
 from dlrmsim.workloads import load_workload, model
@@ -388,218 +372,6 @@ def check_memory(w: Workload, placement: Placement, topo: Topology, cfg: Trainin
 # --- the SimPy side --------------------------------------------------------------------------------------
 
 
-class CollectiveCoordinator:
-    """Starts a collective once every rank has posted it and its ranks' progress engines are free; each rank's
-    wait ends when its own part is done.
-
-    A backend with ``progress_engines = k`` progresses at most k collectives per rank at a time, in the
-    order they were posted (MPI's single progress thread: one at a time); a collective waits in a FIFO until
-    every rank has a free engine, and none overtakes an earlier one. ``None``: no limit. In-order
-    *completion* (MPI) is the engine's job: it holds back a rank's completion events until its earlier
-    communication has completed.
-
-    Arrival skew: identical simulated ranks post a collective at the same instant, real ones do not. Where the
-    ranks' compute spec measures it (``ComputeSpec.arrival_excess``, a host calibration), a fully posted collective
-    starts :func:`~dlrmsim.engine.costs.arrival_excess_s` later: the expected lateness of the last of the ranks
-    after the compute since they were last together (``aligned``: the latest end of a wait that held a rank, or
-    the iteration's start). The delays keep the posting order. ``arrival_wait_s`` holds each delay by collective.
-    """
-
-    def __init__(self, sim: Any, graph: IterationGraph, backend: Backend, ranks: int) -> None:
-        self.sim = sim
-        self.env: simpy.Environment = sim.env
-        self.graph = graph
-        self.backend = backend
-        self.ranks = list(range(ranks))
-        self.posted: dict[str, int] = {}
-        self.rank_done: dict[str, dict[int, simpy.Event]] = {}
-        self.ready: dict[str, simpy.Event] = {cid: self.env.event() for cid in graph.collectives}
-        self.engines = getattr(backend, "progress_engines", None)  # None: no backend (single-rank test graphs)
-        self.active = [0] * ranks  # collectives each rank's engines are progressing now
-        self.queue: list[str] = []  # fully posted, waiting for free engines (posting order)
-        # The ranks' distinct compute specs (a host's ranks share one): the latest arrival is the largest excess.
-        specs = {id(sp): sp for sp in (sim.rank_resources[r].spec for r in self.ranks)}
-        self.skew_specs = [sp for sp in specs.values() if any(f > 0 for _, f in sp.arrival_excess.points)] if ranks > 1 else []
-        self.aligned = 0.0  # when the ranks were last together (s)
-        self.released = 0.0  # the latest start a delayed collective was given (s): delays keep the posting order
-        self.arrival_wait_s: dict[str, float] = {}
-
-    def arrival_excess(self, segment_s: float) -> float:
-        """Expected lateness (s) of the last rank after ``segment_s`` of compute since the ranks were together."""
-        return max((arrival_excess_s(sp, segment_s, len(self.ranks)) for sp in self.skew_specs), default=0.0)
-
-    def waited(self, t0: float) -> None:
-        """A rank's wait that began at ``t0`` ended now; if it held the rank, the ranks are together again."""
-        if self.env.now > t0:
-            self.aligned = max(self.aligned, self.env.now)
-
-    def post(self, cid: str) -> None:
-        self.posted[cid] = self.posted.get(cid, 0) + 1
-        if self.posted[cid] == len(self.ranks):
-            skew = self.arrival_excess(self.env.now - self.aligned)
-            if skew > 0.0:
-                self.env.process(self._late_arrival(cid, skew))
-                return
-            self.queue.append(cid)
-            self._start_queued()
-
-    def _late_arrival(self, cid: str, skew: float) -> Any:
-        start = max(self.env.now + skew, self.released)
-        self.released = start
-        self._record_late(cid, self.env.now, start)
-        yield self.env.timeout(start - self.env.now)
-        self.queue.append(cid)
-        self._start_queued()
-
-    def late_end(self, end: float) -> float:
-        """How late (s) the last rank ends an iteration whose ranks are done at ``end``: the compute since they were
-        last together meets the next iteration's first synchronisation (``arrival_wait_s["iteration_end"]``)."""
-        tail = self.arrival_excess(end - self.aligned)
-        if tail > 0.0:
-            self._record_late("iteration_end", end, end + tail)
-        return tail
-
-    def _record_late(self, what: str, start: float, end: float) -> None:
-        self.arrival_wait_s[what] = end - start
-        for r in self.ranks:
-            self.sim.records.append(Record(r, "arrival", f"{what}.arrival", "arrival_wait", start, end))
-
-    def _start_queued(self) -> None:
-        while self.queue and (self.engines is None or max(self.active) < self.engines):
-            self._launch(self.graph.collectives[self.queue.pop(0)])
-
-    def _release(self, rank: int) -> None:
-        self.active[rank] -= 1
-        self._start_queued()
-
-    def _launch(self, c: Collective) -> None:
-        algorithms = self.backend.algorithms
-        if c.matrix is not None:
-            algo = algorithms.alltoall if c.op == "alltoallv" else algorithms.scatter
-            ev = self.sim.alltoallv(self.ranks, c.matrix, name=c.cid, category=c.category, algorithm=algo)
-        else:
-            algo = getattr(algorithms, c.op, None)
-            ev = self.sim.collective(c.op, self.ranks, c.nbytes, algorithm=algo, name=c.cid, category=c.category)
-        self.rank_done[c.cid] = ev.rank_events
-        if self.engines is not None:
-            for r, done in ev.rank_events.items():
-                self.active[r] += 1
-                done.callbacks.append(lambda _e, r=r: self._release(r))
-        self.ready[c.cid].succeed()
-
-    def wait(self, cid: str, rank: int) -> Any:
-        """SimPy generator: until ``rank``'s part of collective ``cid`` is complete."""
-        yield self.ready[cid]
-        yield self.rank_done[cid][rank]
-
-
-def _rank_process(
-    sim: Any,
-    rank: int,
-    graph: IterationGraph,
-    coord: CollectiveCoordinator,
-    precision: str,
-    acc: dict[str, float],
-    waits: dict[str, float],
-    op_threads: dict[str, int] | None = None,
-    gemm_tail_s: float = 0.0,
-) -> Any:
-    """SimPy process of one rank walking its program. ``gemm_tail_s``: how long before the iteration's end the
-    rank's last GEMM ended, in the previous iteration (the first GEMM's gap since it starts there; only a spec that
-    prices GEMMs by that gap reads it). Leaves the rank's times in ``acc`` (``end``, ``last_gemm_end``)."""
-    env: simpy.Environment = sim.env
-    rank_cores = float(sim.rank_resources[rank].pool("compute").capacity)
-    op_threads = op_threads or {}
-    program = graph.programs[rank]
-    # The traffic before a task's first op (costs.first_op_s): its predecessor's bytes; the iteration's first task
-    # follows the previous iteration's last one.
-    prev_bytes = next((s.bytes for s in reversed(program) if isinstance(s, Task)), 0.0)
-    spec = sim.rank_resources[rank].spec  # the rank's compute spec: fixed for the whole iteration
-    # A new output's memory was last used one iteration of this rank's traffic ago (ComputeSpec.cold_output_*);
-    # only a calibrated spec charges it.
-    cold_outputs = bool(spec.cold_output_s_per_byte_by_kind)
-    iteration_bytes = sum(s.bytes for s in program if isinstance(s, Task)) if cold_outputs else 0.0
-    # When the rank's previous GEMM ended: in the previous iteration, gemm_tail_s before this one's start.
-    last_gemm_end = -gemm_tail_s
-    for step in program:
-        if isinstance(step, Task):
-            t0 = env.now
-            kind = step.kind
-            # A kind the implementation runs on fewer threads holds only that many of the rank's cores.
-            cores = task_cores(op_threads, kind, rank_cores)
-            prec = precision if kind in MATRIX_KINDS else "fp32"
-            overhead = fixed_time_s(
-                spec,
-                kind,
-                step.ops,
-                step.rows,
-                step.tables_bytes,
-                step.reuse_bytes,
-                step.run_start,
-                step.visit,
-                prev_bytes,
-                step.kernel_traffic,
-            ) + fork_join_time_s(spec, step.op_elements, cores)
-            if step.scalar_ops or step.reduce_ops:
-                overhead += op_class_extra_s(spec, step.scalar_ops, step.reduce_ops)
-            if cold_outputs and step.out_bytes > 0.0:
-                out_kind = "gemm" if kind == "gemm" else "elementwise"
-                overhead += cold_output_time_s(spec, out_kind, step.out_bytes, iteration_bytes)
-            nbytes = step.bytes
-            evicted = 0.0  # what the traffic since its operands' last use costs the task (a GEMM: its warm state)
-            if kind == "elementwise":
-                # what of its inputs is still cached streams at the cache rate, beside (not through) the memory domain
-                nbytes, cached_s = elementwise_cached_split(spec, step.bytes, step.operands)
-                overhead += cached_s
-            elif step.operands:
-                # The arithmetic time at the warm efficiency, only where the spec charges a share of it.
-                arithmetic = 0.0
-                if step.flops > 0 and spec.gemm_evicted_compute_factor > 0:
-                    rate = task_flop_rate(spec, step.flops, cores, prec, kind=kind, nbytes=step.bytes, columns=step.columns)
-                    arithmetic = step.flops / rate
-                evicted = evicted_operand_time_s(spec, step.bytes, cores, step.operands, step.kernel_traffic, arithmetic)
-            if kind == "gemm":
-                evicted += sequence_time_s(spec, step.bytes, cores)
-                # The time since the rank's previous GEMM and the traffic since price one loss: it pays the larger.
-                idle = gemm_idle_time_s(spec, t0 - last_gemm_end) if spec.gemm_idle_extra_s else 0.0
-                evicted = cold_gemm_time_s(idle, evicted)
-            overhead += evicted
-            # A task without framework ops (the sharded modules' or autograd's software) is no op the next first op
-            # follows: the traffic since the previous op goes on accumulating.
-            prev_bytes = step.bytes if step.ops > 0 else prev_bytes + step.bytes
-            yield sim.compute(
-                rank,
-                step.name,
-                flops=step.flops,
-                bytes=nbytes,
-                kind=kind,
-                precision=prec,
-                category=step.category,
-                overhead_s=overhead,
-                cores=cores,
-                columns=step.columns,
-            )
-            if kind == "gemm":
-                last_gemm_end = env.now
-            if step.serial_s > env.now - t0:
-                # Conflicting row updates serialise on cache-line transfers; cores cannot shorten the chain.
-                t1 = env.now
-                yield env.timeout(step.serial_s - (t1 - t0))
-                sim.records.append(Record(rank, "conflicts", f"{step.name}.conflicts", step.category, t1, env.now))
-            acc[step.category] += env.now - t0
-        elif isinstance(step, Post):
-            coord.post(step.collective)
-        elif isinstance(step, Wait):
-            t0 = env.now
-            yield from coord.wait(step.collective, rank)
-            coord.waited(t0)
-            c = graph.collectives[step.collective]
-            acc[f"wait_{c.category}"] += env.now - t0
-            waits[step.collective] = waits.get(step.collective, 0.0) + (env.now - t0)
-    acc["end"] = env.now
-    acc["last_gemm_end"] = last_gemm_end
-
-
 def run_iteration(inputs: Inputs, cfg: TrainingConfig, record_flows: bool = True, run_ahead: bool = True) -> TrainingResult:
     """Simulate one iteration on the engine and summarise it.
 
@@ -660,7 +432,7 @@ def _simulate(
     inputs: Inputs, cfg: TrainingConfig, graph: IterationGraph, record_flows: bool, run_ahead: bool, gemm_tails_s: list[float]
 ) -> tuple[Simulation, CollectiveCoordinator, list[dict[str, float]], list[dict[str, float]]]:
     """One pass of the iteration on a fresh engine: (the simulation, its coordinator, each rank's times, each rank's
-    waits per collective). ``gemm_tails_s``: per rank, _rank_process's ``gemm_tail_s``."""
+    waits per collective). ``gemm_tails_s``: per rank, RankPrograms' ``gemm_tails_s``."""
     comm = comm_settings(inputs.backend, inputs.topology.compute(0).cores)
     sim = Simulation(
         inputs.topology,
@@ -670,18 +442,11 @@ def _simulate(
         run_ahead=run_ahead,
         lockstep_collectives=cfg.lockstep_collectives,
     )
-    p = inputs.placement.ranks
-    coord = CollectiveCoordinator(sim, graph, inputs.backend, p)
-    accs = [{"compute": 0.0, "prepost": 0.0, "wait_allreduce": 0.0, "wait_alltoall": 0.0, "end": 0.0} for _ in range(p)]
-    waits: list[dict[str, float]] = [{} for _ in range(p)]
-    precision = inputs.workload.precision
-    threads = dict(inputs.settings.op_threads)
-    procs = [
-        sim.env.process(_rank_process(sim, r, graph, coord, precision, accs[r], waits[r], threads, gemm_tails_s[r]))
-        for r in range(p)
-    ]
-    sim.run(simpy.AllOf(sim.env, procs))
-    return sim, coord, accs, waits
+    coord = CollectiveCoordinator(sim, graph, inputs.backend, inputs.placement.ranks)
+    ranks = RankPrograms(sim, graph, coord, inputs.workload.precision, dict(inputs.settings.op_threads), gemm_tails_s)
+    ranks.start()
+    sim.run(ranks.done)
+    return sim, coord, ranks.accs, ranks.waits
 
 
 def collective_payload(c: Collective) -> float:

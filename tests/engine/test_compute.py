@@ -8,9 +8,19 @@ import pytest
 
 from dlrmsim.engine import CommSettings, Simulation, costs
 from dlrmsim.errors import DlrmsimError
+from dlrmsim.training.ranks import CollectiveCoordinator, RankPrograms
+from dlrmsim.training.taskgraph import IterationGraph
 from tests.engine.handmade import GB, simple_spec, two_node
 
 SPEC = simple_spec(cores=28, peak_flops=4.3e12, memory_bandwidth_Bps=100 * GB, saturation_cores=7)
+
+
+def walk_rank0(sim: Simulation, graph: IterationGraph) -> dict[str, float]:
+    """Rank 0's times after every rank of ``graph`` walked its program on ``sim`` (no collectives, no backend)."""
+    ranks = RankPrograms(sim, graph, CollectiveCoordinator(sim, graph, None, 1), "fp32")  # type: ignore[arg-type]
+    ranks.start()
+    sim.run(ranks.done)
+    return ranks.accs[0]
 
 
 def ends_of(sim: Simulation) -> dict[str, float]:
@@ -172,7 +182,6 @@ def test_training_charges_first_op_then_further_ops_overhead() -> None:
     import dataclasses
 
     from dlrmsim.topologies.topology import ComputeSpec
-    from dlrmsim.training.simulate import CollectiveCoordinator, _rank_process
     from dlrmsim.training.taskgraph import IterationGraph, Task
 
     spec = dataclasses.replace(
@@ -195,9 +204,7 @@ def test_training_charges_first_op_then_further_ops_overhead() -> None:
         programs=[[Task("u", "update", 0.0, 0.0, ops=3.0, rows=1e4, tables_bytes=2.0**29, reuse_bytes=3 * 2.0**25)], []],
         collectives={},
     )
-    coord = CollectiveCoordinator(sim, graph, None, 1)  # type: ignore[arg-type]
-    acc = {"compute": 0.0, "end": 0.0}
-    sim.run(sim.env.process(_rank_process(sim, 0, graph, coord, "fp32", acc, {})))
+    acc = walk_rank0(sim, graph)
     # first op cold (1e-4), two further ops warm (2e-5 each), the kind's fixed time once, the per-row time,
     # half the rows' page walks missing L2, and 3/4 of the rows reloaded
     assert acc["end"] == pytest.approx(1e-4 + 2 * 2e-5 + 5e-5 + 1e4 * 1e-8 + 0.5 * 1e4 * 4e-8 + 0.75 * 1e4 * 6e-8, rel=1e-9)
@@ -264,7 +271,6 @@ def test_a_sorted_visit_kind_pays_walks_per_page_and_reloads_per_jump() -> None:
 def test_first_task_of_a_run_pays_its_kind_s_run_start() -> None:
     import dataclasses
 
-    from dlrmsim.training.simulate import CollectiveCoordinator, _rank_process
     from dlrmsim.training.taskgraph import IterationGraph, Task, mark_run_starts
 
     spec = dataclasses.replace(SPEC, fixed_time_s_by_kind={"embedding": 1e-5}, run_start_s_by_kind={"embedding": 2e-4})
@@ -273,8 +279,7 @@ def test_first_task_of_a_run_pays_its_kind_s_run_start() -> None:
     sim = Simulation(two_node(spec=spec))
     program = mark_run_starts([Task(f"e{i}", "embedding", 0.0, 0.0, ops=0.0) for i in range(3)])
     graph = IterationGraph(programs=[program, []], collectives={})
-    acc = {"compute": 0.0, "end": 0.0}
-    sim.run(sim.env.process(_rank_process(sim, 0, graph, CollectiveCoordinator(sim, graph, None, 1), "fp32", acc, {})))  # type: ignore[arg-type]
+    acc = walk_rank0(sim, graph)
     # three tables' fixed times, and the run's start once
     assert acc["end"] == pytest.approx(3 * 1e-5 + 2e-4, rel=1e-12)
 
@@ -303,7 +308,6 @@ def test_measured_flop_rate_and_fixed_time_of_a_kind() -> None:
     time and dispatch: t = dispatch + fixed + rows x row_time + max(flops / rate, bytes / bandwidth)."""
     import dataclasses
 
-    from dlrmsim.training.simulate import CollectiveCoordinator, _rank_process
     from dlrmsim.training.taskgraph import IterationGraph, Task
 
     rate, fixed, per_row = 2e9, 3e-4, 1e-7
@@ -317,9 +321,7 @@ def test_measured_flop_rate_and_fixed_time_of_a_kind() -> None:
     sim = Simulation(two_node(spec=spec))
     flops, nbytes, rows = 4e6, 1e3, 512.0
     graph = IterationGraph(programs=[[Task("i", "interaction", flops, nbytes, rows=rows)], []], collectives={})
-    coord = CollectiveCoordinator(sim, graph, None, 1)  # type: ignore[arg-type]
-    acc = {"compute": 0.0, "end": 0.0}
-    sim.run(sim.env.process(_rank_process(sim, 0, graph, coord, "fp32", acc, {})))
+    acc = walk_rank0(sim, graph)
     expected = 1e-4 + fixed + rows * per_row + max(flops / rate, costs.task_time(0.0, nbytes, spec))
     assert acc["end"] == pytest.approx(expected, rel=1e-9)
     assert costs.task_flop_rate(spec, flops, spec.cores, kind="interaction") == rate
@@ -415,7 +417,6 @@ def test_a_rank_task_after_a_small_task_pays_a_warm_first_op() -> None:
     in the previous iteration), a program of byte-free tasks pays op_overhead_s per task, not task_overhead_s."""
     import dataclasses
 
-    from dlrmsim.training.simulate import CollectiveCoordinator, _rank_process
     from dlrmsim.training.taskgraph import IterationGraph, Task
 
     spec = dataclasses.replace(SPEC, task_overhead_s=1e-4, op_overhead_s=2e-5, task_overhead_after_bytes=2 * SPEC.llc_bytes)
@@ -424,10 +425,7 @@ def test_a_rank_task_after_a_small_task_pays_a_warm_first_op() -> None:
         sim = Simulation(two_node(spec=spec))
         tasks = [Task(f"t{i}", "gemm", 0.0, nbytes) for i in range(3)]
         graph = IterationGraph(programs=[tasks, []], collectives={})
-        coord = CollectiveCoordinator(sim, graph, None, 1)  # type: ignore[arg-type]
-        acc = {"compute": 0.0, "end": 0.0}
-        sim.run(sim.env.process(_rank_process(sim, 0, graph, coord, "fp32", acc, {})))
-        return acc["end"]
+        return walk_rank0(sim, graph)["end"]
 
     assert iteration(0.0) == pytest.approx(3 * 2e-5, rel=1e-9)
     big = 4 * SPEC.llc_bytes  # each task streams twice the flush: its successor's first op is fully cold

@@ -1,0 +1,64 @@
+"""Simulation.compute_batch: tasks started together, as Simulation.compute would start them one by one."""
+
+from __future__ import annotations
+
+import pytest
+
+from dlrmsim.engine import Simulation, TaskCall
+from dlrmsim.errors import DlrmsimError
+from tests.engine.handmade import GB, ring, simple_spec, two_node
+
+SPEC = simple_spec(cores=28, peak_flops=4.3e12, memory_bandwidth_Bps=100 * GB, saturation_cores=7)
+
+
+def _batch_run(calls: list[TaskCall], topo_ranks: int = 2) -> tuple[Simulation, list[tuple[list[int], float]]]:
+    sim = Simulation(ring(topo_ranks, spec=SPEC) if topo_ranks > 2 else two_node(spec=SPEC))
+    heard: list[tuple[list[int], float]] = []
+    sim.compute_batch(calls, lambda idx, now: heard.append((idx, now)))
+    sim.run()
+    return sim, heard
+
+
+def test_two_streams_on_one_domain_share_it_as_one_by_one() -> None:
+    # Because two 1 GB streams on one 100 GB/s memory domain share it max-min fairly, each takes 20 ms beside the
+    # other, where alone it would take 10 ms; a third task on the other rank's domain is not slowed.
+    calls = [
+        TaskCall(0, "a", 0.0, 1e9, "copy", "fp32", 14.0),
+        TaskCall(0, "b", 0.0, 1e9, "copy", "fp32", 14.0),
+        TaskCall(1, "c", 0.0, 1e9, "copy", "fp32", 28.0),
+    ]
+    sim, heard = _batch_run(calls)
+    ends = {r.name: r.end for r in sim.records}
+    assert ends["a"] == pytest.approx(0.02, rel=1e-12) and ends["b"] == pytest.approx(0.02, rel=1e-12)
+    assert ends["c"] == pytest.approx(0.01, rel=1e-12)
+    # the caller hears each instant's finished calls once, by their index in the batch
+    assert heard == [([2], pytest.approx(0.01)), ([0, 1], pytest.approx(0.02))]
+    one_by_one = Simulation(two_node(spec=SPEC))
+    for c in calls:
+        one_by_one.compute(c.rank, c.name, bytes=c.nbytes, kind=c.kind, cores=c.cores)
+    one_by_one.run()
+    assert sorted((r.name, r.start, r.end) for r in sim.records) == sorted((r.name, r.start, r.end) for r in one_by_one.records)
+
+
+def test_overhead_delays_the_activity_not_the_record_start() -> None:
+    # Because a task holds its cores through its fixed software time before its roofline part, it ends at
+    # overhead + bytes / bandwidth and its record starts at the call.
+    sim, _ = _batch_run(
+        [TaskCall(0, "a", 0.0, 1e9, "copy", "fp32", 28.0, overhead_s=1e-3), TaskCall(1, "b", 0.0, 1e9, "copy", "fp32", 28.0)]
+    )
+    rec = {r.name: r for r in sim.records}
+    assert rec["a"].start == 0.0 and rec["a"].end == pytest.approx(1e-3 + 0.01, rel=1e-12)
+    assert rec["b"].end == pytest.approx(0.01, rel=1e-12)
+    assert all(pool.level == pool.capacity for rr in sim.rank_resources for pool in rr.pools.values())  # cores given back
+
+
+def test_busy_cores_and_bad_calls_are_usage_errors() -> None:
+    # Because a batch starts every task at once, a rank whose compute cores another task holds cannot join one.
+    sim = Simulation(two_node(spec=SPEC))
+    sim.compute(0, "holder", bytes=1e9, kind="copy")
+    with pytest.raises(DlrmsimError, match="busy"):
+        sim.compute_batch([TaskCall(0, "late", 0.0, 1e6, "copy", "fp32", 28.0)], lambda idx, now: None)
+    with pytest.raises(DlrmsimError, match="negative"):
+        sim.compute_batch([TaskCall(1, "bad", -1.0, 1e6, "copy", "fp32", 28.0)], lambda idx, now: None)
+    with pytest.raises(DlrmsimError, match="cores"):
+        sim.compute_batch([TaskCall(1, "wide", 0.0, 1e6, "copy", "fp32", 29.0)], lambda idx, now: None)
