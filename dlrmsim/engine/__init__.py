@@ -7,10 +7,10 @@ reference, with an example.
 
 Documented API (what applications may import):
 
-- from ``dlrmsim.engine``: :class:`Simulation` (``compute``, ``compute_batch`` with :class:`TaskCall`, ``transfer``, ``transfer_nodes``, ``collective``,
-  ``alltoallv``, ``run``), :func:`gc_paused`, :class:`CommSettings`, :class:`Record`, :func:`records_frame`,
-  :func:`write_chrome_trace`, and the collective registry (:data:`ALGORITHMS`, :func:`algorithm`,
-  :class:`Phase`, :class:`FlowSpec`, :class:`CollectiveContext`);
+- from ``dlrmsim.engine``: :class:`Simulation` (``compute``, ``compute_batch`` with :class:`TaskCall`, ``transfer``,
+  ``transfer_nodes``, ``collective``, ``alltoallv``, ``run``), :func:`gc_paused`, :class:`CommSettings`,
+  :class:`Record`, :func:`records_frame`, :func:`write_chrome_trace`, and the collective registry
+  (:data:`ALGORITHMS`, :func:`algorithm`, :class:`Phase`, :class:`FlowSpec`, :class:`CollectiveContext`);
 - :mod:`dlrmsim.engine.costs`: the cost formulas as small pure functions (roofline task time, GEMM
   efficiency, dispatch and cache-miss costs, closed forms of the collectives);
 - :mod:`dlrmsim.engine.backends`: communication backend presets (``presets/backends/*.yaml``) validated

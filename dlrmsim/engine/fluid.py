@@ -153,6 +153,7 @@ class FluidScheduler:
         self._flush_scheduled = False
         self._in_step = False  # inside _step, whose loop merges every batch added meanwhile
         self._added = False  # add_one wrote an activity straight into the tables since the last step
+        self._added_done = False  # ... one without work left (see _only_new_work)
         self.stats = {"activities": 0, "finished": 0, "solves": 0, "wakeups": 0}
         self._held = False  # between hold() and resume(): simulated time passes without integration or wake-ups
         self._runners: dict[int, Runner] = {}
@@ -271,6 +272,8 @@ class FluidScheduler:
         self._n = n + 1
         self.stats["activities"] += 1
         self._added = True  # the flush runs a full step (advance, finish, solve), as for a pending batch
+        if not work > 0.0:
+            self._added_done = True  # done as soon as it starts: only a step finishes it
         self._request_flush()
 
     def set_runner(self, oid: int, runner: Runner | None) -> None:
@@ -367,10 +370,25 @@ class FluidScheduler:
             return
         self._flush_scheduled = False
         if self._pending or self._added:
-            self._step(solve_now=True)
+            if self._only_new_work():
+                # The instant's step already ran (it finished what was done): since then only add_one wrote
+                # activities with work left, so a step would drain nothing, finish nothing and start nothing.
+                self._added = False
+                self._solve()
+            else:
+                self._step(solve_now=True)
         elif self._need_solve:
             self._need_solve = False
             self._solve()  # a wake-up finished activities this instant and nothing started since
+
+    def _only_new_work(self) -> bool:
+        """Whether everything since the last step is add_one's activities with positive work, written at the
+        instant of that step, with no batch pending, no delayed one due and no hold."""
+        now = self.env.now
+        if self._pending or self._added_done or self._held or self._t != now:
+            return False
+        delayed = self._delayed
+        return not (delayed and delayed[0][0] <= now * (1 + 1e-15) + 1e-18)
 
     def _schedule_wake(self, t: float) -> None:
         if t < self._wake_at:
@@ -421,6 +439,7 @@ class FluidScheduler:
         finally:
             self._in_step = False
             self._added = False  # whatever owners added meanwhile was taken in by the loop above
+            self._added_done = False
         queue = self.env._queue
         if solve_now or self._held or not (queue and queue[0][0] <= now):
             self._solve()  # now, when no other event is due at this instant (returns at once while held)

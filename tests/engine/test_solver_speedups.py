@@ -157,6 +157,25 @@ def test_a_task_boundary_costs_one_solve_at_its_instant() -> None:
     assert ends[0] == pytest.approx(2 * sim.records[0].end, rel=1e-12)
 
 
+def test_an_empty_task_started_at_a_task_boundary_ends_there() -> None:
+    # After a task's end the scheduler's step has run at that instant; a next task with work left needs no second
+    # step before the solve, but one without work (no flops, no bytes) is done as it starts: because a step
+    # finishes it, it ends at the boundary itself, not a clock tick later, and the task after it starts there too.
+    sim = Simulation(two_node())
+
+    def program():
+        yield sim.compute(1, "a", flops=1e9)
+        yield sim.compute(1, "empty")
+        yield sim.compute(1, "b", flops=1e9)
+
+    sim.compute(0, "long", flops=1e11)
+    sim.env.process(program())
+    sim.run()
+    ends = {r.name: r.end for r in sim.records}
+    assert ends["empty"] == ends["a"] and [r.start for r in sim.records if r.name == "b"] == [ends["a"]]
+    assert ends["b"] == pytest.approx(2 * ends["a"], rel=1e-12)
+
+
 def test_the_fused_step_kernel_does_what_its_three_parts_did() -> None:
     # because a scheduler step now integrates, finds the finished activities and squeezes them out in one compiled
     # call (fluid._advance_and_take_done), it must leave the tables exactly as _integrate, _done_indices and
