@@ -223,10 +223,9 @@ class FluidScheduler:
         if d_min == d_max:
             self._push_delayed(float(d_max), self.pack(batch, now))
             return
-        packed = self.pack(batch, now)
         uniq = np.sort(delay)
         uniq = uniq[np.concatenate([[True], uniq[1:] != uniq[:-1]])]
-        for d, sub in zip(uniq.tolist(), _split_packed(packed, np.searchsorted(uniq, delay), len(uniq)), strict=True):
+        for d, sub in zip(uniq.tolist(), _pack_split(batch, now, np.searchsorted(uniq, delay), len(uniq)), strict=True):
             if d <= 0:
                 self._pending.append(sub)
                 self._request_flush()
@@ -609,20 +608,33 @@ class FluidScheduler:
         )
 
 
-def _split_packed(packed: tuple, grp: np.ndarray, n_groups: int) -> list[tuple]:
-    """A packed batch (see :meth:`FluidScheduler.pack`) split into ``n_groups`` packed batches by each activity's
+def _pack_split(b: Batch, now: float, grp: np.ndarray, n_groups: int) -> list[tuple]:
+    """Batch ``b`` packed (as :meth:`FluidScheduler.pack` at ``now``) into ``n_groups`` batches by each activity's
     group ``grp`` (0..n_groups-1), activities and entries in their order within each, renumbered: one pass over
-    the entries however many groups (a million-flow alltoall has a handful of start delays)."""
-    fb, ib, ea, er, ew = packed
+    the entries however many groups (a million-flow alltoall has a handful of start delays). Each group's columns
+    are packed straight from the batch, not copied out of one packed whole: at 1024 ranks the whole was 100 MB of
+    fresh memory per alltoall, and taking columns out of it by index cost more than the packing."""
     order = np.argsort(grp, kind="stable")
     a_ptr = np.searchsorted(grp[order], np.arange(n_groups + 1))
-    ea, er, ew, e_ptr = _split_entries(ea, er, ew, grp, n_groups)
+    ea, er, ew, e_ptr = _split_entries(
+        np.asarray(b.e_act, dtype=np.int64), np.asarray(b.e_res, dtype=np.int64), np.asarray(b.e_w, dtype=float), grp, n_groups
+    )
+    cols = (
+        np.asarray(b.work, dtype=float),
+        np.asarray(b.cap, dtype=float),
+        np.asarray(b.cap_slow, dtype=float),
+        _NO_SHARE if b.share is None else np.asarray(b.share, dtype=float),
+        now,
+        np.asarray(b.trig, dtype=np.int64),
+        np.asarray(b.rank_a, dtype=np.int64),
+        np.asarray(b.rank_b, dtype=np.int64),
+        np.asarray(b.tag, dtype=np.int64),
+        b.owner,
+    )
     out = []
     for g in range(n_groups):
-        idx = order[a_ptr[g] : a_ptr[g + 1]]  # the group's activities, in order
-        out.append(
-            (fb[:, idx], ib[:, idx], ea[e_ptr[g] : e_ptr[g + 1]], er[e_ptr[g] : e_ptr[g + 1]], ew[e_ptr[g] : e_ptr[g + 1]])
-        )
+        fb, ib = _pack_columns_at(*cols, order[a_ptr[g] : a_ptr[g + 1]])  # the group's activities, in order
+        out.append((fb, ib, ea[e_ptr[g] : e_ptr[g + 1]], er[e_ptr[g] : e_ptr[g + 1]], ew[e_ptr[g] : e_ptr[g + 1]]))
     return out
 
 
@@ -732,6 +744,31 @@ def _pack_columns(
     ib = np.empty((5, n), dtype=np.int64)
     for a in range(n):
         write_activity(fb, ib, a, work[a], cap[a], cap_slow[a], share[a] if share.shape[0] else 1.0, now, trig[a],
+                       rank_a[a], rank_b[a], tag[a], owner)  # fmt: skip
+    return fb, ib
+
+
+@njit(cache=True)
+def _pack_columns_at(
+    work: np.ndarray,
+    cap: np.ndarray,
+    cap_slow: np.ndarray,
+    share: np.ndarray,
+    now: float,
+    trig: np.ndarray,
+    rank_a: np.ndarray,
+    rank_b: np.ndarray,
+    tag: np.ndarray,
+    owner: int,
+    idx: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_pack_columns` of the activities ``idx`` (in that order) of a batch's columns."""
+    k = idx.shape[0]
+    fb = np.empty((7, k))
+    ib = np.empty((5, k), dtype=np.int64)
+    for j in range(k):
+        a = idx[j]
+        write_activity(fb, ib, j, work[a], cap[a], cap_slow[a], share[a] if share.shape[0] else 1.0, now, trig[a],
                        rank_a[a], rank_b[a], tag[a], owner)  # fmt: skip
     return fb, ib
 
