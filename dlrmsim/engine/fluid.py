@@ -332,19 +332,8 @@ class FluidScheduler:
     def pack(b: Batch, now: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """A batch as the scheduler queues it: float and int columns laid out as its tables (issued ``now``, s),
         and its resource entries (activity, resource, weight)."""
-        fb, ib = _pack_columns(
-            np.asarray(b.work, dtype=float),
-            np.asarray(b.cap, dtype=float),
-            np.asarray(b.cap_slow, dtype=float),
-            _NO_SHARE if b.share is None else np.asarray(b.share, dtype=float),
-            now,
-            np.asarray(b.trig, dtype=np.int64),
-            np.asarray(b.rank_a, dtype=np.int64),
-            np.asarray(b.rank_b, dtype=np.int64),
-            np.asarray(b.tag, dtype=np.int64),
-            b.owner,
-        )
-        return fb, ib, np.asarray(b.e_act, dtype=np.int64), np.asarray(b.e_res, dtype=np.int64), np.asarray(b.e_w, dtype=float)
+        fb, ib = _pack_columns(*_columns(b, now), np.arange(b.n))
+        return fb, ib, *_entries(b)
 
     def _push_delayed(self, d: float, packed: tuple) -> None:
         self._seq += 1
@@ -608,18 +597,9 @@ class FluidScheduler:
         )
 
 
-def _pack_split(b: Batch, now: float, grp: np.ndarray, n_groups: int) -> list[tuple]:
-    """Batch ``b`` packed (as :meth:`FluidScheduler.pack` at ``now``) into ``n_groups`` batches by each activity's
-    group ``grp`` (0..n_groups-1), activities and entries in their order within each, renumbered: one pass over
-    the entries however many groups (a million-flow alltoall has a handful of start delays). Each group's columns
-    are packed straight from the batch, not copied out of one packed whole: at 1024 ranks the whole was 100 MB of
-    fresh memory per alltoall, and taking columns out of it by index cost more than the packing."""
-    order = np.argsort(grp, kind="stable")
-    a_ptr = np.searchsorted(grp[order], np.arange(n_groups + 1))
-    ea, er, ew, e_ptr = _split_entries(
-        np.asarray(b.e_act, dtype=np.int64), np.asarray(b.e_res, dtype=np.int64), np.asarray(b.e_w, dtype=float), grp, n_groups
-    )
-    cols = (
+def _columns(b: Batch, now: float) -> tuple:
+    """Batch ``b``'s per-activity columns as :func:`_pack_columns` takes them before its index (issued ``now``, s)."""
+    return (
         np.asarray(b.work, dtype=float),
         np.asarray(b.cap, dtype=float),
         np.asarray(b.cap_slow, dtype=float),
@@ -631,9 +611,26 @@ def _pack_split(b: Batch, now: float, grp: np.ndarray, n_groups: int) -> list[tu
         np.asarray(b.tag, dtype=np.int64),
         b.owner,
     )
+
+
+def _entries(b: Batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Batch ``b``'s resource entries (activity, resource, weight) as typed arrays."""
+    return np.asarray(b.e_act, dtype=np.int64), np.asarray(b.e_res, dtype=np.int64), np.asarray(b.e_w, dtype=float)
+
+
+def _pack_split(b: Batch, now: float, grp: np.ndarray, n_groups: int) -> list[tuple]:
+    """Batch ``b`` packed (as :meth:`FluidScheduler.pack` at ``now``) into ``n_groups`` batches by each activity's
+    group ``grp`` (0..n_groups-1), activities and entries in their order within each, renumbered: one pass over
+    the entries however many groups (a million-flow alltoall has a handful of start delays). Each group's columns
+    are packed straight from the batch, not copied out of one packed whole: at 1024 ranks the whole was 100 MB of
+    fresh memory per alltoall, and taking columns out of it by index cost more than the packing."""
+    order = np.argsort(grp, kind="stable")
+    a_ptr = np.searchsorted(grp[order], np.arange(n_groups + 1))
+    ea, er, ew, e_ptr = _split_entries(*_entries(b), grp, n_groups)
+    cols = _columns(b, now)
     out = []
     for g in range(n_groups):
-        fb, ib = _pack_columns_at(*cols, order[a_ptr[g] : a_ptr[g + 1]])  # the group's activities, in order
+        fb, ib = _pack_columns(*cols, order[a_ptr[g] : a_ptr[g + 1]])  # the group's activities, in order
         out.append((fb, ib, ea[e_ptr[g] : e_ptr[g + 1]], er[e_ptr[g] : e_ptr[g + 1]], ew[e_ptr[g] : e_ptr[g + 1]]))
     return out
 
@@ -736,33 +733,10 @@ def _pack_columns(
     rank_b: np.ndarray,
     tag: np.ndarray,
     owner: int,
-) -> tuple[np.ndarray, np.ndarray]:
-    """A batch's float and int columns as the scheduler's tables hold them (remaining = work, rate 0, issued
-    ``now``; ``share`` empty: 1 each)."""
-    n = work.shape[0]
-    fb = np.empty((7, n))
-    ib = np.empty((5, n), dtype=np.int64)
-    for a in range(n):
-        write_activity(fb, ib, a, work[a], cap[a], cap_slow[a], share[a] if share.shape[0] else 1.0, now, trig[a],
-                       rank_a[a], rank_b[a], tag[a], owner)  # fmt: skip
-    return fb, ib
-
-
-@njit(cache=True)
-def _pack_columns_at(
-    work: np.ndarray,
-    cap: np.ndarray,
-    cap_slow: np.ndarray,
-    share: np.ndarray,
-    now: float,
-    trig: np.ndarray,
-    rank_a: np.ndarray,
-    rank_b: np.ndarray,
-    tag: np.ndarray,
-    owner: int,
     idx: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_pack_columns` of the activities ``idx`` (in that order) of a batch's columns."""
+    """Activities ``idx`` (in that order) of a batch's columns as the scheduler's tables hold them (remaining = work,
+    rate 0, issued ``now``; ``share`` empty: 1 each)."""
     k = idx.shape[0]
     fb = np.empty((7, k))
     ib = np.empty((5, k), dtype=np.int64)
