@@ -376,7 +376,7 @@ class FluidScheduler:
         if self._pending or self._added_done or self._held or self._t != now:
             return False
         delayed = self._delayed
-        return not (delayed and delayed[0][0] <= now * (1 + 1e-15) + 1e-18)
+        return not (delayed and delayed[0][0] <= _due_by(now))
 
     def _schedule_wake(self, t: float) -> None:
         if t < self._wake_at:
@@ -401,7 +401,7 @@ class FluidScheduler:
         self._t = now
         integrate = not self._held  # held: the skipped time's work was taken off already (see hold)
         delayed = self._delayed
-        while delayed and delayed[0][0] <= now * (1 + 1e-15) + 1e-18:
+        while delayed and delayed[0][0] <= _due_by(now):
             self._pending.append(heapq.heappop(delayed)[2])
         # Owners' callbacks may add activities at this same instant; loop until nothing new finishes.
         t_eps = DONE_ULPS * math.ulp(now)  # s; rates are the ones that applied up to now (0 for new ones)
@@ -595,6 +595,12 @@ class FluidScheduler:
         return np.bincount(
             self._E[1, :m], weights=self._EW[:m] * self._F[_RATE, : self._n][self._E[0, :m]], minlength=len(self.res_cap)
         )
+
+
+def _due_by(now: float) -> float:
+    """The latest start time (s) of a delayed batch that starts at ``now``: one a rounding step past it is due
+    (phases.run_ahead's ``due_by`` is the compiled twin)."""
+    return now * (1 + 1e-15) + 1e-18
 
 
 def _columns(b: Batch, now: float) -> tuple:

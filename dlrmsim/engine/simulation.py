@@ -198,11 +198,21 @@ class Simulation:
         ``columns``: a matrix task's output columns (n of C[m, n] = A[m, k] B[k, n], row-major), which set its
         vector-block efficiency (costs.vector_block_efficiency); 0 = not given.
         """
+        container, c = self._task_pool(rank, name, flops, bytes, cores, pool, overhead_s)
+        task = _ComputeTask(self, rank, name, float(flops), float(bytes), kind, precision, c, category, pool, overhead_s, columns)
+        task.begin(container)
+        return task.done
+
+    def _task_pool(
+        self, rank: int, name: str, flops: float, nbytes: float, cores: float | None, pool: str, overhead_s: float
+    ) -> tuple[CorePool, float]:
+        """The pool a task of :meth:`compute` or :meth:`compute_batch` takes its cores from, and the cores (None: the
+        whole pool); a one-line error for a rank out of range, negative flops, bytes or overhead, or more cores than
+        the pool has."""
         self._check_rank(rank)
-        if flops < 0 or bytes < 0:
+        if flops < 0 or nbytes < 0:
             raise DlrmsimError(f"task '{name}' has negative flops or bytes", field="flops/bytes")
-        rr = self.rank_resources[rank]
-        container = rr.pool(pool)
+        container = self.rank_resources[rank].pool(pool)
         c = float(container.capacity if cores is None else cores)
         if not 0 < c <= container.capacity:
             raise DlrmsimError(
@@ -212,9 +222,7 @@ class Simulation:
             )
         if overhead_s < 0:
             raise DlrmsimError(f"task '{name}' has a negative overhead", field="overhead_s")
-        task = _ComputeTask(self, rank, name, float(flops), float(bytes), kind, precision, c, category, pool, overhead_s, columns)
-        task.begin(container)
-        return task.done
+        return container, c
 
     def compute_batch(self, calls: Sequence[TaskCall], on_done: Callable[[list[int], float], None]) -> None:
         """Start the compute tasks ``calls`` now, each on its own rank, as :meth:`compute` would one by one, in one
@@ -240,14 +248,7 @@ class Simulation:
         delay = np.empty(n)
         containers = []
         for i, c in enumerate(calls):
-            rr = self.rank_resources[c.rank]
-            container = rr.pool(c.pool)
-            if c.flops < 0 or c.nbytes < 0 or c.overhead_s < 0 or not 0 < c.cores <= container.capacity:
-                raise DlrmsimError(
-                    f"task '{c.name}' has negative flops, bytes or overhead, or asks for {c.cores:g} cores of rank "
-                    f"{c.rank}'s {container.capacity:g}",
-                    field="calls",
-                )
+            container, _ = self._task_pool(c.rank, c.name, c.flops, c.nbytes, c.cores, c.pool, c.overhead_s)
             if not container.take_now(c.cores):
                 raise DlrmsimError(
                     f"task '{c.name}': rank {c.rank}'s {c.pool} cores are busy; a batch starts tasks on free cores only",

@@ -138,10 +138,10 @@ class CollectiveCoordinator:
                 done.callbacks.append(lambda _e, r=r: self._release(r))
         self.ready[c.cid].succeed()
 
-    def wait(self, cid: str, rank: int) -> Any:
-        """SimPy generator: until ``rank``'s part of collective ``cid`` is complete."""
-        yield self.ready[cid]
-        yield self.rank_done[cid][rank]
+    def when_done(self, cid: str, rank: int, then: Callable[[], None]) -> None:
+        """``then()`` once ``rank``'s part of collective ``cid`` is complete (the collective launched, then that part
+        done): at once if it already is, as a SimPy process waiting on both would go on."""
+        _after(self.ready[cid], lambda: _after(self.rank_done[cid][rank], then))
 
 
 # Static overheads of one task (costs the program fixes, not the clock): fixed software time, the evicted-operand
@@ -283,7 +283,7 @@ class RankPrograms:
         self.t0 = [0.0] * p  # when its current task or wait began
         self._static: dict[tuple[tuple, int, float, float, float], _Static] = {}
         self._starting: list[TaskCall] = []  # tasks to start together at this instant
-        self._flush_at: float | None = None  # the instant a flush of _starting is scheduled for
+        self._flush_scheduled = False  # a flush of _starting is due at this instant
         self._left = p
         self.done = self.env.event()
 
@@ -311,8 +311,7 @@ class RankPrograms:
             if isinstance(step, Wait):
                 self.pc[r] = i
                 self.t0[r] = self.env.now
-                cid = step.collective
-                _after(coord.ready[cid], lambda cid=cid: _after(coord.rank_done[cid][r], lambda: self._waited(r)))
+                coord.when_done(step.collective, r, lambda: self._waited(r))
                 return
             i += 1
         acc = self.accs[r]
@@ -345,7 +344,7 @@ class RankPrograms:
 
     def _flush(self) -> None:
         """Start the tasks gathered at this instant, as one batch."""
-        self._flush_at = None
+        self._flush_scheduled = False
         calls, self._starting = self._starting, []
         if calls:
             self.sim.compute_batch(calls, lambda idx, now: self._tasks_done(calls, idx, now))
@@ -353,8 +352,8 @@ class RankPrograms:
     def _flush_later(self) -> None:
         """Start the gathered tasks once this instant's other events are done (ranks resuming from their waits at
         one instant start together)."""
-        if self._starting and self._flush_at is None:
-            self._flush_at = self.env.now
+        if self._starting and not self._flush_scheduled:
+            self._flush_scheduled = True
             self.env.timeout(0).callbacks.append(lambda _e: self._flush())
 
     # ---- what the engine tells --------------------------------------------------------------------------------
