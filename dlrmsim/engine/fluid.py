@@ -420,10 +420,12 @@ class FluidScheduler:
                 integrate = False
                 if not k:
                     break
-                self._n = left = n - k
+                self._n = n - k
                 self._finish(k, now)
-                if self._n == left and not self._pending and not self._held:
-                    break  # the owners started nothing: what is left was checked above
+                if not self._pending and not self._held and not self._added_done:
+                    # What is left was checked above, and whatever the owners started meanwhile went straight into
+                    # the tables with work to do (add_one): nothing more can be finished at this instant.
+                    break
         finally:
             self._in_step = False
             self._added = False  # whatever owners added meanwhile was taken in by the loop above

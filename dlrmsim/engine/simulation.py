@@ -237,6 +237,9 @@ class Simulation:
         order; the fixed overhead delays each activity's start, with the record's start at the call)."""
         if not calls:
             return
+        if len(calls) == 1 and calls[0].overhead_s == 0:
+            self._compute_one(calls[0], on_done)
+            return
         n = len(calls)
         work = np.empty(n)
         cap = np.empty(n)
@@ -248,14 +251,7 @@ class Simulation:
         delay = np.empty(n)
         containers = []
         for i, c in enumerate(calls):
-            container, _ = self._task_pool(c.rank, c.name, c.flops, c.nbytes, c.cores, c.pool, c.overhead_s)
-            if not container.take_now(c.cores):
-                raise DlrmsimError(
-                    f"task '{c.name}': rank {c.rank}'s {c.pool} cores are busy; a batch starts tasks on free cores only",
-                    field="cores",
-                    fix="use Simulation.compute, which waits for them",
-                )
-            containers.append(container)
+            containers.append(self._take_free(c))
             w, cp, cs, tr, res = self._task_params(
                 c.rank, c.flops, c.nbytes, c.precision, c.cores, c.pool == "compute", c.kind, c.columns
             )
@@ -279,6 +275,29 @@ class Simulation:
             share=share,
         )
         self.fluid.add(batch, delay)
+
+    def _take_free(self, c: TaskCall) -> CorePool:
+        """The pool of ``c``'s task with the task's cores taken from it now; a usage error when they are busy."""
+        container, _ = self._task_pool(c.rank, c.name, c.flops, c.nbytes, c.cores, c.pool, c.overhead_s)
+        if not container.take_now(c.cores):
+            raise DlrmsimError(
+                f"task '{c.name}': rank {c.rank}'s {c.pool} cores are busy; a batch starts tasks on free cores only",
+                field="cores",
+                fix="use Simulation.compute, which waits for them",
+            )
+        return container
+
+    def _compute_one(self, c: TaskCall, on_done: Callable[[list[int], float], None]) -> None:
+        """:meth:`compute_batch` of one call without a fixed overhead, written straight into the scheduler's tables as
+        :meth:`compute`'s tasks are (``FluidScheduler.add_one``: the same activity as a one-activity batch, without
+        packing one): an application that walks instances one task at a time (``instances``) starts tens of
+        thousands this way."""
+        owner = _BatchOwner(self, (c,), [self._take_free(c)], self.env.now, on_done)
+        oid = self.fluid.register(owner, 1)
+        work, cap, cap_s, trig, res = self._task_params(
+            c.rank, c.flops, c.nbytes, c.precision, c.cores, c.pool == "compute", c.kind, c.columns
+        )
+        self.fluid.add_one(work, cap, cap_s, trig, c.rank, -1, 0, res, oid, share=c.cores)
 
     def _task_params(
         self,

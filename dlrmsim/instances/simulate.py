@@ -46,6 +46,7 @@ Units: seconds, bytes, B/s, flop/s, samples.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -57,7 +58,7 @@ from dlrmsim import config
 from dlrmsim.config import StrictModel
 from dlrmsim.engine import costs
 from dlrmsim.engine.resources import CommSettings
-from dlrmsim.engine.simulation import Simulation
+from dlrmsim.engine.simulation import Simulation, TaskCall
 from dlrmsim.errors import DlrmsimError, unknown_name_error
 from dlrmsim.topologies import load_topology
 from dlrmsim.topologies.topology import ComputeSpec, EfficiencyTable, Topology
@@ -436,32 +437,46 @@ class _Run:
         return float(self.sim.rng.uniform(0.0, window))
 
     # -- instance programs -------------------------------------------------------------------------------
-    def layer(self, p: _Part, n: int, t: InstanceTask) -> simpy.Event:
-        """Start part ``p``'s task of layer ``t`` now; the event that fires when the layer is done. That is the
-        task's own event unless the layer has a serial chain, whose remainder a small process waits out: a process
-        per layer (its start, its end) was two of the five SimPy events a layer cost."""
-        f = self._jitter()
-        name = self._name(f"it{n}.i{p.instance}.r{p.rank}.{t.name}")
-        self.cores_of[name] = self.lay.cores
-        done = self.sim.compute(
-            p.rank,
-            name,
-            flops=t.flops * f,
-            bytes=t.bytes * f,
-            kind=t.kind,
-            precision=self._prec(t),
-            cores=self.lay.cores,
-            columns=t.columns,  # a batch share changes a GEMM's rows or depth, not its output columns
-        )
-        if t.serial_s > 0:
-            return self.env.process(self._serial_rest(done, t.serial_s * f, self.env.now))
-        return done
+    def _layers(self, parts: list[_Part], n: int, j: int, then: Callable[[], None]) -> None:
+        """Run layers ``j``, ``j + 1``, ... of iteration ``n`` on the instance's ``parts``, then call ``then``.
 
-    def _serial_rest(self, done: simpy.Event, serial_s: float, t0: float) -> Any:
-        yield done
-        if serial_s > self.env.now - t0:
-            # Conflicting row updates serialise; more cores cannot shorten the chain (see taskgraph).
-            yield self.env.timeout(serial_s - (self.env.now - t0))
+        A chain of callbacks, not a process: each layer's tasks (one per part, on its own rank) start as one
+        ``Simulation.compute_batch`` and the next layer starts at the instant the last of them ends (and its serial
+        chain, if any, has run out), as a process yielding each layer would have it; a process resume and the task's
+        own done event were two of the three SimPy events a layer cost."""
+        tasks = parts[0].tasks
+        if j == len(tasks):
+            then()
+            return
+        calls = []
+        serial = []
+        for p in parts:
+            t = p.tasks[j]
+            f = self._jitter()
+            name = self._name(f"it{n}.i{p.instance}.r{p.rank}.{t.name}")
+            self.cores_of[name] = self.lay.cores
+            # a batch share changes a GEMM's rows or depth, not its output columns
+            calls.append(
+                TaskCall(p.rank, name, t.flops * f, t.bytes * f, t.kind, self._prec(t), self.lay.cores, columns=t.columns)
+            )
+            serial.append(t.serial_s * f)
+        left = [len(parts)]
+        t0 = self.env.now
+
+        def part_done() -> None:
+            left[0] -= 1
+            if not left[0]:
+                self._layers(parts, n, j + 1, then)
+
+        def tasks_done(idx: list[int], now: float) -> None:
+            for i in idx:
+                if serial[i] > now - t0:
+                    # Conflicting row updates serialise; more cores cannot shorten the chain (see taskgraph).
+                    self.env.timeout(serial[i] - (now - t0)).callbacks.append(lambda _e: part_done())
+                else:
+                    part_done()
+
+        self.sim.compute_batch(calls, tasks_done)
 
     def instance(self, i: int) -> Any:
         parts = self.by_instance[i]
@@ -471,9 +486,9 @@ class _Run:
             self.delays.append(d)
             if d > 0:
                 yield self.env.timeout(d)
-            for j in range(len(parts[0].tasks)):
-                layers = [self.layer(p, n, p.tasks[j]) for p in parts]
-                yield simpy.AllOf(self.env, layers) if len(layers) > 1 else layers[0]
+            layers_done = self.env.event()
+            self._layers(parts, n, 0, layers_done.succeed)
+            yield layers_done
             for p in parts:
                 self.compute_end[n][p.pid] = self.env.now
                 self.compute_done[n][p.pid].succeed()

@@ -62,3 +62,42 @@ def test_busy_cores_and_bad_calls_are_usage_errors() -> None:
         sim.compute_batch([TaskCall(1, "bad", -1.0, 1e6, "copy", "fp32", 28.0)], lambda idx, now: None)
     with pytest.raises(DlrmsimError, match="cores"):
         sim.compute_batch([TaskCall(1, "wide", 0.0, 1e6, "copy", "fp32", 29.0)], lambda idx, now: None)
+
+
+def test_a_chain_of_one_call_batches_runs_as_a_process_of_compute_calls() -> None:
+    # Because a one-call batch is the same activity as compute's (written straight into the scheduler's tables),
+    # a chain that starts each next task from the previous one's on_done, inside the scheduler's step, must give
+    # the records a process yielding compute calls gives, to the bit: a task without work (no flops, no bytes) ends
+    # at the instant it starts, not a clock tick later, and the task after it starts there too.
+    steps = [("a", 1e9, 0.0), ("empty", 0.0, 0.0), ("b", 1e9, 2e8), ("c", 0.0, 5e8)]
+
+    def chained() -> list[tuple[str, float, float]]:
+        sim = Simulation(two_node(spec=SPEC))
+        sim.compute(1, "beside", flops=3e10, bytes=3e8, kind="gemm")
+
+        def start(i: int) -> None:
+            if i < len(steps):
+                name, flops, nbytes = steps[i]
+                call = TaskCall(0, name, flops, nbytes, "gemm", "fp32", 28.0)
+                sim.compute_batch([call], lambda idx, now: start(i + 1))
+
+        start(0)
+        sim.run()
+        return sorted((r.name, r.start, r.end) for r in sim.records)
+
+    def process() -> list[tuple[str, float, float]]:
+        sim = Simulation(two_node(spec=SPEC))
+        sim.compute(1, "beside", flops=3e10, bytes=3e8, kind="gemm")
+
+        def program():
+            for name, flops, nbytes in steps:
+                yield sim.compute(0, name, flops=flops, bytes=nbytes, kind="gemm", cores=28.0)
+
+        sim.env.process(program())
+        sim.run()
+        return sorted((r.name, r.start, r.end) for r in sim.records)
+
+    got = chained()
+    assert got == process()
+    ends = {name: end for name, _, end in got}
+    assert ends["empty"] == ends["a"] > 0
