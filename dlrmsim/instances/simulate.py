@@ -4,7 +4,7 @@ bandwidth, and the gradient synchronisation between instances (the ParaX study, 
 Model
 -----
 - The topology has one rank per socket (= NUMA node), each with its own memory domain. ``k`` instances per
-  socket are SimPy processes calling ``sim.compute(rank, ..., cores=cores/k)`` on that rank: they share its
+  socket each run their layers as tasks on that rank (``sim.compute_batch``, ``cores=cores/k``): they share its
   core pool and its memory bandwidth (max-min, by the engine), and nothing else. Within an instance every
   layer is one task on all its cores, so each layer ends in a barrier of the instance's own threads only;
   one instance per socket is the usual barrier-per-layer run. Fewer instances than sockets (``--per node``)
