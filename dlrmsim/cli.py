@@ -11,6 +11,7 @@ import typer
 from rich.markup import escape
 from typer.core import TyperGroup
 
+from dlrmsim.allocator import keep_freed_memory
 from dlrmsim.errors import EXIT_USAGE, DlrmsimError, Interrupted
 from dlrmsim.output import err_console
 
@@ -97,6 +98,7 @@ _USAGE = tuple({click.ClickException, getattr(typer, "TyperException", click.Cli
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: run the app, turning user errors into one line and exit code 2."""
+    keep_freed_memory()  # large arrays freed during a run are reused, not mapped afresh (see dlrmsim.allocator)
     try:
         app(args=argv, standalone_mode=False)
     except Interrupted as exc:
