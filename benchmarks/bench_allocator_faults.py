@@ -1,5 +1,5 @@
 """Page faults a TorchRec training step pays under glibc's default allocator, against the steady allocator the
-calibration and the project runner use (``dlrmsim.calibration.host.steady_allocator``).
+calibration and the project runner use (``dlrmsim.allocator.steady_allocator``).
 
 The calibration measures every kernel with glibc told never to hand memory back to the kernel, as a long training
 process ends up; the project runner trains the same way. The TorchRec validation target runs in the ``validate``
@@ -36,7 +36,7 @@ from dlrmsim.calibration.host import current_host_stub
 _CHILD = r"""
 import json, resource, statistics, sys, time
 mode, case, threads, steps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-from dlrmsim.calibration.host import steady_allocator
+from dlrmsim.allocator import steady_allocator
 if mode == "steady":
     steady_allocator()
 from dlrmsim.calibration.ops.torch_ops import torch_threads

@@ -10,7 +10,7 @@ reference DLRM train through autograd. Needs torch.
     .venv/bin/python -m benchmarks.bench_autograd_mlp --kernel   # one ReLU gradient inside autograd and outside
 
 Each row: the MLP's widths, batch and threads, the median backward of each way (us), their difference, and the
-minor page faults per step of each way (none expected: ``host.steady_allocator`` is set, as in calibration).
+minor page faults per step of each way (none expected: ``allocator.steady_allocator`` is set, as in calibration).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks.evidence import write_evidence
+from dlrmsim.allocator import steady_allocator
 from dlrmsim.calibration.dlrm_runner import mlp_backward, mlp_forward, new_mlp
-from dlrmsim.calibration.host import steady_allocator
 from dlrmsim.calibration.ops import get_ops
 from dlrmsim.host import usable_cores
 

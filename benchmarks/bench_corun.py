@@ -50,8 +50,8 @@ def _gemm(queue: Any, threads: int, rows: int, seconds: float) -> None:
 
 
 def _alone(queue: Any, case_name: str, iterations: int) -> None:
+    from dlrmsim.allocator import steady_allocator
     from dlrmsim.calibration.dlrm_runner import _run_rank
-    from dlrmsim.calibration.host import steady_allocator
     from dlrmsim.calibration.validate import load_cases
 
     steady_allocator()  # as the rank processes of a validation run set it up

@@ -51,8 +51,8 @@ def active(mode: str, proc: int) -> bool:
 def _worker(
     proc: int, case_name: str, threads: int, slots: list[str], slot_s: float, start: Any, barrier: Any, queue: Any
 ) -> None:
+    from dlrmsim.allocator import steady_allocator
     from dlrmsim.calibration.dlrm_runner import _Rank
-    from dlrmsim.calibration.host import steady_allocator
     from dlrmsim.calibration.ops import get_ops
     from dlrmsim.calibration.validate import load_cases
 

@@ -3,7 +3,7 @@
 A training step keeps every forward activation alive for the backward, and the backward writes new gradient
 tensors, so almost every op writes memory that no recent op touched. The calibration's element-wise rates come from
 loops whose outputs are reused (hot in cache). This benchmark times a chain of ``--ops`` multiplies on tensors of
-``--elements`` fp32 three ways, with the allocator in its steady state (``calibration.host.steady_allocator``, so no
+``--elements`` fp32 three ways, with the allocator in its steady state (``allocator.steady_allocator``, so no
 page faults): each output dropped before the next op (the allocator hands back a hot block), every output kept in a
 list (fresh blocks, no autograd), and the same chain under autograd (which keeps them alive for the backward).
 Minor page faults per op are reported beside each time. Needs torch.
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.evidence import write_evidence
-from dlrmsim.calibration.host import steady_allocator
+from dlrmsim.allocator import steady_allocator
 
 
 def per_op(chain: Callable[[], object], ops: int, rounds: int) -> tuple[float, float]:

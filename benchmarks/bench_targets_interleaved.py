@@ -6,7 +6,7 @@ different processes. On the 2-vCPU Intel VM, TorchRec's wide-mlp came out 20-30 
 while the runner's was within noise, and both are predicted at about the same time. Here, for each case named, one
 process builds both (the runner's rank as ``dlrm_runner._Rank`` builds it, TorchRec's DLRM as the validation target
 builds it), then alternates one TorchRec step and one runner step, so that every spell of the host lands on both.
-Both run under the steady allocator (``host.steady_allocator``), on the case's threads (or ``--threads``).
+Both run under the steady allocator (``allocator.steady_allocator``), on the case's threads (or ``--threads``).
 
     .venv/bin/python -m benchmarks.bench_targets_interleaved [--cases wide-mlp base] [--steps 40] [--repeats 3]
         [--threads N] [--out validation/results]
@@ -31,8 +31,8 @@ WARMUP = 5
 def _pair(queue: Any, case_name: str, steps: int, threads: int | None) -> None:
     import torch
 
+    from dlrmsim.allocator import steady_allocator
     from dlrmsim.calibration.dlrm_runner import _Rank
-    from dlrmsim.calibration.host import steady_allocator
     from dlrmsim.calibration.ops import get_ops
     from dlrmsim.calibration.targets import torchrec as tr
     from dlrmsim.calibration.validate import load_cases

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.evidence import write_evidence
-from dlrmsim.calibration.host import steady_allocator
+from dlrmsim.allocator import steady_allocator
 from dlrmsim.calibration.targets.torchrec import ARCH_PHASES, build_model, fresh_batch_count, make_batches
 from dlrmsim.calibration.validate import ValidationCase, load_cases
 

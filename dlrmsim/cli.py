@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 from typer.core import TyperGroup
 
-from dlrmsim.allocator import keep_freed_memory
+from dlrmsim.allocator import steady_allocator
 from dlrmsim.errors import EXIT_USAGE, DlrmsimError, Interrupted
 from dlrmsim.output import err_console
 
@@ -96,9 +96,20 @@ _ABORT = tuple({click.exceptions.Abort, typer.Abort})
 _USAGE = tuple({click.ClickException, getattr(typer, "TyperException", click.ClickException)})
 
 
+# Commands that time real kernels on this machine: they run under the C allocator's defaults, the allocator a user's
+# PyTorch process has (calibration measures what fresh tensors' first touch costs, see bench_allocator_faults).
+HOST_COMMANDS = ("calibrate", "validate")
+
+
+def measures_host(argv: list[str]) -> bool:
+    """Whether the command in ``argv`` (the first argument that is not an option) is one of :data:`HOST_COMMANDS`."""
+    return next((a for a in argv if not a.startswith("-")), None) in HOST_COMMANDS
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: run the app, turning user errors into one line and exit code 2."""
-    keep_freed_memory()  # large arrays freed during a run are reused, not mapped afresh (see dlrmsim.allocator)
+    if not measures_host(sys.argv[1:] if argv is None else argv):
+        steady_allocator()  # large arrays freed during a run are reused, not mapped afresh (see dlrmsim.allocator)
     try:
         app(args=argv, standalone_mode=False)
     except Interrupted as exc:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from dlrmsim.allocator import steady_allocator
 from dlrmsim.calibration.benchmarks.embedding import clear_table_cache
 from dlrmsim.calibration.benchmarks.plan import (
     UNSTABLE_PASS_RATIO,
@@ -46,7 +47,7 @@ from dlrmsim.calibration.fit import (
     fit_tbe,
     peak_bound_host,
 )
-from dlrmsim.calibration.host import detect_host, host_key, steady_allocator
+from dlrmsim.calibration.host import detect_host, host_key
 from dlrmsim.calibration.ops import default_backend, get_ops
 from dlrmsim.calibration.schema import Calibration, HostInfo, Measurement, load_calibration, save_calibration
 from dlrmsim.errors import DlrmsimError
@@ -202,7 +203,7 @@ def run_calibration(
     out = Path(out) if out is not None else default_out(host)
     cache = PartialCache(partial_path(out), partial_key(host))
     load = _load_average()
-    steady_allocator()  # the kernels see the allocator a training process has (host.steady_allocator)
+    steady_allocator()  # the kernels see the allocator a training process has (allocator.steady_allocator)
     tasks = build_plan(ops, quick or tiny, host.cores, implementation_for(backend), tiny=tiny, only_cores=only_cores)
     if finish:
         if not cache.done:

@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from dlrmsim.allocator import steady_allocator
 from dlrmsim.calibration.backends import torch_available
-from dlrmsim.calibration.host import steady_allocator
 from dlrmsim.errors import DlrmsimError
 
 SLOT_BYTES = 64 * 2**20  # staging per rank: big enough that pieces amortize the two barriers

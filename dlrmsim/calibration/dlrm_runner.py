@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from dlrmsim.allocator import steady_allocator
 from dlrmsim.calibration.collectives_host import implementation_for, run_ranks
-from dlrmsim.calibration.host import steady_allocator
 from dlrmsim.calibration.ops import Ops, check_backend, get_ops, make_indices
 from dlrmsim.errors import DlrmsimError
 from dlrmsim.host import read_host, usable_cores

@@ -5,8 +5,6 @@ schema can warn about a calibration from another host without an import cycle.""
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import hashlib
 import math
 import socket
@@ -167,23 +165,6 @@ def raise_peak_to(host: HostInfo, gflops_per_core: float, why: str) -> HostInfo:
             "memory_bound_GBps": max(host.memory_bound_GBps, host.cores * clock * L1_BYTES_PER_CYCLE),
         }
     )
-
-
-def steady_allocator() -> bool:
-    """Put glibc malloc in the state a long training process reaches: freed blocks are reused, never handed
-    back to the kernel and re-faulted. By default glibc maps each large temporary (a sparse gradient, its
-    sort buffers) fresh and unmaps it on free, so every iteration pays page faults and zeroing, single-threaded
-    kernel work whose cost depends on the process's allocation history. Measured here, it doubled the sparse
-    update at 1 thread. Returns False where glibc's mallopt is not available (nothing changed)."""
-    name = ctypes.util.find_library("c")
-    if not name:
-        return False
-    try:
-        mallopt = ctypes.CDLL(name).mallopt
-    except (OSError, AttributeError):
-        return False
-    m_trim_threshold, m_mmap_max = -1, -4
-    return bool(mallopt(m_mmap_max, 0)) and bool(mallopt(m_trim_threshold, 2**31 - 1))
 
 
 def peak_gflops(host: HostInfo, cores: int) -> float:
