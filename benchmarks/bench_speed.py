@@ -69,13 +69,18 @@ def timed_command():
     return time.perf_counter() - t
 
 
+use0 = resource.getrusage(resource.RUSAGE_SELF)
 cpu0 = time.process_time()
 wall = timed_command()
 cpu = time.process_time() - cpu0
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+use = resource.getrusage(resource.RUSAGE_SELF)
+rss = use.ru_maxrss * 1024
+# the kernel's share of the first run (mostly first touches of fresh memory) and the page faults behind it
+sys_s, faults = use.ru_stime - use0.ru_stime, use.ru_minflt - use0.ru_minflt
 totals = dict(RUN_TOTALS)
 again = timed_command() if sys.argv[1] != "demo" else None  # the same command again here: a sweep's further points
-print(json.dumps({"wall_s": wall, "again_s": again, "cpu_s": cpu, "import_s": imported - t0, "peak_rss_B": rss, **totals}))
+out = {"wall_s": wall, "again_s": again, "cpu_s": cpu, "sys_s": sys_s, "minor_faults": faults, "import_s": imported - t0}
+print(json.dumps({**out, "peak_rss_B": rss, **totals}))
 """
 
 
@@ -123,6 +128,8 @@ def measure(name: str, args: tuple[str, ...], goal: float | None, repeat: int, t
         "wall_min_s": min(walls),
         "wall_max_s": max(walls),
         "cpu_s": statistics.median(r["cpu_s"] for r in ok),
+        "sys_s": statistics.median(r["sys_s"] for r in ok),
+        "minor_faults": statistics.median(r["minor_faults"] for r in ok),
         "again_s": statistics.median(r["again_s"] for r in ok) if ok[0].get("again_s") is not None else None,
     }
     row["peak_rss_MB"] = row.pop("peak_rss_B") / 2**20
@@ -183,7 +190,8 @@ def _print(r: dict) -> None:
         return
     goal = "" if r["goal_s"] is None else f"goal < {r['goal_s']:g} s: {'ok' if r['meets_goal'] else 'MISSED'}"
     print(
-        f"{r['row']:<26} {r['wall_s']:8.2f} s (cpu {r['cpu_s']:.2f} s, again {_seconds(r.get('again_s'))})  "
+        f"{r['row']:<26} {r['wall_s']:8.2f} s (cpu {r['cpu_s']:.2f} s, sys {r['sys_s']:.2f} s, "
+        f"again {_seconds(r.get('again_s'))})  "
         f"{r['peak_rss_MB']:7.0f} MB  activities "
         f"{r.get('activities', 0):>9}  "
         f"solves {r.get('solves', 0):>7}  wakeups {r.get('wakeups', 0):>7}  simpy events {r.get('simpy_events', 0):>9}  {goal}",
