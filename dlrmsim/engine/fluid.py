@@ -459,10 +459,13 @@ class FluidScheduler:
 
     def _finish(self, k: int, now: float) -> None:
         """Tell the owners of the ``k`` activities just taken out of the tables (``_DI``, ``_DF``) that they finished."""
+        self.stats["finished"] += k
+        if k == 1:  # the common case of one task ending at its own instant: no grouping by owner
+            self._tell(int(self._DI[0, 0]), self._DI[1, :1].copy(), self._DF[:1].copy(), now)
+            return
         # copies: the buffers are overwritten at the next step, and owners may keep what they are handed
         owners, tags, issued = self._DI[0, :k].copy(), self._DI[1, :k].copy(), self._DF[:k].copy()
-        self.stats["finished"] += k
-        if k == 1 or all_equal(owners):
+        if all_equal(owners):
             groups = [(int(owners[0]), tags, issued)]
         else:
             order = np.argsort(owners, kind="stable")
@@ -474,12 +477,17 @@ class FluidScheduler:
                 for j, oid in enumerate(owners[starts].tolist())
             ]
         for oid, tg, iss in groups:
-            owner = self._owners[oid]
-            self._owner_left[oid] -= len(tg)
-            if self._owner_left[oid] <= 0:
-                del self._owners[oid]
-                del self._owner_left[oid]
-            owner.on_done(tg, iss, now)
+            self._tell(oid, tg, iss, now)
+
+    def _tell(self, oid: int, tags: np.ndarray, issued: np.ndarray, now: float) -> None:
+        """Owner ``oid`` hears that its activities ``tags`` (issued at ``issued``) finished; it is forgotten once all
+        it announced have."""
+        owner = self._owners[oid]
+        self._owner_left[oid] -= len(tags)
+        if self._owner_left[oid] <= 0:
+            del self._owners[oid]
+            del self._owner_left[oid]
+        owner.on_done(tags, issued, now)
 
     def _solve(self) -> None:
         self._need_solve = False

@@ -112,6 +112,8 @@ class Simulation:
         self._counted_eid = 0
         self._last_comm: dict[int, simpy.Event] = {}
         self._task_cache: dict[tuple, tuple[float, float, float, int, bool]] = {}
+        # (rank, pool, cores) of tasks whose pool and core count _task_pool has accepted: their pool
+        self._pools_checked: dict[tuple[int, str, float], CorePool] = {}
         self._reduce_cache: dict[tuple, float] = {}
         # Ranks sharing one ComputeSpec object share its reduction caps (see reduction_caps).
         spec_ids: dict[int, int] = {}
@@ -277,8 +279,13 @@ class Simulation:
         self.fluid.add(batch, delay)
 
     def _take_free(self, c: TaskCall) -> CorePool:
-        """The pool of ``c``'s task with the task's cores taken from it now; a usage error when they are busy."""
-        container, _ = self._task_pool(c.rank, c.name, c.flops, c.nbytes, c.cores, c.pool, c.overhead_s)
+        """The pool of ``c``'s task with the task's cores taken from it now; a usage error when they are busy.
+        A (rank, pool, cores) already accepted skips the rank and core checks: ranks repeat them task after task."""
+        key = (c.rank, c.pool, c.cores)
+        container = self._pools_checked.get(key)
+        if container is None or c.flops < 0 or c.nbytes < 0 or c.overhead_s < 0:
+            container, _ = self._task_pool(c.rank, c.name, c.flops, c.nbytes, c.cores, c.pool, c.overhead_s)
+            self._pools_checked[key] = container
         if not container.take_now(c.cores):
             raise DlrmsimError(
                 f"task '{c.name}': rank {c.rank}'s {c.pool} cores are busy; a batch starts tasks on free cores only",

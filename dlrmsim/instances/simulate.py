@@ -460,6 +460,9 @@ class _Run:
                 TaskCall(p.rank, name, t.flops * f, t.bytes * f, t.kind, self._prec(t), self.lay.cores, columns=t.columns)
             )
             serial.append(t.serial_s * f)
+        if len(parts) == 1 and not serial[0] > 0:  # the common case: one part, no serial chain
+            self.sim.compute_batch(calls, lambda _idx, _now: self._layers(parts, n, j + 1, then))
+            return
         left = [len(parts)]
         t0 = self.env.now
 
