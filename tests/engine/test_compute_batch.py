@@ -62,6 +62,13 @@ def test_busy_cores_and_bad_calls_are_usage_errors() -> None:
         sim.compute_batch([TaskCall(1, "bad", -1.0, 1e6, "copy", "fp32", 28.0)], lambda idx, now: None)
     with pytest.raises(DlrmsimError, match="cores"):
         sim.compute_batch([TaskCall(1, "wide", 0.0, 1e6, "copy", "fp32", 29.0)], lambda idx, now: None)
+    # and a bad call on a rank, pool and core count a good call has already used (whose checks are remembered)
+    sim.compute_batch([TaskCall(1, "good", 0.0, 1e6, "copy", "fp32", 28.0)], lambda idx, now: None)
+    sim.run()
+    with pytest.raises(DlrmsimError, match="negative"):
+        sim.compute_batch([TaskCall(1, "bad again", 0.0, -1e6, "copy", "fp32", 28.0)], lambda idx, now: None)
+    with pytest.raises(DlrmsimError, match="negative"):
+        sim.compute_batch([TaskCall(1, "bad overhead", 0.0, 1e6, "copy", "fp32", 28.0, overhead_s=-1.0)], lambda idx, now: None)
 
 
 def test_a_chain_of_one_call_batches_runs_as_a_process_of_compute_calls() -> None:
