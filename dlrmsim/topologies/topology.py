@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import math
+from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -36,11 +37,30 @@ class EfficiencyTable:
             return pts[0][1]
         if size >= pts[-1][0]:
             return pts[-1][1]
+        grid = self._log_grid
+        if grid is not None:
+            # The first segment that holds ``size`` ends at the first point at or above it. Same arithmetic as the
+            # scan below, with the points' logarithms computed once (instances price every jittered task anew).
+            sizes, logs = grid
+            i = bisect_left(sizes, size)
+            if 0 < i < len(pts):
+                e0, e1 = pts[i - 1][1], pts[i][1]
+                return e0 + (math.log(size) - logs[i - 1]) / (logs[i] - logs[i - 1]) * (e1 - e0)
+            return pts[-1][1]  # a size that compares with nothing (nan)
         for (s0, e0), (s1, e1) in zip(pts, pts[1:], strict=False):
             if s0 <= size <= s1:
                 t = (math.log(size) - math.log(s0)) / (math.log(s1) - math.log(s0))
                 return e0 + t * (e1 - e0)
         return pts[-1][1]
+
+    @cached_property
+    def _log_grid(self) -> tuple[list[float], list[float]] | None:
+        """The points' sizes and their logarithms, when the sizes strictly increase and are positive (else None:
+        :meth:`__call__` scans the points)."""
+        sizes = [p[0] for p in self.points]
+        if any(not a < b for a, b in zip(sizes, sizes[1:], strict=False)) or not sizes or not sizes[0] > 0:
+            return None
+        return sizes, [math.log(x) for x in sizes]
 
     @staticmethod
     def constant(value: float) -> EfficiencyTable:

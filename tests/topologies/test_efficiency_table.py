@@ -1,0 +1,49 @@
+"""EfficiencyTable: log-linear interpolation between points, end values held."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dlrmsim.topologies.topology import EfficiencyTable
+
+
+def _scan(points: tuple[tuple[float, float], ...], size: float) -> float:
+    """The interpolation by scanning the segments, as the table computed it before it cached its logarithms."""
+    if not points:
+        return 1.0
+    if size <= points[0][0]:
+        return points[0][1]
+    if size >= points[-1][0]:
+        return points[-1][1]
+    for (s0, e0), (s1, e1) in zip(points, points[1:], strict=False):
+        if s0 <= size <= s1:
+            t = (math.log(size) - math.log(s0)) / (math.log(s1) - math.log(s0))
+            return e0 + t * (e1 - e0)
+    return points[-1][1]
+
+
+sizes = st.floats(min_value=1e-3, max_value=1e12, allow_nan=False)
+tables = st.lists(st.tuples(sizes, st.floats(min_value=0.01, max_value=1.0)), min_size=1, max_size=8).map(
+    lambda pts: tuple(sorted(pts))
+)
+
+
+@given(tables, st.lists(sizes, min_size=1, max_size=20))
+def test_the_cached_logarithms_give_the_scan_bit_for_bit(points: tuple[tuple[float, float], ...], probes: list[float]) -> None:
+    # Because the table finds a size's segment by bisection and reuses its points' logarithms, every value must be the
+    # scan's to the bit, at the points themselves (a size on a breakpoint belongs to the segment that ends there),
+    # between them and beyond the ends, and with repeated sizes (which fall back to the scan).
+    table = EfficiencyTable(points)
+    for size in probes + [p[0] for p in points]:
+        assert table(size) == _scan(points, size)
+
+
+def test_interpolation_is_linear_in_log_size() -> None:
+    # Because efficiency is interpolated in log(size), halfway in log between two points gives their mean.
+    table = EfficiencyTable(((1e3, 0.2), (1e5, 0.6)))
+    assert table(1e4) == pytest.approx(0.4, rel=1e-12)
+    assert table(10.0) == 0.2 and table(1e9) == 0.6
