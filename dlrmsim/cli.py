@@ -96,8 +96,9 @@ _ABORT = tuple({click.exceptions.Abort, typer.Abort})
 _USAGE = tuple({click.ClickException, getattr(typer, "TyperException", click.ClickException)})
 
 
-# Commands that time real kernels on this machine: they run under the C allocator's defaults, the allocator a user's
-# PyTorch process has (calibration measures what fresh tensors' first touch costs, see bench_allocator_faults).
+# Commands that time real kernels on this machine, which choose their allocator state themselves: calibration sets the
+# steady one for its kernels, validate times TorchRec under glibc's defaults, as a user's script runs
+# (benchmarks/bench_allocator_faults.py measures the difference).
 HOST_COMMANDS = ("calibrate", "validate")
 
 

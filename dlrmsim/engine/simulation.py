@@ -28,7 +28,7 @@ import simpy
 from dlrmsim.engine import costs
 from dlrmsim.engine.arrays import all_equal, any_at_least, any_negative
 from dlrmsim.engine.collectives import CollectiveContext, Phase, get_algorithm
-from dlrmsim.engine.fluid import TRIG_COMM, TRIG_COMPUTE, TRIG_NONE, Batch, FluidScheduler
+from dlrmsim.engine.fluid import TRIG_COMM, TRIG_COMPUTE, TRIG_NONE, Batch, FluidScheduler, Owner
 from dlrmsim.engine.network import Network
 from dlrmsim.engine.phases import (
     Ahead,
@@ -300,11 +300,18 @@ class Simulation:
         packing one): an application that walks instances one task at a time (``instances``) starts tens of
         thousands this way."""
         owner = _BatchOwner(self, (c,), [self._take_free(c)], self.env.now, on_done)
+        self._add_task(owner, c.rank, c.flops, c.nbytes, c.precision, c.cores, c.pool, c.kind, c.columns)
+
+    def _add_task(
+        self, owner: Owner, rank: int, flops: float, nbytes: float, precision: str, cores: float, pool: str, kind: str,
+        columns: int,
+    ) -> None:  # fmt: skip
+        """Start one task's fluid activity now, ``owner`` hearing when it ends: :meth:`compute`'s tasks and one-call
+        batches alike."""
         oid = self.fluid.register(owner, 1)
-        work, cap, cap_s, trig, res = self._task_params(
-            c.rank, c.flops, c.nbytes, c.precision, c.cores, c.pool == "compute", c.kind, c.columns
-        )
-        self.fluid.add_one(work, cap, cap_s, trig, c.rank, -1, 0, res, oid, share=c.cores)
+        work, cap, cap_s, trig, res = self._task_params(rank, flops, nbytes, precision, cores, pool == "compute", kind, columns)
+        # Its share of a saturated memory domain grows with the cores streaming for it (Batch.share).
+        self.fluid.add_one(work, cap, cap_s, trig, rank, -1, 0, res, oid, share=cores)
 
     def _task_params(
         self,
@@ -571,14 +578,9 @@ class _ComputeTask:
             self._run(None)
 
     def _run(self, _ev: simpy.Event | None) -> None:
-        sim = self.sim
-        fluid = sim.fluid
-        oid = fluid.register(self, 1)
-        work, cap, cap_s, trig, res = sim._task_params(
-            self.rank, self.flops, self.nbytes, self.precision, self.cores, self.pool == "compute", self.kind, self.columns
+        self.sim._add_task(
+            self, self.rank, self.flops, self.nbytes, self.precision, self.cores, self.pool, self.kind, self.columns
         )
-        # Its share of a saturated memory domain grows with the cores streaming for it (Batch.share).
-        fluid.add_one(work, cap, cap_s, trig, self.rank, -1, 0, res, oid, share=self.cores)
 
     def on_done(self, tags: np.ndarray, t_issue: np.ndarray, now: float) -> None:
         self.container.give_back(self.cores)

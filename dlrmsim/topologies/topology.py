@@ -19,6 +19,22 @@ import networkx as nx
 from dlrmsim.errors import DlrmsimError
 
 
+def interpolate_by_scan(points: tuple[tuple[float, float], ...], size: float) -> float:
+    """:class:`EfficiencyTable`'s value at ``size``, found by scanning its segments: 1 without points, the end values
+    beyond the ends, else log-linear on the first segment that holds ``size``."""
+    if not points:
+        return 1.0
+    if size <= points[0][0]:
+        return points[0][1]
+    if size >= points[-1][0]:
+        return points[-1][1]
+    for (s0, e0), (s1, e1) in zip(points, points[1:], strict=False):
+        if s0 <= size <= s1:
+            t = (math.log(size) - math.log(s0)) / (math.log(s1) - math.log(s0))
+            return e0 + t * (e1 - e0)
+    return points[-1][1]
+
+
 @dataclass(frozen=True)
 class EfficiencyTable:
     """Piecewise-linear efficiency (0..1] against a size (flops or bytes), interpolated in log(size).
@@ -30,33 +46,27 @@ class EfficiencyTable:
     points: tuple[tuple[float, float], ...]
 
     def __call__(self, size: float) -> float:
+        grid = self._log_grid
+        if grid is None:
+            return interpolate_by_scan(self.points, size)
         pts = self.points
-        if not pts:
-            return 1.0
         if size <= pts[0][0]:
             return pts[0][1]
         if size >= pts[-1][0]:
             return pts[-1][1]
-        grid = self._log_grid
-        if grid is not None:
-            # The first segment that holds ``size`` ends at the first point at or above it. Same arithmetic as the
-            # scan below, with the points' logarithms computed once (instances price every jittered task anew).
-            sizes, logs = grid
-            i = bisect_left(sizes, size)
-            if 0 < i < len(pts):
-                e0, e1 = pts[i - 1][1], pts[i][1]
-                return e0 + (math.log(size) - logs[i - 1]) / (logs[i] - logs[i - 1]) * (e1 - e0)
-            return pts[-1][1]  # a size that compares with nothing (nan)
-        for (s0, e0), (s1, e1) in zip(pts, pts[1:], strict=False):
-            if s0 <= size <= s1:
-                t = (math.log(size) - math.log(s0)) / (math.log(s1) - math.log(s0))
-                return e0 + t * (e1 - e0)
-        return pts[-1][1]
+        # The first segment that holds ``size`` ends at the first point at or above it: the arithmetic of
+        # interpolate_by_scan, with the points' logarithms computed once (instances price every jittered task anew).
+        sizes, logs = grid
+        i = bisect_left(sizes, size)
+        if 0 < i < len(pts):
+            e0, e1 = pts[i - 1][1], pts[i][1]
+            return e0 + (math.log(size) - logs[i - 1]) / (logs[i] - logs[i - 1]) * (e1 - e0)
+        return pts[-1][1]  # a size that compares with nothing (nan)
 
     @cached_property
     def _log_grid(self) -> tuple[list[float], list[float]] | None:
-        """The points' sizes and their logarithms, when the sizes strictly increase and are positive (else None:
-        :meth:`__call__` scans the points)."""
+        """The points' sizes and their logarithms, when there are points, their sizes strictly increase and are
+        positive (else None: :meth:`__call__` scans them, :func:`interpolate_by_scan`)."""
         sizes = [p[0] for p in self.points]
         if any(not a < b for a, b in zip(sizes, sizes[1:], strict=False)) or not sizes or not sizes[0] > 0:
             return None

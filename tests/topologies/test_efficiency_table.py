@@ -2,29 +2,11 @@
 
 from __future__ import annotations
 
-import math
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dlrmsim.topologies.topology import EfficiencyTable
-
-
-def _scan(points: tuple[tuple[float, float], ...], size: float) -> float:
-    """The interpolation by scanning the segments, as the table computed it before it cached its logarithms."""
-    if not points:
-        return 1.0
-    if size <= points[0][0]:
-        return points[0][1]
-    if size >= points[-1][0]:
-        return points[-1][1]
-    for (s0, e0), (s1, e1) in zip(points, points[1:], strict=False):
-        if s0 <= size <= s1:
-            t = (math.log(size) - math.log(s0)) / (math.log(s1) - math.log(s0))
-            return e0 + t * (e1 - e0)
-    return points[-1][1]
-
+from dlrmsim.topologies.topology import EfficiencyTable, interpolate_by_scan
 
 sizes = st.floats(min_value=1e-3, max_value=1e12, allow_nan=False)
 tables = st.lists(st.tuples(sizes, st.floats(min_value=0.01, max_value=1.0)), min_size=1, max_size=8).map(
@@ -39,7 +21,7 @@ def test_the_cached_logarithms_give_the_scan_bit_for_bit(points: tuple[tuple[flo
     # between them and beyond the ends, and with repeated sizes (which fall back to the scan).
     table = EfficiencyTable(points)
     for size in probes + [p[0] for p in points]:
-        assert table(size) == _scan(points, size)
+        assert table(size) == interpolate_by_scan(points, size)
 
 
 def test_interpolation_is_linear_in_log_size() -> None:
