@@ -3,8 +3,8 @@
 ``dlrmsim validate --against torchrec --phases`` books under ``other`` what falls outside the bottom MLP, the sparse
 arch, the interaction and the top MLP and outside the optimizer step: ``opt.zero_grad``, ``DLRM.forward``'s own code
 between its parts, the loss module's forward, and the loss's backward with autograd's start up to the top MLP's first
-node. The simulator's task graph has none of these as tasks: the loss is charged as the runner's 12 element-wise ops
-on the last layer's output (taskgraph.activation_task), booked under the top MLP. This times each piece of a
+node. Of these the simulator's task graph has the loss, as its own tasks (taskgraph.loss_task, booked under ``other``
+too since 2026-11-28; before, as part of the top MLP's last activation), and autograd's start. This times each piece of a
 validation case's real step (hooks on the parts, as ``targets.torchrec.measure_phases`` places them), medians over
 the steps, in ms.
 

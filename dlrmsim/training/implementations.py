@@ -117,7 +117,9 @@ class ImplementationProfile(StrictModel):
         description="how the step computes its loss: written_out, element-wise ops on the output (the project runner's "
         "binary cross-entropy, whose Python-float operands and mean cost more than other ops, calibration overhead "
         "scalar_op_extra_us_by_cores and reduce_op_extra_us_by_cores); module, one loss module's call "
-        "(torch.nn.BCEWithLogitsLoss, MSELoss), charged as the same count of ops without those classes",
+        "(torch.nn.BCEWithLogitsLoss, MSELoss), a task of its own after the top MLP (loss.fwd, and loss.bwd where "
+        "backward starts, booked under other as those implementations' phase tables book it), charged as the same "
+        "count of ops without those classes",
     )
     interaction_kernel: Literal["framework", "torchrec"] = Field(
         "framework",

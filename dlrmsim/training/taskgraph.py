@@ -67,7 +67,8 @@ class IterationSettings:
     dense_autograd: bool = False
     dense_first: bool = False  # bottom MLP before the lookups, its backward after the embeddings' (RankProgram.build)
     # The step writes its loss out in element-wise ops (ImplementationProfile.loss "written_out", the project runner):
-    # the loss task counts its scalar-operand ops and its mean (activation_task); "module": one loss module's call
+    # the loss task counts its scalar-operand ops and its mean (activation_task); "module": one loss module's call,
+    # a task of its own each way (loss_task)
     written_out_loss: bool = True
     # Which parameters a torch.optim object steps (ImplementationProfile.optimizer_object): the optimizer task's
     # rows are those tensors, each paying ComputeSpec.row_time_s_by_kind["optimizer"]
@@ -301,11 +302,12 @@ def activation_task(w: Workload, layer: Layer, batch: int, backward: bool = Fals
     # binary cross-entropy loss, 12 element-wise ops on a batch-long vector forward (sigmoid; loss: add, log, mul,
     # rsub, rsub, add, log, mul, add, neg, mean) and 2 backward ((p - y) / n); counted from dlrm_runner. Written out
     # (``written_out_loss``), 4 of the forward's add a Python float (p + eps, 1 - p, + eps, 1 - y) and its mean
-    # reduces; backward divides by the batch size. A loss module's call (TorchRec's, the reference DLRM's) keeps the
-    # same count of ops, not re-measured, and no class of its own.
-    last = layer.part == "top" and layer.index == len(w.top_mlp) - 1
+    # reduces; backward divides by the batch size.
+    # A loss module's call (TorchRec's, the reference DLRM's) is a task of its own (:func:`loss_task`): the layer
+    # keeps its one op, as the implementations' phase tables book the loss outside the top MLP.
+    last = layer.part == "top" and layer.index == len(w.top_mlp) - 1 and written_out_loss
     ops = (2.0 if backward else 12.0) if last else 1.0
-    scalar_ops, reduce_ops = ((1.0, 0.0) if backward else (4.0, 1.0)) if last and written_out_loss else (0.0, 0.0)
+    scalar_ops, reduce_ops = ((1.0, 0.0) if backward else (4.0, 1.0)) if last else (0.0, 0.0)
     elements = float(batch * layer.fan_out)
     return Task(
         f"{layer.name}.act.{'bwd' if backward else 'fwd'}",
@@ -315,6 +317,26 @@ def activation_task(w: Workload, layer: Layer, batch: int, backward: bool = Fals
         ops=ops,
         scalar_ops=scalar_ops,
         reduce_ops=reduce_ops,
+        op_elements=(elements,) * int(ops),
+        out_bytes=elements * w.element_bytes,
+    )
+
+
+def loss_task(w: Workload, batch: int, backward: bool = False) -> Task:
+    """A loss module's call on the network's output (TorchRec's ``BCEWithLogitsLoss``, the reference DLRM's loss), for an
+    implementation that does not write its loss out: the loss's share of the written-out last activation
+    (:func:`activation_task`), 11 element-wise ops forward and 1 backward on the batch-long output, without their
+    scalar-operand and reduction classes (a module's ops are not re-measured). Named outside the top MLP, as those
+    implementations' phase tables book the loss (with autograd's start) under ``other``."""
+    width = model.top_layers(w)[-1].fan_out
+    ops = 1.0 if backward else 11.0
+    elements = float(batch * width)
+    return Task(
+        f"loss.{'bwd' if backward else 'fwd'}",
+        "elementwise",
+        elements,
+        model.activation_bytes(batch, width, w.element_bytes, backward),
+        ops=ops,
         op_elements=(elements,) * int(ops),
         out_bytes=elements * w.element_bytes,
     )
@@ -771,6 +793,8 @@ class RankProgram:
         for layer in model.top_layers(w):
             self.add_layer(layer, Pass.FORWARD)
             self.add_layer(layer, "act_fwd")
+        if not self.s.written_out_loss:
+            self.add(loss_task(w, n))
 
     def top_backward(self) -> None:
         """4. Top MLP backward, posting each bucket when its last layer's weight gradient is done; then the
@@ -780,6 +804,8 @@ class RankProgram:
             # The step's one backward() call: the engine's start, before the top MLP's first node (the phase table
             # books it under other, with the loss's backward).
             self.add(Task("autograd.start", "autograd_call", 0.0, 0.0, ops=0.0))
+        if not self.s.written_out_loss:
+            self.add(loss_task(w, n, backward=True))  # the loss's node runs first
         for layer in reversed(model.top_layers(w)):
             self.backward(layer)
         self.add(
