@@ -24,7 +24,8 @@ def calibrate(
         bool,
         typer.Option(
             "--quick",
-            help="short run: fewer sizes and repeats (3-7 min on a 2-core VM, 12-13 min on 16 cores with the torchrec extra)",
+            help="short run: fewer sizes and repeats (3-7 min on a 2-core VM, 12-13 min on 16 cores with the torchrec extra); "
+            "validate after a full run (docs/accuracy.md)",
         ),
     ] = False,
     backend: Annotated[str | None, typer.Option("--backend", help="numpy or torch (default: torch when installed)")] = None,
