@@ -295,25 +295,23 @@ def gemm_task(w: Workload, layer: Layer, batch: int, which: Pass) -> Task | None
     )
 
 
-def activation_task(w: Workload, layer: Layer, batch: int, backward: bool = False, written_out_loss: bool = True) -> Task:
-    """ReLU (or the final sigmoid) after a layer's GEMM, or its gradient in backward: bandwidth-bound."""
-    nbytes = model.activation_bytes(batch, layer.fan_out, w.element_bytes, backward)
-    # One framework op (relu / threshold_backward), except after the network's last layer: the sigmoid and the
-    # binary cross-entropy loss, 12 element-wise ops on a batch-long vector forward (sigmoid; loss: add, log, mul,
-    # rsub, rsub, add, log, mul, add, neg, mean) and 2 backward ((p - y) / n); counted from dlrm_runner. Written out
-    # (``written_out_loss``), 4 of the forward's add a Python float (p + eps, 1 - p, + eps, 1 - y) and its mean
-    # reduces; backward divides by the batch size.
-    # A loss module's call (TorchRec's, the reference DLRM's) is a task of its own (:func:`loss_task`): the layer
-    # keeps its one op, as the implementations' phase tables book the loss outside the top MLP.
-    last = layer.part == "top" and layer.index == len(w.top_mlp) - 1 and written_out_loss
-    ops = (2.0 if backward else 12.0) if last else 1.0
-    scalar_ops, reduce_ops = ((1.0, 0.0) if backward else (4.0, 1.0)) if last else (0.0, 0.0)
-    elements = float(batch * layer.fan_out)
+# The binary cross-entropy loss beyond the final activation's one op, counted from dlrm_runner: 11 element-wise ops
+# forward (add, log, mul, rsub, rsub, add, log, mul, add, neg, mean) and 1 backward (the sigmoid's and the loss's
+# gradients are (p - y) / n, 2 ops with the activation's). Written out, it is part of the last activation's task;
+# a loss module's call is a task of its own (loss_task).
+LOSS_OPS_FORWARD, LOSS_OPS_BACKWARD = 11.0, 1.0
+
+
+def _elementwise_pass(
+    name: str, w: Workload, batch: int, width: int, backward: bool, ops: float, scalar_ops: float = 0.0, reduce_ops: float = 0.0
+) -> Task:
+    """``ops`` unfused element-wise ops over a (batch, width) tensor, forward or backward (bandwidth-bound)."""
+    elements = float(batch * width)
     return Task(
-        f"{layer.name}.act.{'bwd' if backward else 'fwd'}",
+        f"{name}.{'bwd' if backward else 'fwd'}",
         "elementwise",
         elements,
-        nbytes,
+        model.activation_bytes(batch, width, w.element_bytes, backward),
         ops=ops,
         scalar_ops=scalar_ops,
         reduce_ops=reduce_ops,
@@ -322,24 +320,27 @@ def activation_task(w: Workload, layer: Layer, batch: int, backward: bool = Fals
     )
 
 
+def activation_task(w: Workload, layer: Layer, batch: int, backward: bool = False, written_out_loss: bool = True) -> Task:
+    """ReLU (or the final sigmoid) after a layer's GEMM, or its gradient in backward: bandwidth-bound."""
+    # One framework op (relu / threshold_backward), except after the network's last layer when the step writes its
+    # loss out (``written_out_loss``): the sigmoid and the loss's ops on a batch-long vector (LOSS_OPS_*), of which 4
+    # forward add a Python float (p + eps, 1 - p, + eps, 1 - y) and the mean reduces, and backward divides by the batch
+    # size. A loss module's call (TorchRec's, the reference DLRM's) is a task of its own (:func:`loss_task`): the layer
+    # keeps its one op, as the implementations' phase tables book the loss outside the top MLP.
+    last = layer.part == "top" and layer.index == len(w.top_mlp) - 1 and written_out_loss
+    ops = 1.0 + ((LOSS_OPS_BACKWARD if backward else LOSS_OPS_FORWARD) if last else 0.0)
+    scalar_ops, reduce_ops = ((1.0, 0.0) if backward else (4.0, 1.0)) if last else (0.0, 0.0)
+    return _elementwise_pass(f"{layer.name}.act", w, batch, layer.fan_out, backward, ops, scalar_ops, reduce_ops)
+
+
 def loss_task(w: Workload, batch: int, backward: bool = False) -> Task:
     """A loss module's call on the network's output (TorchRec's ``BCEWithLogitsLoss``, the reference DLRM's loss), for an
-    implementation that does not write its loss out: the loss's share of the written-out last activation
-    (:func:`activation_task`), 11 element-wise ops forward and 1 backward on the batch-long output, without their
-    scalar-operand and reduction classes (a module's ops are not re-measured). Named outside the top MLP, as those
-    implementations' phase tables book the loss (with autograd's start) under ``other``."""
-    width = model.top_layers(w)[-1].fan_out
-    ops = 1.0 if backward else 11.0
-    elements = float(batch * width)
-    return Task(
-        f"loss.{'bwd' if backward else 'fwd'}",
-        "elementwise",
-        elements,
-        model.activation_bytes(batch, width, w.element_bytes, backward),
-        ops=ops,
-        op_elements=(elements,) * int(ops),
-        out_bytes=elements * w.element_bytes,
-    )
+    implementation that does not write its loss out: the ops the written-out loss adds to the last activation
+    (LOSS_OPS_*), without their scalar-operand and reduction classes (a module's ops are not re-measured), and a pass
+    over the batch-long output of its own (the written-out loss's ops share the activation's). Named outside the top
+    MLP, as those implementations' phase tables book the loss (with autograd's start) under ``other``."""
+    ops = LOSS_OPS_BACKWARD if backward else LOSS_OPS_FORWARD
+    return _elementwise_pass("loss", w, batch, model.top_layers(w)[-1].fan_out, backward, ops)
 
 
 def embedding_forward_task(w: Workload, name: str, batch: int, columns: int, lookup_fraction: float = 1.0) -> Task:
