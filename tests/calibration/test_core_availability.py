@@ -109,21 +109,18 @@ def _tables(quick_cal: Calibration) -> Calibration:
     return quick_cal.model_copy(update={"host": host, "gemm": gemm, "core_availability": []})
 
 
-def test_a_lone_ranks_gemms_keep_the_share_of_their_multicore_gain_the_typical_moment_keeps(quick_cal: Calibration) -> None:
-    # Because the operating system gives a busy process one core and the others come and go, a 2-core GEMM that ran at
-    # 70 GF/s against 40 on one core in the benchmarks' good moments keeps 40 + 30 x (1.6 - 1) / (2 - 1) = 58 GF/s at
-    # a typical speedup of 1.6 against a best of 2; a size that ran slower on two cores (20 against 20 on one) loses
-    # nothing; one core is unchanged.
+def test_a_lone_ranks_gemms_keep_their_tables_multicore_rates(quick_cal: Calibration) -> None:
+    # Because a lone rank's MLP steps gained from their second thread what the GEMM tables gained (1.85x against
+    # 1.89-1.94x on the two 2-vCPU VMs), not the 1.68x the GEMM pairs' typical moment would keep, a 2-core GEMM that
+    # ran at 70 GF/s in the benchmarks keeps 70 GF/s with a measured availability of 0.8; two ranks on those cores
+    # would not (next test).
     base = _tables(quick_cal)
     cal = base.model_copy(update={"core_availability": [
         CoreAvailabilityFit(cores=2, availability=0.8, speedup_median=1.6, speedup_best=2.0, runs=5)]})  # fmt: skip
-    assert cal.core_availability[0].retained_gain == pytest.approx(0.6)
-    rates = dict(available_gemm_points(cal, 2))
-    assert rates[1e9] * 200 == pytest.approx(40 + 30 * 0.6) and rates[1e6] == pytest.approx(0.1)
+    assert available_gemm_points(cal, 2) == [(1e6, 0.1), (1e9, 0.35)] == available_gemm_points(base, 2)
     assert available_gemm_points(cal, 1) == [(1e6, 0.2), (1e9, 0.4)]
-    assert available_gemm_points(base, 2) == [(1e6, 0.1), (1e9, 0.35)]  # not measured: as fitted
     spec = apply_calibration(_host(2, 1), cal).compute(0)
-    assert spec.peak_flops["fp32"] * spec.gemm_efficiency(1e9) == pytest.approx(58e9)
+    assert spec.peak_flops["fp32"] * spec.gemm_efficiency(1e9) == pytest.approx(70e9)
 
 
 def test_ranks_sharing_the_busy_cores_each_get_their_availability(quick_cal: Calibration) -> None:

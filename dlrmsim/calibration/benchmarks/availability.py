@@ -26,6 +26,12 @@ the update's pairs gave median / upper-decile speedups of 1.16 / 1.78, 1.42 / 1.
 interleaved with them, gave 1.59 / 1.91, 1.80 / 2.02 and 1.62 / 1.83. The update's pairs apply a fresh gradient each
 call (new rows): the same gradient applied again, its rows in cache, ran slower on 2 threads than on one (median
 speedup 0.78), which is not what a step meets.
+
+What a step keeps is checked against the steps themselves (benchmarks/analyse_step_speedups.py): over the kept
+validations of both 2-vCPU VMs, a lone rank's sparse update gained from its second thread what its pairs' typical
+moment says, or less, but its MLP phases gained 1.85-1.87x, as much as the GEMM tables (1.90-1.94x), where the GEMM
+pairs' typical moment keeps 1.68x. So a lone rank's GEMMs keep their tables (apply.available_gemm_points), and the
+GEMM pairs set what ranks sharing the busy cores get.
 """
 
 from __future__ import annotations
