@@ -7,7 +7,9 @@ measurements of one run: the host's speed that day cancels, and what is left is 
 correction models. Per host (the CSV's CPU model), over every kept runner validation (``*-vm-torch.csv``) under the
 given directory, it prints the steps' median speedups beside, for every calibration there that measured the
 availability: the GEMM tables' speedup at the top MLP's size and the update fit's at the base case's, as fitted and
-as the typical moment keeps them.
+as the typical moment keeps them. Two ranks on the two cores are checked the same way: a lone 1-thread rank's top
+MLP over that of one of two 1-thread ranks running the same GEMMs (``ranks-2-wide``, twice the batch), against the
+GEMM pairs' availability, which is what each of those ranks keeps.
 
     .venv/bin/python -m benchmarks.analyse_step_speedups [validation/results]
 
@@ -42,12 +44,18 @@ def phase_ratio(slow: dict[str, str], fast: dict[str, str], phase: str) -> float
 
 
 def step_speedups(directory: Path) -> dict[str, dict[str, list[float]]]:
-    """Per host, per kernel ("gemm", "update"): each kept runner validation's 1-thread over 2-thread phase time."""
+    """Per host, per kernel ("gemm", "update"): each kept runner validation's 1-thread over 2-thread phase time; and
+    ("gemm, 2 ranks") a lone 1-thread rank's top MLP over that of one of two 1-thread ranks running the same GEMMs."""
     out: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for path in sorted(directory.glob("*-vm-torch.csv")):
         with path.open() as fh:
             rows = {r["case"]: r for r in csv.DictReader(fh)}
-        pairs = {"gemm": ("threads-1-wide", "wide-mlp", "top_mlp_fwd"), "update": ("threads-1", "base", "embedding_update")}
+        pairs = {
+            "gemm": ("threads-1-wide", "wide-mlp", "top_mlp_fwd"),
+            "update": ("threads-1", "base", "embedding_update"),
+            # one rank of two, each on one thread and half of twice the batch: the same GEMMs as the lone 1-thread rank's
+            "gemm, 2 ranks": ("threads-1-wide", "ranks-2-wide", "top_mlp_fwd"),
+        }
         for kernel, (slow, fast, phase) in pairs.items():
             if slow in rows and fast in rows and (r := phase_ratio(rows[slow], rows[fast], phase)) is not None:
                 out[rows[fast]["cpu_model"]][kernel].append(r)
@@ -75,7 +83,8 @@ def update_time_s(fit: EmbeddingFit, cal: Calibration) -> float:
 
 
 def kernel_speedups(cal: Calibration) -> dict[str, tuple[float, float]] | None:
-    """Per kernel, (fitted 2-core speedup, the speedup the pairs' typical moment keeps); None without 2-core pairs."""
+    """Per kernel, (fitted 2-core speedup, the speedup the pairs' typical moment keeps); for two 1-thread ranks, (1, the
+    GEMM pairs' availability). None without 2-core pairs."""
     gemm, update = cal.availability_fit(2, "gemm"), cal.availability_fit(2, "update")
     if gemm is None or update is None or cal.gemm.table(1).cores != 1 or cal.gemm.table(2).cores != 2:
         return None
@@ -86,6 +95,7 @@ def kernel_speedups(cal: Calibration) -> dict[str, tuple[float, float]] | None:
     return {
         "gemm": (s, 1.0 + gemm.retained_gain * (s - 1.0)),
         "update": (u1 / update_time_s(two, cal), u1 / update_time_s(kept, cal)),
+        "gemm, 2 ranks": (1.0, gemm.availability),
     }
 
 
@@ -98,9 +108,12 @@ def main() -> None:
         if (got := kernel_speedups(cal)) is not None:
             for kernel, pair in got.items():
                 fitted[cal.host.cpu_model][kernel].append(pair)
-    print("host | kernel | steps' 2-thread speedup (median, runs) | fitted | kept by the typical moment (calibrations)")
+    print(
+        "host | kernel | steps' speedup, 1 over 2 threads or a lone rank over one of 2 (median, runs) | fitted | "
+        "kept by the typical moment (calibrations)"
+    )
     for host in sorted(steps):
-        for kernel in ("gemm", "update"):
+        for kernel in ("gemm", "update", "gemm, 2 ranks"):
             s, f = steps[host][kernel], fitted[host][kernel]
             if not s or not f:
                 continue
