@@ -24,17 +24,24 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-import numpy as np
-
-from dlrmsim.calibration.apply import available_update_fit
-from dlrmsim.calibration.fit import embedding_features
+from dlrmsim.calibration.apply import available_update_fit, kept_gain_rate
+from dlrmsim.calibration.fit import embedding_coefficients, embedding_features, predict_gemm_s
+from dlrmsim.calibration.ops.base import embedding_bytes
 from dlrmsim.calibration.schema import Calibration, EmbeddingFit, Measurement, load_calibration, select_embedding_fit
 from dlrmsim.calibration.validate import parse_phases_cell
-from dlrmsim.topologies.topology import EfficiencyTable
+from dlrmsim.workloads.model import expected_unique_rows
+from dlrmsim.workloads.schema import UniformIndices
 
 TOP_MLP_GEMM_FLOPS = 2 * 1024 * 1024 * 1024  # wide-mlp's 1024 x 1024 top layers at batch 1024: one GEMM's flops
-# The base validation case's tables (validation_cases.yaml): 4 x 200,000 rows of 32 floats, 16 x 1024 lookups each
-BASE_UPDATE = {"rows": 200_000, "dim": 32, "lookups": 16_384, "tables": 4}
+# The base validation case's tables (validation_cases.yaml): 4 x 200,000 rows of 32 floats, 16 lookups per sample
+BASE_UPDATE = {"rows": 200_000, "dim": 32, "batch": 1024, "pooling": 16, "tables": 4}
+# Per kernel: (the case on fewer threads, the case on more or beside another rank, the phase compared)
+CASE_PAIRS = {
+    "gemm": ("threads-1-wide", "wide-mlp", "top_mlp_fwd"),
+    "update": ("threads-1", "base", "embedding_update"),
+    # one rank of two, each on one thread and half of twice the batch: the same GEMMs as the lone 1-thread rank's
+    "gemm, 2 ranks": ("threads-1-wide", "ranks-2-wide", "top_mlp_fwd"),
+}
 
 
 def phase_ratio(slow: dict[str, str], fast: dict[str, str], phase: str) -> float | None:
@@ -50,36 +57,20 @@ def step_speedups(directory: Path) -> dict[str, dict[str, list[float]]]:
     for path in sorted(directory.glob("*-vm-torch.csv")):
         with path.open() as fh:
             rows = {r["case"]: r for r in csv.DictReader(fh)}
-        pairs = {
-            "gemm": ("threads-1-wide", "wide-mlp", "top_mlp_fwd"),
-            "update": ("threads-1", "base", "embedding_update"),
-            # one rank of two, each on one thread and half of twice the batch: the same GEMMs as the lone 1-thread rank's
-            "gemm, 2 ranks": ("threads-1-wide", "ranks-2-wide", "top_mlp_fwd"),
-        }
-        for kernel, (slow, fast, phase) in pairs.items():
+        for kernel, (slow, fast, phase) in CASE_PAIRS.items():
             if slow in rows and fast in rows and (r := phase_ratio(rows[slow], rows[fast], phase)) is not None:
                 out[rows[fast]["cpu_model"]][kernel].append(r)
     return out
 
 
-def gemm_speedup(cal: Calibration, flops: float) -> float:
-    """The 2-core GEMM table's rate over the 1-core one's at ``flops`` (both fitted, as the benchmarks kept them)."""
-    one, two = cal.gemm.table(1), cal.gemm.table(2)
-    rate = [EfficiencyTable(tuple((float(f), float(e)) for f, e in t.points))(flops) * t.peak_GFLOPs for t in (one, two)]
-    return rate[1] / rate[0]
-
-
 def update_time_s(fit: EmbeddingFit, cal: Calibration) -> float:
     """The embedding fit's time of one base-case table's sparse update, beyond its dispatch."""
-    rows, dim, lookups = BASE_UPDATE["rows"], BASE_UPDATE["dim"], BASE_UPDATE["lookups"]
-    unique = rows * -np.expm1(-lookups / rows)
-    params = {**BASE_UPDATE, "op": "update", "unique_rows": unique, "batch": 1024, "pooling": lookups // 1024}
-    m = Measurement(
-        benchmark="embedding", name="base update", cores=1, params=params, time_s=1.0, repeats=1,
-        bytes=lookups * dim * 4.0 + lookups * 8.0 + 2.0 * unique * dim * 4.0,
-    )  # fmt: skip
-    terms = np.array([fit.fixed_us * 1e-6, fit.row_time_ns * 1e-9, fit.walk_time_ns * 1e-9, fit.reload_time_ns * 1e-9])
-    return float(embedding_features(m, cal.host)[:4] @ terms + m.bytes / (fit.bandwidth_GBps * 1e9))
+    lookups = BASE_UPDATE["batch"] * BASE_UPDATE["pooling"]
+    unique = expected_unique_rows(BASE_UPDATE["rows"], lookups, UniformIndices())
+    params = {**BASE_UPDATE, "op": "update", "unique_rows": unique, "lookups": lookups}
+    nbytes = embedding_bytes(BASE_UPDATE["batch"], BASE_UPDATE["pooling"], BASE_UPDATE["dim"], unique)["update"]  # type: ignore[arg-type]
+    m = Measurement(benchmark="embedding", name="base update", cores=1, params=params, bytes=nbytes, time_s=1.0, repeats=1)
+    return float(embedding_features(m, cal.host) @ embedding_coefficients(fit))
 
 
 def kernel_speedups(cal: Calibration) -> dict[str, tuple[float, float]] | None:
@@ -88,12 +79,12 @@ def kernel_speedups(cal: Calibration) -> dict[str, tuple[float, float]] | None:
     gemm, update = cal.availability_fit(2, "gemm"), cal.availability_fit(2, "update")
     if gemm is None or update is None or cal.gemm.table(1).cores != 1 or cal.gemm.table(2).cores != 2:
         return None
-    s = gemm_speedup(cal, TOP_MLP_GEMM_FLOPS)
+    s = predict_gemm_s(cal.gemm, TOP_MLP_GEMM_FLOPS, 1) / predict_gemm_s(cal.gemm, TOP_MLP_GEMM_FLOPS, 2)
     one, two = (select_embedding_fit(cal.embedding, "update", "uniform", c) for c in (1, 2))
     u1 = update_time_s(one, cal)
     kept = available_update_fit(two, one, update.retained_gain)
     return {
-        "gemm": (s, 1.0 + gemm.retained_gain * (s - 1.0)),
+        "gemm": (s, kept_gain_rate(s, 1.0, gemm.retained_gain)),
         "update": (u1 / update_time_s(two, cal), u1 / update_time_s(kept, cal)),
         "gemm, 2 ranks": (1.0, gemm.availability),
     }

@@ -596,6 +596,14 @@ def embedding_features(m: Measurement, host: HostInfo | None, sorted_rows: bool 
     return np.array([1.0, _lookups(m), walk_lookups(m, host, sorted_rows), reload_lookups(m, host, sorted_rows), m.bytes])
 
 
+def embedding_coefficients(e: EmbeddingFit) -> np.ndarray:
+    """``e``'s coefficients in SI units, in :func:`embedding_features`' order: the time of a call beyond its dispatch
+    and run start is their dot product with a measurement's features."""
+    return np.array(
+        [e.fixed_us * 1e-6, e.row_time_ns * 1e-9, e.walk_time_ns * 1e-9, e.reload_time_ns * 1e-9, 1.0 / (e.bandwidth_GBps * 1e9)]
+    )
+
+
 def fit_embedding_terms(features: np.ndarray, times: np.ndarray, max_bandwidth_Bps: float = math.inf) -> np.ndarray:
     """Non-negative coefficients c of t = features . c (rows of :func:`embedding_features`), least squares on
     the relative time error. A term the data does not need, or never exercises (an all-zero column), is 0.
@@ -1173,17 +1181,9 @@ def predict_s(m: Measurement, model: FittedModel) -> float | None:
             e = select_embedding_fit(fits, str(m.params["op"]), str(m.params["distribution"]), m.cores)
         except KeyError:
             return None
-        coef = np.array(
-            [
-                e.fixed_us * 1e-6,
-                e.row_time_ns * 1e-9,
-                e.walk_time_ns * 1e-9,
-                e.reload_time_ns * 1e-9,
-                1.0 / (e.bandwidth_GBps * 1e9),
-            ]
-        )
         first = e.run_start_us * 1e-6 if _is_run_start(m) else 0.0
-        return dispatch_s(overhead, m.cores, 1.0) + float(embedding_features(m, model.host, e.sorted_rows) @ coef) + first
+        work = float(embedding_features(m, model.host, e.sorted_rows) @ embedding_coefficients(e))
+        return dispatch_s(overhead, m.cores, 1.0) + work + first
     if m.benchmark in ("interaction", "interaction_torchrec"):
         fits = model.interaction if m.benchmark == "interaction" else model.interaction_torchrec
         fit = select_interaction_fit(fits, str(m.params["direction"]), m.cores)
