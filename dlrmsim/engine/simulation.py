@@ -257,7 +257,7 @@ class Simulation:
             w, cp, cs, tr, res = self._task_params(
                 c.rank, c.flops, c.nbytes, c.precision, c.cores, c.pool == "compute", c.kind, c.columns
             )
-            work[i], cap[i], cap_s[i], trig[i], share[i], delay[i] = w, cp, cs, tr, c.cores, c.overhead_s
+            work[i], cap[i], cap_s[i], trig[i], share[i], delay[i] = w * c.work_factor, cp, cs, tr, c.cores, c.overhead_s
             if res >= 0:
                 e_act.append(i)
                 e_res.append(res)
@@ -300,18 +300,18 @@ class Simulation:
         packing one): an application that walks instances one task at a time (``instances``) starts tens of
         thousands this way."""
         owner = _BatchOwner(self, (c,), [self._take_free(c)], self.env.now, on_done)
-        self._add_task(owner, c.rank, c.flops, c.nbytes, c.precision, c.cores, c.pool, c.kind, c.columns)
+        self._add_task(owner, c.rank, c.flops, c.nbytes, c.precision, c.cores, c.pool, c.kind, c.columns, c.work_factor)
 
     def _add_task(
         self, owner: Owner, rank: int, flops: float, nbytes: float, precision: str, cores: float, pool: str, kind: str,
-        columns: int,
+        columns: int, work_factor: float = 1.0,
     ) -> None:  # fmt: skip
         """Start one task's fluid activity now, ``owner`` hearing when it ends: :meth:`compute`'s tasks and one-call
-        batches alike."""
+        batches alike (``work_factor``: :attr:`TaskCall.work_factor`)."""
         oid = self.fluid.register(owner, 1)
         work, cap, cap_s, trig, res = self._task_params(rank, flops, nbytes, precision, cores, pool == "compute", kind, columns)
         # Its share of a saturated memory domain grows with the cores streaming for it (Batch.share).
-        self.fluid.add_one(work, cap, cap_s, trig, rank, -1, 0, res, oid, share=cores)
+        self.fluid.add_one(work * work_factor, cap, cap_s, trig, rank, -1, 0, res, oid, share=cores)
 
     def _task_params(
         self,
@@ -604,6 +604,11 @@ class TaskCall(NamedTuple):
     pool: str = "compute"
     overhead_s: float = 0.0
     columns: int = 0
+    # A factor on the task's work (its flops and bytes) at the rates of its nominal size: its time alone is that
+    # factor times the nominal one, as run-to-run variation stretches a kernel (instances' jitter). Scaling the
+    # flops and bytes themselves would also move the efficiency tables' lookup by size, so a 2 % longer layer would
+    # run a little more efficiently than the nominal one, and its time would grow by less than the factor.
+    work_factor: float = 1.0
 
 
 class _BatchOwner:
@@ -622,7 +627,8 @@ class _BatchOwner:
         for i in idx:
             c = self.calls[i]
             self.containers[i].give_back(c.cores)
-            add((c.rank, c.kind, c.name, c.category, start, now, c.nbytes, c.flops, -1, c.pool, None))
+            f = c.work_factor  # the record holds the work done: the nominal flops and bytes times the factor
+            add((c.rank, c.kind, c.name, c.category, start, now, c.nbytes * f, c.flops * f, -1, c.pool, None))
         self.notify(idx, now)
 
 

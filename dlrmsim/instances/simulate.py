@@ -14,8 +14,11 @@ Model
   bound and compute-bound layers are told apart only by the roofline of their flops and bytes.
 - Training is synchronous: each iteration ends when every instance's gradients are combined and the weights
   updated; the next iteration starts then. Delayed initiation: every iteration each instance starts after a
-  delay (settings ``start_delay``), and jitter scales each task's work by a lognormal factor (``jitter_sigma``),
-  both drawn from ``sim.rng`` (seeded, deterministic).
+  delay (settings ``start_delay``), and jitter scales each task's work by a lognormal factor (``jitter_sigma``) at
+  the rates of its nominal size, so its time alone scales by the factor. Both come from the instance's own random
+  generator (one per instance, spawned from the settings' ``seed``), an iteration's at its start: no draw depends
+  on the order in which simulated events happen, so a what-if that changes a cost, or another instance, runs the
+  same draws (common random numbers: the difference between two settings is the model's, not a reshuffle).
 - Synchronisation (G = bytes of the dense model, m = instances on a socket; "traffic" is memory-domain bytes):
     gradient_server   one shared weight copy per NUMA node. Each instance adds its gradient into it on its own
                       cores (read gradient + read/write shared copy: 3G traffic; chunks are assumed claimed in
@@ -45,12 +48,12 @@ Units: seconds, bytes, B/s, flop/s, samples.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import simpy
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveInt
 
@@ -374,6 +377,8 @@ class _Run:
             b = split[j] if lay.sockets_per_instance == 1 else batch
             self.parts.append(_Part(pid, i, s, j, b, wl.tasks(b, lay.cores, self.spec)))
         self.by_instance: dict[int, list[_Part]] = {}
+        # one generator per instance (its delays and work factors): see the module docstring
+        self.rng = [np.random.default_rng(s) for s in np.random.SeedSequence(st.seed).spawn(lay.instances)]
         self.by_socket: dict[int, list[_Part]] = {}
         for p in self.parts:
             self.by_instance.setdefault(p.instance, []).append(p)
@@ -422,9 +427,17 @@ class _Run:
         ps = self.by_socket[rank]
         return simpy.AllOf(self.env, [self.task(rank, base, nbytes / len(ps), self.lay.cores, flops / len(ps)) for p in ps])
 
-    def _jitter(self) -> float:
+    def _jitters(self, i: int) -> list[list[float]]:
+        """One iteration's work factors of instance ``i``: ``[layer][part]``, lognormal of mean 1 (``jitter_sigma``),
+        drawn together from the instance's generator when the iteration starts. (Drawn task by task from one shared
+        generator as layers started, the draws went to whichever instance's layer came first, so any change of a
+        cost reshuffled every instance's factors and delays.)"""
+        parts = self.by_instance[i]
         sig = self.st.jitter_sigma
-        return float(math.exp(self.sim.rng.normal(-0.5 * sig * sig, sig))) if sig > 0 else 1.0
+        shape = (len(parts[0].tasks), len(parts))
+        if not sig > 0:
+            return [[1.0] * shape[1] for _ in range(shape[0])]
+        return np.exp(self.rng[i].normal(-0.5 * sig * sig, sig, size=shape)).tolist()
 
     def _delay(self, i: int) -> float:
         sd = self.st.start_delay
@@ -434,11 +447,12 @@ class _Run:
             return 0.0
         if sd.mode == "even":
             return window * (i % self.lay.instances_per_socket) / self.lay.instances_per_socket
-        return float(self.sim.rng.uniform(0.0, window))
+        return float(self.rng[i].uniform(0.0, window))
 
     # -- instance programs -------------------------------------------------------------------------------
-    def _layers(self, parts: list[_Part], n: int, j: int, then: Callable[[], None]) -> None:
-        """Run layers ``j``, ``j + 1``, ... of iteration ``n`` on the instance's ``parts``, then call ``then``.
+    def _layers(self, parts: list[_Part], n: int, j: int, then: Callable[[], None], jitter: list[list[float]]) -> None:
+        """Run layers ``j``, ``j + 1``, ... of iteration ``n`` on the instance's ``parts``, then call ``then``;
+        ``jitter[j][k]``: the work factor of layer ``j`` on part ``k`` (:meth:`_jitters`).
 
         A chain of callbacks, not a process: each layer's tasks (one per part, on its own rank) start as one
         ``Simulation.compute_batch`` and the next layer starts at the instant the last of them ends (and its serial
@@ -450,18 +464,18 @@ class _Run:
             return
         calls = []
         serial = []
-        for p in parts:
+        for p, f in zip(parts, jitter[j], strict=True):
             t = p.tasks[j]
-            f = self._jitter()
             name = self._name(f"it{n}.i{p.instance}.r{p.rank}.{t.name}")
             self.cores_of[name] = self.lay.cores
-            # a batch share changes a GEMM's rows or depth, not its output columns
+            # Jitter stretches the layer's work at the rates of its nominal size (TaskCall.work_factor); a batch
+            # share changes a GEMM's rows or depth, not its output columns.
             calls.append(
-                TaskCall(p.rank, name, t.flops * f, t.bytes * f, t.kind, self._prec(t), self.lay.cores, columns=t.columns)
+                TaskCall(p.rank, name, t.flops, t.bytes, t.kind, self._prec(t), self.lay.cores, columns=t.columns, work_factor=f)
             )
             serial.append(t.serial_s * f)
         if len(parts) == 1 and not serial[0] > 0:  # the common case: one part, no serial chain
-            self.sim.compute_batch(calls, lambda _idx, _now: self._layers(parts, n, j + 1, then))
+            self.sim.compute_batch(calls, lambda _idx, _now: self._layers(parts, n, j + 1, then, jitter))
             return
         left = [len(parts)]
         t0 = self.env.now
@@ -469,7 +483,7 @@ class _Run:
         def part_done() -> None:
             left[0] -= 1
             if not left[0]:
-                self._layers(parts, n, j + 1, then)
+                self._layers(parts, n, j + 1, then, jitter)
 
         def tasks_done(idx: list[int], now: float) -> None:
             for i in idx:
@@ -486,11 +500,12 @@ class _Run:
         for n in range(self.n_iter):
             yield self.start[n]
             d = self._delay(i)
+            jitter = self._jitters(i)
             self.delays.append(d)
             if d > 0:
                 yield self.env.timeout(d)
             layers_done = self.env.event()
-            self._layers(parts, n, 0, layers_done.succeed)
+            self._layers(parts, n, 0, layers_done.succeed, jitter)
             yield layers_done
             for p in parts:
                 self.compute_end[n][p.pid] = self.env.now

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from dlrmsim.engine import Simulation, TaskCall
 from dlrmsim.errors import DlrmsimError
+from dlrmsim.topologies.topology import EfficiencyTable
 from tests.engine.handmade import GB, ring, simple_spec, two_node
 
 SPEC = simple_spec(cores=28, peak_flops=4.3e12, memory_bandwidth_Bps=100 * GB, saturation_cores=7)
@@ -108,3 +111,31 @@ def test_a_chain_of_one_call_batches_runs_as_a_process_of_compute_calls() -> Non
     assert got == process()
     ends = {name: end for name, _, end in got}
     assert ends["empty"] == ends["a"] > 0
+
+
+def test_a_work_factor_stretches_the_time_alone_by_itself_at_the_nominal_sizes_rates() -> None:
+    # Because the factor multiplies the work at the rates of the nominal flops and bytes (TaskCall.work_factor), a
+    # task alone takes exactly the factor times its nominal time; a task with its flops and bytes scaled instead
+    # looks its efficiency up at another size (a GEMM on this spec runs more efficiently the larger it is). Both
+    # paths: a one-call batch (written straight into the tables) and a two-call one (packed).
+    gemm = (8e9, 2e8)  # flops, bytes: compute-bound at 28 cores
+    rising = replace(SPEC, gemm_efficiency=EfficiencyTable(((1e8, 0.3), (1e11, 0.9))))
+
+    def ends(calls: list[TaskCall]) -> dict[str, float]:
+        sim = Simulation(two_node(spec=rising))
+        sim.compute_batch(calls, lambda idx, now: None)
+        sim.run()
+        return {r.name: r.end for r in sim.records}
+
+    def call(rank: int, name: str, scale: float = 1.0, factor: float = 1.0) -> TaskCall:
+        return TaskCall(rank, name, gemm[0] * scale, gemm[1] * scale, "gemm", "fp32", 28.0, work_factor=factor)
+
+    nominal = ends([call(0, "n")])["n"]
+    assert ends([call(0, "f", factor=1.5)])["f"] == pytest.approx(1.5 * nominal, rel=1e-12)
+    pair = ends([call(0, "f", factor=1.5), call(1, "g", factor=0.5)])
+    assert pair["f"] == pytest.approx(1.5 * nominal, rel=1e-12) and pair["g"] == pytest.approx(0.5 * nominal, rel=1e-12)
+    # and the scaled task's efficiency moved, which is what the factor avoids
+    assert ends([call(0, "s", scale=0.5)])["s"] != pytest.approx(0.5 * nominal, rel=1e-6)
+    # the record holds the work done
+    sim, _ = _batch_run([call(0, "f", factor=1.5)])
+    assert (sim.records[0].flops, sim.records[0].bytes) == (1.5 * gemm[0], 1.5 * gemm[1])
