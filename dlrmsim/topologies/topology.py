@@ -30,8 +30,12 @@ def interpolate_by_scan(points: tuple[tuple[float, float], ...], size: float) ->
         return points[-1][1]
     for (s0, e0), (s1, e1) in zip(points, points[1:], strict=False):
         if s0 <= size <= s1:
-            t = (math.log(size) - math.log(s0)) / (math.log(s1) - math.log(s0))
-            return e0 + t * (e1 - e0)
+            width = math.log(s1) - math.log(s0)
+            if width == 0.0:
+                # Sizes a few ulps apart have one logarithm: no room to interpolate. A size there belongs to the end
+                # of the segment, as a size on a breakpoint does.
+                return e1
+            return e0 + (math.log(size) - math.log(s0)) / width * (e1 - e0)
     return points[-1][1]
 
 
@@ -60,7 +64,10 @@ class EfficiencyTable:
         i = bisect_left(sizes, size)
         if 0 < i < len(pts):
             e0, e1 = pts[i - 1][1], pts[i][1]
-            return e0 + (math.log(size) - logs[i - 1]) / (logs[i] - logs[i - 1]) * (e1 - e0)
+            width = logs[i] - logs[i - 1]
+            if width == 0.0:
+                return e1  # as interpolate_by_scan: one logarithm for both ends
+            return e0 + (math.log(size) - logs[i - 1]) / width * (e1 - e0)
         return pts[-1][1]  # a size that compares with nothing (nan)
 
     @cached_property
