@@ -294,6 +294,35 @@ class Simulation:
             )
         return container
 
+    def compute_chain(self, calls: Sequence[TaskCall], on_done: Callable[[float], None]) -> None:
+        """Run the compute tasks ``calls`` one after another on one rank's cores, each starting at the instant the
+        previous one ends, then call ``on_done(end)`` (s). The same activities, records and times as starting each
+        next call from the previous one's :meth:`compute_batch` callback (a one-call batch each), without that
+        round trip per task: the cores are taken once (they must be free now) and given back after the last task,
+        and each next activity is written from the scheduler's step where the callback would have written it.
+        All calls share ``rank``, ``pool`` and ``cores`` (a rank's compute stream); none has a fixed overhead."""
+        if not calls:
+            on_done(self.env.now)
+            return
+        first = calls[0]
+        for c in calls:
+            if (c.rank, c.pool, c.cores) != (first.rank, first.pool, first.cores) or c.overhead_s != 0:
+                raise DlrmsimError(
+                    f"task '{c.name}': a chain runs on one rank's cores, without fixed overheads",
+                    field="calls",
+                    fix="use compute_batch for tasks on other ranks, pools or core counts, or with an overhead",
+                )
+            if c.flops < 0 or c.nbytes < 0:
+                raise DlrmsimError(f"task '{c.name}' has negative flops or bytes", field="flops/bytes")
+        container = self._take_free(first)
+        interferable = first.pool == "compute"
+        params = [
+            self._task_params(c.rank, c.flops, c.nbytes, c.precision, c.cores, interferable, c.kind, c.columns) for c in calls
+        ]
+        owner = _ChainOwner(self, calls, params, container, on_done)
+        owner.oid = self.fluid.register(owner, len(calls))
+        owner.start_next()
+
     def _compute_one(self, c: TaskCall, on_done: Callable[[list[int], float], None]) -> None:
         """:meth:`compute_batch` of one call without a fixed overhead, written straight into the scheduler's tables as
         :meth:`compute`'s tasks are (``FluidScheduler.add_one``: the same activity as a one-activity batch, without
@@ -630,6 +659,39 @@ class _BatchOwner:
             f = c.work_factor  # the record holds the work done: the nominal flops and bytes times the factor
             add((c.rank, c.kind, c.name, c.category, start, now, c.nbytes * f, c.flops * f, -1, c.pool, None))
         self.notify(idx, now)
+
+
+class _ChainOwner:
+    """The fluid owner of one :meth:`Simulation.compute_chain`: records each task as it ends and starts the next
+    (``FluidScheduler.add_one``, from inside the scheduler's step); after the last, gives the cores back and calls
+    the caller."""
+
+    __slots__ = ("sim", "calls", "params", "container", "notify", "oid", "i", "start")
+
+    def __init__(self, sim: Simulation, calls: Sequence[TaskCall], params: list[tuple[float, float, float, int, int]],
+                 container: CorePool, notify: Callable[[float], None]) -> None:  # fmt: skip
+        self.sim, self.calls, self.params, self.container, self.notify = sim, calls, params, container, notify
+        self.oid = -1
+        self.i = 0
+        self.start = 0.0
+
+    def start_next(self) -> None:
+        c = self.calls[self.i]
+        work, cap, cap_s, trig, res = self.params[self.i]
+        self.start = self.sim.env.now
+        # as Simulation._add_task: the share of a saturated memory domain grows with the cores streaming for it
+        self.sim.fluid.add_one(work * c.work_factor, cap, cap_s, trig, c.rank, -1, 0, res, self.oid, share=c.cores)
+
+    def on_done(self, tags: np.ndarray, t_issue: np.ndarray, now: float) -> None:
+        c = self.calls[self.i]
+        f = c.work_factor  # the record holds the work done, as _BatchOwner's
+        self.sim._log.add((c.rank, c.kind, c.name, c.category, self.start, now, c.nbytes * f, c.flops * f, -1, c.pool, None))
+        self.i += 1
+        if self.i < len(self.calls):
+            self.start_next()
+            return
+        self.container.give_back(c.cores)
+        self.notify(now)
 
 
 class _TransferOwner:

@@ -462,6 +462,11 @@ class _Run:
         if j == len(tasks):
             then()
             return
+        if j == 0 and len(parts) == 1 and not any(t.serial_s > 0 for t in tasks):
+            # The common case, one part and no serial chain: the layers are one chain of tasks on the part's cores
+            # (Simulation.compute_chain), the same activities and times without a callback per layer.
+            self._chain(parts[0], n, then, jitter)
+            return
         calls = []
         serial = []
         for p, f in zip(parts, jitter[j], strict=True):
@@ -494,6 +499,17 @@ class _Run:
                     part_done()
 
         self.sim.compute_batch(calls, tasks_done)
+
+    def _chain(self, p: _Part, n: int, then: Callable[[], None], jitter: list[list[float]]) -> None:
+        """Iteration ``n``'s layers of a one-part instance without serial chains, as one chain of tasks."""
+        calls = []
+        for t, (f,) in zip(p.tasks, jitter, strict=True):
+            name = self._name(f"it{n}.i{p.instance}.r{p.rank}.{t.name}")
+            self.cores_of[name] = self.lay.cores
+            calls.append(
+                TaskCall(p.rank, name, t.flops, t.bytes, t.kind, self._prec(t), self.lay.cores, columns=t.columns, work_factor=f)
+            )
+        self.sim.compute_chain(calls, lambda _now: then())
 
     def instance(self, i: int) -> Any:
         parts = self.by_instance[i]

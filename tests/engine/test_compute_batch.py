@@ -139,3 +139,52 @@ def test_a_work_factor_stretches_the_time_alone_by_itself_at_the_nominal_sizes_r
     # the record holds the work done
     sim, _ = _batch_run([call(0, "f", factor=1.5)])
     assert (sim.records[0].flops, sim.records[0].bytes) == (1.5 * gemm[0], 1.5 * gemm[1])
+
+
+def test_compute_chain_gives_the_records_of_one_call_batches_started_from_each_others_callbacks() -> None:
+    # Because compute_chain writes each next activity from the scheduler's step where a one-call batch started from
+    # the previous task's callback would be written, beside a task on another rank the records are the same to the
+    # bit (an empty task included), the caller hears the last task's end, and the cores are back afterwards.
+    steps = [("a", 1e9, 0.0, 1.0), ("empty", 0.0, 0.0, 1.0), ("b", 1e9, 2e8, 1.3), ("c", 0.0, 5e8, 0.7)]
+
+    def calls() -> list[TaskCall]:
+        return [TaskCall(0, name, fl, nb, "gemm", "fp32", 28.0, work_factor=f) for name, fl, nb, f in steps]
+
+    def run(chain: bool) -> tuple[list[tuple[str, float, float, float, float]], list[float], Simulation]:
+        sim = Simulation(two_node(spec=SPEC))
+        sim.compute(1, "beside", flops=3e10, bytes=3e8, kind="gemm")
+        heard: list[float] = []
+        if chain:
+            sim.compute_chain(calls(), heard.append)
+        else:
+
+            def start(i: int) -> None:
+                if i < len(steps):
+                    sim.compute_batch([calls()[i]], lambda idx, now: start(i + 1))
+                else:
+                    heard.append(sim.env.now)
+
+            start(0)
+        sim.run()
+        return sorted((r.name, r.start, r.end, r.flops, r.bytes) for r in sim.records), heard, sim
+
+    got, heard, sim = run(chain=True)
+    want, heard_want, _ = run(chain=False)
+    assert got == want and heard == heard_want == [max(end for name, _, end, _, _ in got if name != "beside")]
+    assert all(pool.level == pool.capacity for rr in sim.rank_resources for pool in rr.pools.values())
+
+
+def test_a_chain_on_two_ranks_or_with_an_overhead_is_a_usage_error() -> None:
+    # Because a chain is one rank's compute stream: its tasks hold one pool's cores from the first to the last.
+    sim = Simulation(two_node(spec=SPEC))
+    a = TaskCall(0, "a", 0.0, 1e6, "copy", "fp32", 28.0)
+    with pytest.raises(DlrmsimError, match="one rank's cores"):
+        sim.compute_chain([a, TaskCall(1, "b", 0.0, 1e6, "copy", "fp32", 28.0)], print)
+    with pytest.raises(DlrmsimError, match="one rank's cores"):
+        sim.compute_chain([a._replace(overhead_s=1e-6)], print)
+    with pytest.raises(DlrmsimError, match="negative"):
+        sim.compute_chain([a, a._replace(name="b", flops=-1.0)], print)
+    # and nothing was started: the cores are free for a good chain
+    sim.compute_chain([a, a._replace(name="b")], print)
+    sim.run()
+    assert [r.name for r in sim.records] == ["a", "b"]
