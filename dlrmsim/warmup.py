@@ -6,7 +6,8 @@ minute on a 2-core VM, most of it the run-ahead kernel) inside whatever the user
 module after installing instead, so ``make demo`` and the first ``dlrmsim simulate`` start warm. It simulates one
 small iteration on the fat-tree cluster three times: with and without per-flow records (without, collectives run
 ahead in compiled code), and under the lockstep approximation (its barrier is a kernel of its own on the Python
-path), which calls every kernel, and prints how long that took.
+path), then one setting of ``instances`` (whose layers run as chains, a kernel of their own), which calls every
+kernel, and prints how long that took.
 
 It also writes the package's bytecode (``__pycache__``): where ``PYTHONDONTWRITEBYTECODE`` is set (container images
 often set it), Python never caches it on import, and every command compiled dlrmsim's source again, about 0.15 s
@@ -25,6 +26,7 @@ import numpy as np
 
 from dlrmsim.engine.fluid import grow_tables
 from dlrmsim.engine.phases import NO_COLLECTIVE, RunnerListPacking, cycles_to_skip
+from dlrmsim.instances.simulate import InstancesConfig, load_inputs, simulate_point
 from dlrmsim.training.simulate import TrainingConfig, simulate_training
 
 PACKAGE = Path(__file__).resolve().parent
@@ -44,6 +46,8 @@ def warm_up() -> float:
     simulate_training(cfg)
     simulate_training(cfg, record_flows=False)
     simulate_training(cfg.model_copy(update={"lockstep_collectives": True}))
+    # Instances' layers run as chains, which the scheduler's chain kernel drives (no collective does).
+    simulate_point(load_inputs(InstancesConfig(workload="mlp-like", settings_overrides={"iterations": 1})), 2)
     # The Python path's cycle skip calls this kernel only when a skip is in reach, which these runs need not be.
     cycles_to_skip(np.zeros(1), np.zeros(1), 2, 1.0, np.inf)
     # The scheduler grows its tables only when a run outgrows their first size, which a small run need not

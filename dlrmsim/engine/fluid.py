@@ -8,7 +8,8 @@ that instant holds; completion events are then rescheduled.
 
 :func:`dlrmsim.engine.maxmin.maxmin_rates` is the pure allocation (compiled); :class:`FluidScheduler` drives it
 from SimPy, and hands its state to a compiled kernel (:mod:`dlrmsim.engine.phases`) for the stretches of instants
-that only collectives shape (:meth:`FluidScheduler.set_runner`).
+that only collectives shape (:meth:`FluidScheduler.set_runner`), and to another (:func:`_chains_ahead`) for those
+that only chains of tasks run back to back shape (:meth:`FluidScheduler.add_chain`).
 """
 
 from __future__ import annotations
@@ -44,6 +45,13 @@ class Owner(Protocol):
 
     def on_done(self, tags: np.ndarray, t_issue: np.ndarray, now: float) -> None:
         """``tags`` are the owner's own labels of the finished activities, ``t_issue`` when each was added (s)."""
+
+
+class ChainOwner(Owner, Protocol):
+    """An owner of a chain (:meth:`FluidScheduler.add_chain`), told of the tasks the chain kernel finished."""
+
+    def ran_ahead(self, end: float) -> None:
+        """Its running activity finished at ``end`` (s), and the kernel started the next one there."""
 
 
 class RunnerPacking(Protocol):
@@ -166,6 +174,15 @@ class FluidScheduler:
         self._packing: RunnerPacking | None = None
         self._ahead_stale = False  # runners came or went since _ahead_colls was brought up to date
         self._need_solve = False
+        self._wake_time = np.inf  # when the pending wake-up (_wake, asked for _wake_at) fires
+        # Chains (add_chain): an owner whose activities run one after another, each next one starting at the
+        # instant the previous ends. Their activities' columns are rows of _CF (work, cap, slowed cap, share) and _CI
+        # (trigger, rank, resource or -1); per chain [first row, end row, next row to start].
+        self._chains: dict[int, list[int]] = {}
+        self._chain_owners: dict[int, ChainOwner] = {}
+        self._CF = np.zeros((4, 256))
+        self._CI = np.zeros((3, 256), dtype=np.int64)
+        self._chain_rows = 0
 
     # ---- views of the running activities (read-only by convention) ---------------------------
     work = property(lambda self: self._F[_WORK, : self._n])
@@ -275,6 +292,38 @@ class FluidScheduler:
             self._added_done = True  # done as soon as it starts: only a step finishes it
         self._request_flush()
 
+    def add_chain(self, oid: int, owner: ChainOwner, cols_f: np.ndarray, cols_i: np.ndarray) -> None:
+        """Owner ``oid`` runs ``L`` activities one after another, each starting (with :meth:`add_one`'s columns: work,
+        cap, slowed cap, share in ``cols_f``, 4 x L; trigger, rank, resource or -1 in ``cols_i``, 3 x L) at the instant
+        the previous one ends. The owner starts the first (:meth:`add_one`, tag 0) and each next one it hears of
+        (:meth:`chain_started`); while nothing else happens before a chain's next instant, a compiled kernel starts
+        them instead and tells the owner afterwards (``ran_ahead``). The last one always ends through ``on_done``."""
+        n_rows = cols_f.shape[1]
+        need = self._chain_rows + n_rows
+        if need > self._CF.shape[1]:
+            size = max(2 * self._CF.shape[1], need)
+            CF, CI = np.zeros((4, size)), np.zeros((3, size), dtype=np.int64)
+            CF[:, : self._chain_rows] = self._CF[:, : self._chain_rows]
+            CI[:, : self._chain_rows] = self._CI[:, : self._chain_rows]
+            self._CF, self._CI = CF, CI
+        first = self._chain_rows
+        self._CF[:, first:need] = cols_f
+        self._CI[:, first:need] = cols_i
+        self._chain_rows = need
+        self._chains[oid] = [first, need, first]
+        self._chain_owners[oid] = owner
+
+    def chain_started(self, oid: int, i: int) -> None:
+        """Chain ``oid``'s owner started its activity ``i`` (0-based) itself."""
+        rows = self._chains[oid]
+        rows[2] = rows[0] + i + 1
+
+    def drop_chain(self, oid: int) -> None:
+        """Chain ``oid`` is done (its last activity finished)."""
+        del self._chains[oid], self._chain_owners[oid]
+        if not self._chains:
+            self._chain_rows = 0  # every chain's rows are spent: start the table afresh
+
     def set_runner(self, oid: int, runner: Runner | None) -> None:
         """Let owner ``oid``'s activities be driven by the run-ahead kernel (``None``: no longer). While runners are
         set and a kernel is given (:meth:`set_ahead_kernel`), each re-solve hands the kernel the state to advance
@@ -319,6 +368,7 @@ class FluidScheduler:
         self._held = True
         self._wake = None
         self._wake_at = np.inf
+        self._wake_time = np.inf
 
     def resume(self) -> None:
         """End a :meth:`hold` at the current time: re-solve and reschedule from here."""
@@ -381,7 +431,9 @@ class FluidScheduler:
     def _schedule_wake(self, t: float) -> None:
         if t < self._wake_at:
             self._wake_at = t
-            ev = self.env.timeout(max(t - self.env.now, 0.0))
+            delay = max(t - self.env.now, 0.0)
+            self._wake_time = self.env.now + delay  # SimPy's time for it (the chain kernel follows the same rounding)
+            ev = self.env.timeout(delay)
             self._wake = ev
             ev.callbacks.append(self._on_wake)
 
@@ -390,6 +442,7 @@ class FluidScheduler:
             return
         self._wake = None
         self._wake_at = np.inf
+        self._wake_time = np.inf
         self.stats["wakeups"] += 1
         self._step(solve_now=False)
 
@@ -500,6 +553,8 @@ class FluidScheduler:
             t_next = _solve_rates(self._F, self._I, self._E, self._EW, n, self._m, self.res_cap, self.n_ranks)
         if self._runners and self._run_ahead(t_next):
             return
+        if self._chains and not self._runners and self._run_chains(t_next):
+            return
         if n:
             if t_next < np.inf:
                 now = self.env.now
@@ -574,10 +629,67 @@ class FluidScheduler:
         self._delayed = foreign
         self._wake = None
         self._wake_at = np.inf
+        self._wake_time = np.inf
         if t_at < np.inf:
             self._schedule_wake(t_at)  # outcome STOPPED_AT: the step there finishes what the kernel left
         if foreign:
             self._schedule_wake(foreign[0][0])
+        return True
+
+    def _run_chains(self, t_next: float) -> bool:
+        """Hand the state to the chain kernel (:func:`_chains_ahead`) when the next instant comes before anyone else's
+        event (as :meth:`_run_ahead` does for collectives); take back what it leaves, tell the chains' owners what it
+        finished and schedule the wake-up. Returns whether it ran."""
+        if self._pending or self._added or self._held or self._delayed or self._t != self.env.now:
+            return False
+        now = self.env.now
+        t_ext = min((t for t, _, _, ev in self.env._queue if not self.is_own_event(ev)), default=np.inf)
+        if not now + max(t_next, 0.0) < t_ext:
+            return False
+        oids = sorted(self._chains)
+        rows = np.array([self._chains[o] for o in oids], dtype=np.int64).reshape(-1, 3)
+        ch_next, ch_end = rows[:, 2].copy(), rows[:, 1].copy()
+        room = int((ch_end - ch_next).sum())
+        self._reserve(self._n, self._m + len(oids))  # a chain's activity has one entry at most: m grows by that
+        log_c = np.empty(room, dtype=np.int64)
+        log_t = np.empty(room)
+        counts = np.zeros(4, dtype=np.int64)
+        wake = np.array([self._wake_at, self._wake_time])
+        n, m, t, stopped, nlog = _chains_ahead(
+            self._F, self._I, self._E, self._EW, self._n, self._m, self.res_cap, self.n_ranks, now, t_next, t_ext,
+            np.array(oids, dtype=np.int64), ch_next, ch_end, self._CF, self._CI, log_c, log_t, counts, wake,
+        )  # fmt: skip
+        self._n, self._m, self._t = n, m, t
+        started, finished, solves, instants = counts.tolist()
+        self.stats["activities"] += started
+        self.stats["finished"] += finished
+        self.stats["solves"] += solves
+        self.stats["wakeups"] += instants
+        if nlog:
+            ends: dict[int, list[float]] = {}
+            for ci, te in zip(log_c[:nlog].tolist(), log_t[:nlog].tolist(), strict=True):
+                ends.setdefault(ci, []).append(te)
+            for ci, te in ends.items():
+                o = oids[ci]
+                self._owner_left[o] -= len(te)
+                self._chains[o][2] = int(ch_next[ci])
+            # owners hear in the order their activities finished (records keep the order of the Python path)
+            owners = self._chain_owners
+            for ci, te in zip(log_c[:nlog].tolist(), log_t[:nlog].tolist(), strict=True):
+                owners[oids[ci]].ran_ahead(te)
+        # The wake-up the Python path would have pending now (the kernel keeps its target and time as _schedule_wake
+        # and _on_wake do): stopped, the one at t, whose step finishes what the kernel left; else the next one. A
+        # new one is scheduled at its exact time (SimPy's rounding of the delay from the instant that asked for it),
+        # not at now plus a delay, which would round again.
+        wake_at, wake_time = wake.tolist()
+        if stopped:
+            wake_at = wake_time = t
+        if wake_at != self._wake_at or wake_time != self._wake_time:
+            ev = simpy.Event(self.env)
+            ev._ok, ev._value = True, None  # triggered, as a Timeout is at creation
+            ev.callbacks.append(self._on_wake)
+            heapq.heappush(self.env._queue, (wake_time, simpy.core.NORMAL, next(self.env._eid), ev))  # as schedule()
+            self._wake, self._wake_at, self._wake_time = ev, wake_at, wake_time
         return True
 
     def _update_ahead(self) -> None:
@@ -964,3 +1076,95 @@ def _compact(F: np.ndarray, I: np.ndarray, E: np.ndarray, EW: np.ndarray, n: int
             EW[k] = EW[i]
             k += 1
     return k
+
+
+@njit(cache=True)
+def _chains_ahead(
+    F: np.ndarray,
+    I: np.ndarray,  # noqa: E741
+    E: np.ndarray,
+    EW: np.ndarray,
+    n: int,
+    m: int,
+    res_cap: np.ndarray,
+    n_ranks: int,
+    t: float,
+    t_next: float,
+    t_ext: float,
+    ch_oid: np.ndarray,
+    ch_next: np.ndarray,
+    ch_end: np.ndarray,
+    CF: np.ndarray,
+    CI: np.ndarray,
+    log_c: np.ndarray,
+    log_t: np.ndarray,
+    counts: np.ndarray,
+    wake: np.ndarray,
+) -> tuple[int, int, float, bool, int]:
+    """Advance the fluid state from time ``t`` (s; rates just solved, the first activity ending in ``t_next`` s)
+    through every instant before ``t_ext`` at which only chains' activities with a next one finish: each is taken
+    out and its chain's next activity written after the others, in ascending owner id (the order in which
+    FluidScheduler._finish tells owners, each starting its next with add_one), then the rates are solved again.
+    The scheduler's own instants and arithmetic: the same times and rates as its Python path.
+
+    ``ch_oid`` (ascending), ``ch_next`` (updated), ``ch_end``: the chains' owner ids and the rows of ``CF``/``CI``
+    of their next and end activities. ``log_c``/``log_t`` get the chain and time of each finish, in order;
+    ``counts`` (activities started, finished, solves, instants) what was done. ``wake``: the pending wake-up's target
+    and time (s; inf: none), kept as FluidScheduler._schedule_wake and _on_wake keep them, so that the instants are
+    the Python path's, stale wake-ups included (one asked for before a later activity started still fires, and its
+    instant integrates the work in two steps). Returns (n, m, t, stopped, finishes logged): ``stopped`` when, at
+    instant ``t``, an activity of another owner or a chain's last one finishes (drained, not finished: the
+    scheduler's step there finishes it); else ``wake`` holds the next instant, at or after ``t_ext``."""
+    nlog = 0
+    while True:
+        if t_next < np.inf:  # FluidScheduler._solve's wake-up
+            tw = t + max(t_next, 0.0)
+            if not tw > t:
+                tw = np.nextafter(t, np.inf)
+            if tw < wake[0]:
+                wake[0] = tw
+                wake[1] = t + max(tw - t, 0.0)  # SimPy's time: now plus the delay
+        tw = wake[1]
+        if tw >= t_ext or tw == np.inf:
+            return n, m, t, False, nlog
+        wake[0] = np.inf  # _on_wake
+        wake[1] = np.inf
+        counts[3] += 1
+        _integrate(F, n, tw - t)
+        t = tw
+        t_eps = DONE_ULPS * (np.nextafter(t, np.inf) - t)  # math.ulp(t), as FluidScheduler._step
+        for _ in range(1000):
+            done = _done_indices(F, n, t_eps)
+            k = done.shape[0]
+            if not k:
+                break
+            cis = np.empty(k, dtype=np.int64)
+            for j in range(k):
+                o = I[_OWNER, done[j]]
+                ci = np.searchsorted(ch_oid, o)
+                if ci >= ch_oid.shape[0] or ch_oid[ci] != o or ch_next[ci] >= ch_end[ci]:
+                    counts[3] -= 1  # the scheduler's wake-up at t counts this instant
+                    return n, m, t, True, nlog
+                cis[j] = ci
+            m = _compact(F, I, E, EW, n, m, done)
+            n -= k
+            counts[1] += k
+            counts[0] += k
+            cis.sort()  # a chain runs one activity at a time: one entry per chain
+            for ci in cis:
+                log_c[nlog] = ci
+                log_t[nlog] = t
+                nlog += 1
+                r = ch_next[ci]
+                ch_next[ci] = r + 1
+                write_activity(F, I, n, CF[0, r], CF[1, r], CF[2, r], CF[3, r], t, CI[0, r], CI[1, r], -1, 0, ch_oid[ci])
+                if CI[2, r] >= 0:
+                    E[0, m] = n
+                    E[1, m] = CI[2, r]
+                    EW[m] = 1.0
+                    m += 1
+                n += 1
+        t_next = np.inf
+        if n:
+            counts[2] += 1
+            t_next = _solve_rates(F, I, E, EW, n, m, res_cap, n_ranks)

@@ -321,6 +321,12 @@ class Simulation:
         ]
         owner = _ChainOwner(self, calls, params, container, on_done)
         owner.oid = self.fluid.register(owner, len(calls))
+        # The chain's columns, as start_next would write them: the scheduler's kernel starts the tasks itself
+        # through the instants no other owner shapes (FluidScheduler.add_chain).
+        cols_f = np.array([[w * c.work_factor for (w, *_), c in zip(params, calls, strict=True)],
+                           [p[1] for p in params], [p[2] for p in params], [c.cores for c in calls]])  # fmt: skip
+        cols_i = np.array([[p[3] for p in params], [c.rank for c in calls], [p[4] for p in params]], dtype=np.int64)
+        self.fluid.add_chain(owner.oid, owner, cols_f, cols_i)
         owner.start_next()
 
     def _compute_one(self, c: TaskCall, on_done: Callable[[list[int], float], None]) -> None:
@@ -681,16 +687,26 @@ class _ChainOwner:
         self.start = self.sim.env.now
         # as Simulation._add_task: the share of a saturated memory domain grows with the cores streaming for it
         self.sim.fluid.add_one(work * c.work_factor, cap, cap_s, trig, c.rank, -1, 0, res, self.oid, share=c.cores)
+        self.sim.fluid.chain_started(self.oid, self.i)
 
-    def on_done(self, tags: np.ndarray, t_issue: np.ndarray, now: float) -> None:
+    def _record(self, end: float) -> None:
         c = self.calls[self.i]
         f = c.work_factor  # the record holds the work done, as _BatchOwner's
-        self.sim._log.add((c.rank, c.kind, c.name, c.category, self.start, now, c.nbytes * f, c.flops * f, -1, c.pool, None))
+        self.sim._log.add((c.rank, c.kind, c.name, c.category, self.start, end, c.nbytes * f, c.flops * f, -1, c.pool, None))
         self.i += 1
+
+    def ran_ahead(self, end: float) -> None:
+        """The scheduler's kernel finished the running task at ``end`` (s) and started the next one there."""
+        self._record(end)
+        self.start = end
+
+    def on_done(self, tags: np.ndarray, t_issue: np.ndarray, now: float) -> None:
+        self._record(now)
         if self.i < len(self.calls):
             self.start_next()
             return
-        self.container.give_back(c.cores)
+        self.sim.fluid.drop_chain(self.oid)
+        self.container.give_back(self.calls[-1].cores)
         self.notify(now)
 
 

@@ -188,3 +188,47 @@ def test_a_chain_on_two_ranks_or_with_an_overhead_is_a_usage_error() -> None:
     sim.compute_chain([a, a._replace(name="b")], print)
     sim.run()
     assert [r.name for r in sim.records] == ["a", "b"]
+
+
+def test_chains_driven_by_the_schedulers_kernel_give_the_python_paths_records_and_counters() -> None:
+    # Because the chain kernel (fluid._chains_ahead) runs the scheduler's own instants and arithmetic, its wake-ups
+    # included (one asked for before a later task started still fires), the records, solves and wake-ups must be
+    # those of the Python path to the bit: four chains on one memory domain started at different times, with zero-
+    # work and jittered tasks, beside a foreign task that starts mid-way (a SimPy event the kernel must stop for).
+    def run(kernel: bool) -> tuple[list[tuple[str, float, float]], dict[str, int]]:
+        sim = Simulation(two_node(spec=SPEC))
+        if not kernel:
+            sim.fluid._run_chains = lambda t_next: False  # type: ignore[method-assign]
+
+        def chain(c: int) -> list[TaskCall]:
+            out = []
+            for j in range(12):
+                flops, nbytes = (0.0, 0.0) if j == 5 else (2e8 * (1 + j % 3), 1e8 * (1 + (j + c) % 4))
+                out.append(
+                    TaskCall(0, f"c{c}.t{j}", flops, nbytes, "gemm", "fp32", 7.0, work_factor=1 + 0.01 * ((c * 7 + j) % 5))
+                )
+            return out
+
+        def starter(c: int):  # noqa: ANN202
+            yield sim.env.timeout(1e-4 * c)
+            sim.compute_chain(chain(c), lambda now: None)
+
+        def foreign():  # noqa: ANN202
+            yield sim.env.timeout(2.5e-3)
+            yield sim.compute(1, "foreign", flops=1e9, bytes=5e8, kind="gemm")
+            yield sim.compute(0, "late", bytes=2e8, kind="copy", cores=0.5)
+
+        for c in range(4):
+            sim.env.process(starter(c))
+        sim.env.process(foreign())
+        sim.run()
+        return [(r.name, r.start, r.end) for r in sim.records], {**sim.fluid.stats, "events": next(sim.env._eid)}
+
+    with_kernel, stats_kernel = run(kernel=True)
+    python, stats_python = run(kernel=False)
+    assert len(python) == 4 * 12 + 2
+    assert with_kernel == python
+    # the same instants, solves and wake-ups; the kernel's took no SimPy event (so it did run)
+    events_kernel, events_python = stats_kernel.pop("events"), stats_python.pop("events")
+    assert stats_kernel == stats_python
+    assert events_kernel < events_python - 20, (events_kernel, events_python)
