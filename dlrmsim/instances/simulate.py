@@ -462,10 +462,12 @@ class _Run:
         if j == len(tasks):
             then()
             return
-        if j == 0 and len(parts) == 1 and not any(t.serial_s > 0 for t in tasks):
-            # The common case, one part and no serial chain: the layers are one chain of tasks on the part's cores
-            # (Simulation.compute_chain), the same activities and times without a callback per layer.
-            self._chain(parts[0], n, then, jitter)
+        if len(parts) == 1 and not tasks[j].serial_s > 0:
+            # The common case, one part: the layers up to the next one with a serial chain (or the last) are one chain
+            # of tasks on the part's cores (Simulation.compute_chain), the same activities and times without a
+            # callback per layer.
+            end = next((i for i in range(j, len(tasks)) if tasks[i].serial_s > 0), len(tasks))
+            self._chain(parts[0], n, j, end, lambda: self._layers(parts, n, end, then, jitter), jitter)
             return
         calls = []
         serial = []
@@ -500,10 +502,11 @@ class _Run:
 
         self.sim.compute_batch(calls, tasks_done)
 
-    def _chain(self, p: _Part, n: int, then: Callable[[], None], jitter: list[list[float]]) -> None:
-        """Iteration ``n``'s layers of a one-part instance without serial chains, as one chain of tasks."""
+    def _chain(self, p: _Part, n: int, j: int, end: int, then: Callable[[], None], jitter: list[list[float]]) -> None:
+        """Layers ``j`` to ``end - 1`` of iteration ``n`` of a one-part instance (none with a serial chain), as one
+        chain of tasks; then ``then``."""
         calls = []
-        for t, (f,) in zip(p.tasks, jitter, strict=True):
+        for t, (f,) in zip(p.tasks[j:end], jitter[j:end], strict=True):
             name = self._name(f"it{n}.i{p.instance}.r{p.rank}.{t.name}")
             self.cores_of[name] = self.lay.cores
             calls.append(
