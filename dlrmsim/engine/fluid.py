@@ -666,12 +666,10 @@ class FluidScheduler:
         self.stats["solves"] += solves
         self.stats["wakeups"] += instants
         if nlog:
-            ends: dict[int, list[float]] = {}
-            for ci, te in zip(log_c[:nlog].tolist(), log_t[:nlog].tolist(), strict=True):
-                ends.setdefault(ci, []).append(te)
-            for ci, te in ends.items():
+            fin = np.bincount(log_c[:nlog], minlength=len(oids))
+            for ci in np.flatnonzero(fin).tolist():
                 o = oids[ci]
-                self._owner_left[o] -= len(te)
+                self._owner_left[o] -= int(fin[ci])
                 self._chains[o][2] = int(ch_next[ci])
             # owners hear in the order their activities finished (records keep the order of the Python path)
             owners = self._chain_owners
