@@ -18,7 +18,7 @@ import heapq
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 import simpy
@@ -178,8 +178,7 @@ class FluidScheduler:
         # Chains (add_chain): an owner whose activities run one after another, each next one starting at the
         # instant the previous ends. Their activities' columns are rows of _CF (work, cap, slowed cap, share) and _CI
         # (trigger, rank, resource or -1); per chain [first row, end row, next row to start].
-        self._chains: dict[int, list[int]] = {}
-        self._chain_owners: dict[int, ChainOwner] = {}
+        self._chains: dict[int, list[int]] = {}  # their owners are in _owners, as every owner's
         self._CF = np.zeros((4, 256))
         self._CI = np.zeros((3, 256), dtype=np.int64)
         self._chain_rows = 0
@@ -292,12 +291,13 @@ class FluidScheduler:
             self._added_done = True  # done as soon as it starts: only a step finishes it
         self._request_flush()
 
-    def add_chain(self, oid: int, owner: ChainOwner, cols_f: np.ndarray, cols_i: np.ndarray) -> None:
-        """Owner ``oid`` runs ``L`` activities one after another, each starting (with :meth:`add_one`'s columns: work,
-        cap, slowed cap, share in ``cols_f``, 4 x L; trigger, rank, resource or -1 in ``cols_i``, 3 x L) at the instant
-        the previous one ends. The owner starts the first (:meth:`add_one`, tag 0) and each next one it hears of
-        (:meth:`chain_started`); while nothing else happens before a chain's next instant, a compiled kernel starts
-        them instead and tells the owner afterwards (``ran_ahead``). The last one always ends through ``on_done``."""
+    def add_chain(self, oid: int, cols_f: np.ndarray, cols_i: np.ndarray) -> None:
+        """Owner ``oid`` (registered, a :class:`ChainOwner`) runs ``L`` activities one after another, each starting
+        (with :meth:`add_one`'s columns: work, cap, slowed cap, share in ``cols_f``, 4 x L; trigger, rank, resource or
+        -1 in ``cols_i``, 3 x L) at the instant the previous one ends. The owner starts the first (:meth:`add_one`,
+        tag 0) and each next one it hears of (:meth:`chain_started`); while nothing else happens before a chain's next
+        instant, a compiled kernel starts them instead and tells the owner afterwards (``ran_ahead``). The last one
+        always ends through ``on_done``."""
         n_rows = cols_f.shape[1]
         need = self._chain_rows + n_rows
         if need > self._CF.shape[1]:
@@ -311,7 +311,6 @@ class FluidScheduler:
         self._CI[:, first:need] = cols_i
         self._chain_rows = need
         self._chains[oid] = [first, need, first]
-        self._chain_owners[oid] = owner
 
     def chain_started(self, oid: int, i: int) -> None:
         """Chain ``oid``'s owner started its activity ``i`` (0-based) itself."""
@@ -320,7 +319,7 @@ class FluidScheduler:
 
     def drop_chain(self, oid: int) -> None:
         """Chain ``oid`` is done (its last activity finished)."""
-        del self._chains[oid], self._chain_owners[oid]
+        del self._chains[oid]
         if not self._chains:
             self._chain_rows = 0  # every chain's rows are spent: start the table afresh
 
@@ -585,7 +584,7 @@ class FluidScheduler:
         t_ext = min((it[0] for it in foreign), default=np.inf)
         if not t_first < t_ext:
             return False
-        t_ext = min(t_ext, min((t for t, _, _, ev in self.env._queue if not self.is_own_event(ev)), default=np.inf))
+        t_ext = min(t_ext, self._first_foreign_event())
         if not t_first < t_ext:
             return False
         index = {o: i for i, o in enumerate(oids)}
@@ -636,6 +635,10 @@ class FluidScheduler:
             self._schedule_wake(foreign[0][0])
         return True
 
+    def _first_foreign_event(self) -> float:
+        """The time (s) of the first queued SimPy event that is not one of the scheduler's own wake-ups or flushes."""
+        return min((t for t, _, _, ev in self.env._queue if not self.is_own_event(ev)), default=np.inf)
+
     def _run_chains(self, t_next: float) -> bool:
         """Hand the state to the chain kernel (:func:`_chains_ahead`) when the next instant comes before anyone else's
         event (as :meth:`_run_ahead` does for collectives); take back what it leaves, tell the chains' owners what it
@@ -643,7 +646,7 @@ class FluidScheduler:
         if self._pending or self._added or self._held or self._delayed or self._t != self.env.now:
             return False
         now = self.env.now
-        t_ext = min((t for t, _, _, ev in self.env._queue if not self.is_own_event(ev)), default=np.inf)
+        t_ext = self._first_foreign_event()
         if not now + max(t_next, 0.0) < t_ext:
             return False
         oids = sorted(self._chains)
@@ -671,10 +674,11 @@ class FluidScheduler:
                 o = oids[ci]
                 self._owner_left[o] -= int(fin[ci])
                 self._chains[o][2] = int(ch_next[ci])
-            # owners hear in the order their activities finished (records keep the order of the Python path)
-            owners = self._chain_owners
+            # owners hear in the order their activities finished (records keep the order of the Python path); none
+            # is forgotten yet, since the kernel never finishes a chain's last activity
+            owners = self._owners
             for ci, te in zip(log_c[:nlog].tolist(), log_t[:nlog].tolist(), strict=True):
-                owners[oids[ci]].ran_ahead(te)
+                cast(ChainOwner, owners[oids[ci]]).ran_ahead(te)
         # The wake-up the Python path would have pending now (the kernel keeps its target and time as _schedule_wake
         # and _on_wake do): stopped, the one at t, whose step finishes what the kernel left; else the next one. A
         # new one is scheduled at its exact time (SimPy's rounding of the delay from the instant that asked for it),

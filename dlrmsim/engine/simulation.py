@@ -316,17 +316,18 @@ class Simulation:
                 raise DlrmsimError(f"task '{c.name}' has negative flops or bytes", field="flops/bytes")
         container = self._take_free(first)
         interferable = first.pool == "compute"
-        params = [
-            self._task_params(c.rank, c.flops, c.nbytes, c.precision, c.cores, interferable, c.kind, c.columns) for c in calls
-        ]
-        owner = _ChainOwner(self, calls, params, container, on_done)
+        # Each task's activity columns (work, cap, slowed cap, share; trigger, rank, resource), as _add_task writes
+        # them: the owner starts a task from them, and so does the scheduler's kernel (FluidScheduler.add_chain).
+        cols = []
+        for c in calls:
+            work, cap, cap_s, trig, res = self._task_params(
+                c.rank, c.flops, c.nbytes, c.precision, c.cores, interferable, c.kind, c.columns
+            )
+            cols.append((work * c.work_factor, cap, cap_s, c.cores, trig, c.rank, res))
+        owner = _ChainOwner(self, calls, cols, container, on_done)
         owner.oid = self.fluid.register(owner, len(calls))
-        # The chain's columns, as start_next would write them: the scheduler's kernel starts the tasks itself
-        # through the instants no other owner shapes (FluidScheduler.add_chain).
-        cols_f = np.array([[w * c.work_factor for (w, *_), c in zip(params, calls, strict=True)],
-                           [p[1] for p in params], [p[2] for p in params], [c.cores for c in calls]])  # fmt: skip
-        cols_i = np.array([[p[3] for p in params], [c.rank for c in calls], [p[4] for p in params]], dtype=np.int64)
-        self.fluid.add_chain(owner.oid, owner, cols_f, cols_i)
+        table = list(zip(*cols, strict=True))
+        self.fluid.add_chain(owner.oid, np.array(table[:4], dtype=float), np.array(table[4:], dtype=np.int64))
         owner.start_next()
 
     def _compute_one(self, c: TaskCall, on_done: Callable[[list[int], float], None]) -> None:
@@ -672,21 +673,19 @@ class _ChainOwner:
     (``FluidScheduler.add_one``, from inside the scheduler's step); after the last, gives the cores back and calls
     the caller."""
 
-    __slots__ = ("sim", "calls", "params", "container", "notify", "oid", "i", "start")
+    __slots__ = ("sim", "calls", "cols", "container", "notify", "oid", "i", "start")
 
-    def __init__(self, sim: Simulation, calls: Sequence[TaskCall], params: list[tuple[float, float, float, int, int]],
+    def __init__(self, sim: Simulation, calls: Sequence[TaskCall], cols: list[tuple[float, float, float, float, int, int, int]],
                  container: CorePool, notify: Callable[[float], None]) -> None:  # fmt: skip
-        self.sim, self.calls, self.params, self.container, self.notify = sim, calls, params, container, notify
+        self.sim, self.calls, self.cols, self.container, self.notify = sim, calls, cols, container, notify
         self.oid = -1
         self.i = 0
         self.start = 0.0
 
     def start_next(self) -> None:
-        c = self.calls[self.i]
-        work, cap, cap_s, trig, res = self.params[self.i]
+        work, cap, cap_s, share, trig, rank, res = self.cols[self.i]
         self.start = self.sim.env.now
-        # as Simulation._add_task: the share of a saturated memory domain grows with the cores streaming for it
-        self.sim.fluid.add_one(work * c.work_factor, cap, cap_s, trig, c.rank, -1, 0, res, self.oid, share=c.cores)
+        self.sim.fluid.add_one(work, cap, cap_s, trig, rank, -1, 0, res, self.oid, share=share)
         self.sim.fluid.chain_started(self.oid, self.i)
 
     def _record(self, end: float) -> None:

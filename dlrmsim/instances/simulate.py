@@ -469,21 +469,8 @@ class _Run:
             end = next((i for i in range(j, len(tasks)) if tasks[i].serial_s > 0), len(tasks))
             self._chain(parts[0], n, j, end, lambda: self._layers(parts, n, end, then, jitter), jitter)
             return
-        calls = []
-        serial = []
-        for p, f in zip(parts, jitter[j], strict=True):
-            t = p.tasks[j]
-            name = self._name(f"it{n}.i{p.instance}.r{p.rank}.{t.name}")
-            self.cores_of[name] = self.lay.cores
-            # Jitter stretches the layer's work at the rates of its nominal size (TaskCall.work_factor); a batch
-            # share changes a GEMM's rows or depth, not its output columns.
-            calls.append(
-                TaskCall(p.rank, name, t.flops, t.bytes, t.kind, self._prec(t), self.lay.cores, columns=t.columns, work_factor=f)
-            )
-            serial.append(t.serial_s * f)
-        if len(parts) == 1 and not serial[0] > 0:  # the common case: one part, no serial chain
-            self.sim.compute_batch(calls, lambda _idx, _now: self._layers(parts, n, j + 1, then, jitter))
-            return
+        calls = [self._call(p, n, p.tasks[j], f) for p, f in zip(parts, jitter[j], strict=True)]
+        serial = [p.tasks[j].serial_s * f for p, f in zip(parts, jitter[j], strict=True)]
         left = [len(parts)]
         t0 = self.env.now
 
@@ -505,14 +492,16 @@ class _Run:
     def _chain(self, p: _Part, n: int, j: int, end: int, then: Callable[[], None], jitter: list[list[float]]) -> None:
         """Layers ``j`` to ``end - 1`` of iteration ``n`` of a one-part instance (none with a serial chain), as one
         chain of tasks; then ``then``."""
-        calls = []
-        for t, (f,) in zip(p.tasks[j:end], jitter[j:end], strict=True):
-            name = self._name(f"it{n}.i{p.instance}.r{p.rank}.{t.name}")
-            self.cores_of[name] = self.lay.cores
-            calls.append(
-                TaskCall(p.rank, name, t.flops, t.bytes, t.kind, self._prec(t), self.lay.cores, columns=t.columns, work_factor=f)
-            )
+        calls = [self._call(p, n, t, f) for t, (f,) in zip(p.tasks[j:end], jitter[j:end], strict=True)]
         self.sim.compute_chain(calls, lambda _now: then())
+
+    def _call(self, p: _Part, n: int, t: InstanceTask, f: float) -> TaskCall:
+        """Part ``p``'s task ``t`` of iteration ``n`` with work factor ``f``, named and its cores noted for measure()."""
+        name = self._name(f"it{n}.i{p.instance}.r{p.rank}.{t.name}")
+        self.cores_of[name] = self.lay.cores
+        # Jitter stretches the layer's work at the rates of its nominal size (TaskCall.work_factor); a batch share
+        # changes a GEMM's rows or depth, not its output columns.
+        return TaskCall(p.rank, name, t.flops, t.bytes, t.kind, self._prec(t), self.lay.cores, columns=t.columns, work_factor=f)
 
     def instance(self, i: int) -> Any:
         parts = self.by_instance[i]
