@@ -2,6 +2,9 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
+# make test runs the suite on this many processes (pytest-xdist): every core, up to 4 (each worker imports torch);
+# the tests that time this host's kernels (marked serial in tests/conftest.py) run after, in one process.
+TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(min(4, os.cpu_count() or 1))")
 
 .PHONY: demo test lint format bench clean torchrec
 
@@ -28,7 +31,8 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed-test
 	$(BIN)/ruff check dlrmsim tests benchmarks
 	$(BIN)/ruff format --check dlrmsim tests benchmarks
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not slow and not serial"
+	$(BIN)/python -m pytest -p no:xdist -m "not slow and serial"
 
 # TorchRec validation target (optional). torchrec declares the CUDA fbgemm-gpu, so it goes in with --no-deps
 # beside the CPU fbgemm; torch and fbgemm-gpu-cpu must be a matched pair (1.8.0 is built against torch 2.13).

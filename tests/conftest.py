@@ -70,3 +70,21 @@ def quick_cal(quick_cal_path: Path):  # noqa: ANN201 - a Calibration (imported h
     from dlrmsim.calibration.schema import load_calibration
 
     return load_calibration(quick_cal_path)
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``serial`` the tests that time this host's kernels: the calibration tests, every test that takes the
+    session's calibration as a fixture, the torch tests (notebook 03 marks itself). ``make test`` runs the others
+    on every core (pytest-xdist) and these afterwards in one process, alone on the machine. Their tolerances are
+    for a host's own noise; a second test process beside them is not that (at two workers on two cores, the
+    runner's phases stopped tiling its step)."""
+    for item in items:
+        names = getattr(item, "fixturenames", ())
+        if (
+            item.path.relative_to(item.config.rootpath).parts[:2] == ("tests", "calibration")
+            or "quick_cal" in names
+            or "quick_cal_path" in names
+            or item.get_closest_marker("torch") is not None
+        ):
+            item.add_marker(pytest.mark.serial)

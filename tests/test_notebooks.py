@@ -83,7 +83,12 @@ def _check_ran(nb: nbformat.NotebookNode, name: str) -> None:
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("name", REQUIRED, ids=lambda n: n.removesuffix(".ipynb"))
+@pytest.mark.parametrize(
+    "name",
+    # 03 reads the session's calibration: it runs with the calibration tests (serial, see tests/conftest.py)
+    [pytest.param(n, marks=[pytest.mark.serial] if n == "03_calibration.ipynb" else []) for n in REQUIRED],
+    ids=lambda n: n.removesuffix(".ipynb"),
+)
 def test_notebook_runs_small(
     name: str, kernel_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> None:
