@@ -8,7 +8,7 @@ reference, with an example.
 Documented API (what applications may import):
 
 - from ``dlrmsim.engine``: :class:`Simulation` (``compute``, ``compute_batch`` with :class:`TaskCall`, ``transfer``,
-  ``transfer_nodes``, ``collective``, ``alltoallv``, ``run``), :func:`gc_paused`, :class:`CommSettings`,
+  ``transfer_nodes``, ``collective``, ``alltoallv``, ``run``), :func:`gc_paused`, :data:`RUN_TOTALS`, :class:`CommSettings`,
   :class:`Record`, :func:`records_frame`, :func:`write_chrome_trace`, and the collective registry
   (:data:`ALGORITHMS`, :func:`algorithm`, :class:`Phase`, :class:`FlowSpec`, :class:`CollectiveContext`);
 - :mod:`dlrmsim.engine.costs`: the cost formulas as small pure functions (roofline task time, GEMM
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from dlrmsim.engine.frames import records_frame
     from dlrmsim.engine.records import Record
     from dlrmsim.engine.resources import CommSettings
-    from dlrmsim.engine.simulation import Simulation, TaskCall, gc_paused
+    from dlrmsim.engine.simulation import RUN_TOTALS, Simulation, TaskCall, gc_paused
     from dlrmsim.engine.trace import write_chrome_trace
 
 # Exports load on first use (PEP 562), so that importing a submodule (e.g. a CLI module) does not import the
@@ -44,6 +44,7 @@ _EXPORTS: dict[str, str] = {
     "FlowSpec": "dlrmsim.engine.collectives",
     "Phase": "dlrmsim.engine.collectives",
     "algorithm": "dlrmsim.engine.collectives",
+    "RUN_TOTALS": "dlrmsim.engine.simulation",
     "Simulation": "dlrmsim.engine.simulation",
     "gc_paused": "dlrmsim.engine.simulation",
     "TaskCall": "dlrmsim.engine.simulation",
@@ -59,6 +60,7 @@ __all__ = [
     "CommSettings",
     "FlowSpec",
     "Phase",
+    "RUN_TOTALS",
     "Record",
     "Simulation",
     "TaskCall",

@@ -6,12 +6,16 @@ or the topology allows, overlapping and blocking, printed as tables and written 
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from dlrmsim.engine import RUN_TOTALS
 from dlrmsim.output import console
 from dlrmsim.studies.derive import derive_scaling
 from dlrmsim.studies.report import build_report, topology_figures
@@ -57,40 +61,82 @@ def demo_points(topologies: tuple[str, ...] = TOPOLOGIES, workloads: tuple[str, 
     return points
 
 
+def demo_workers() -> int:
+    """Processes the demo simulates on: the cores this process may use, up to 4 (its points are independent)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(4, cores))
+
+
+def _simulate(pt: DemoPoint) -> tuple[dict, str, Counter[str]]:
+    """One point's results row, its sockets and the engine counters it added (from a worker process or this one)."""
+    cfg = TrainingConfig(topology=pt.topology, workload=pt.workload, ranks=pt.ranks, blocking=pt.blocking)
+    inputs = load_inputs(cfg)
+    before = Counter(RUN_TOTALS)
+    res = run_iteration(inputs, cfg, record_flows=False)
+    sockets = format_sockets(inputs.mapping.sockets) if inputs.mapping else ""
+    return res.to_row(), sockets, Counter(RUN_TOTALS) - before
+
+
 def run_demo(
-    out: Path = Path("out"), topologies: tuple[str, ...] = TOPOLOGIES, workloads: tuple[str, ...] = WORKLOADS
+    out: Path = Path("out"),
+    topologies: tuple[str, ...] = TOPOLOGIES,
+    workloads: tuple[str, ...] = WORKLOADS,
+    workers: int | None = None,
 ) -> pd.DataFrame:
-    """Simulate every demo point, print one table per topology and workload, and write ``out/report.html``."""
+    """Simulate every demo point, print one table per topology and workload, and write ``out/report.html``.
+
+    ``workers`` (default :func:`demo_workers`): processes simulating points at once, forked before the progress bar
+    starts (its refresh thread must not be copied into them); 1, or a platform without ``fork``, runs them here.
+    The most ranks go first: one point (Large on 64 ranks) is most of the demo's work. Results do not depend on
+    where a point ran (the simulation is deterministic)."""
     points = demo_points(topologies, workloads)
+    n_workers = demo_workers() if workers is None else workers
+    order = sorted(range(len(points)), key=lambda i: -points[i].ranks)
+    done: dict[int, tuple[dict, str]] = {}
+    pool = None
+    if n_workers > 1 and len(points) > 1 and "fork" in multiprocessing.get_all_start_methods():
+        pool = multiprocessing.get_context("fork").Pool(min(n_workers, len(points)))  # forks here, before any thread
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()]
+    try:
+        with Progress(*columns, console=console, transient=True) as bar:
+            task = bar.add_task("simulating", total=len(points))
+            if pool is not None:
+                results = pool.imap_unordered(_simulate_indexed, [(i, points[i]) for i in order])
+            else:
+                results = ((i, _simulate(points[i])) for i in order)
+            for i, (row, sockets, counters) in results:
+                if pool is not None:
+                    RUN_TOTALS.update(counters)  # the worker's counts (benchmarks read them around a command)
+                done[i] = (row, sockets)
+                pt = points[i]
+                label = f"{pt.workload} on {pt.topology}, {pt.ranks} ranks{' blocking' if pt.blocking else ''}"
+                bar.update(task, description=f"done: {label}")
+                bar.advance(task)
+    finally:
+        if pool is not None:
+            pool.terminate()
     rows = []
     why: dict[tuple[str, str], str] = {}
-    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()]
-    with Progress(*columns, console=console, transient=True) as bar:
-        task = bar.add_task("simulating", total=len(points))
-        for pt in points:
-            bar.update(task, description=f"{pt.workload} on {pt.topology}, {pt.ranks} ranks{' blocking' if pt.blocking else ''}")
-            cfg = TrainingConfig(topology=pt.topology, workload=pt.workload, ranks=pt.ranks, blocking=pt.blocking)
-            inputs = load_inputs(cfg)
-            res = run_iteration(inputs, cfg, record_flows=False)
-            sockets = format_sockets(inputs.mapping.sockets) if inputs.mapping else ""
-            if (pt.topology, pt.workload) not in why:
-                why[pt.topology, pt.workload] = choose_baseline(cfg).reason  # the first rank count (rank_counts)
-            rows.append(
-                {
-                    "topology": pt.topology,
-                    "workload": pt.workload,
-                    "scaling": "strong",
-                    "backend": cfg.backend,
-                    "placement": cfg.placement.strategy,
-                    "blocking": pt.blocking,
-                    "ranks": pt.ranks,
-                    "sockets": sockets,
-                    "baseline": why[pt.topology, pt.workload],
-                    "status": "ok",
-                    **res.to_row(),
-                }
-            )
-            bar.advance(task)
+    for i, pt in enumerate(points):
+        row, sockets = done[i]
+        cfg = TrainingConfig(topology=pt.topology, workload=pt.workload, ranks=pt.ranks, blocking=pt.blocking)
+        if (pt.topology, pt.workload) not in why:
+            why[pt.topology, pt.workload] = choose_baseline(cfg).reason  # the first rank count (rank_counts)
+        rows.append(
+            {
+                "topology": pt.topology,
+                "workload": pt.workload,
+                "scaling": "strong",
+                "backend": cfg.backend,
+                "placement": cfg.placement.strategy,
+                "blocking": pt.blocking,
+                "ranks": pt.ranks,
+                "sockets": sockets,
+                "baseline": why[pt.topology, pt.workload],
+                "status": "ok",
+                **row,
+            }
+        )
     df = derive_scaling(pd.DataFrame(rows), group_columns=["topology", "workload", "scaling", "backend", "placement", "blocking"])
     for (topo, wl), part in df[~df.blocking].groupby(["topology", "workload"], sort=False):
         print_scaling_table(part, f"{wl} strong scaling on {topo} (ccl, table-wise, overlapping)")
@@ -105,3 +151,7 @@ def run_demo(
     )
     console.print(f"report written to {path}")
     return df
+
+
+def _simulate_indexed(item: tuple[int, DemoPoint]) -> tuple[int, tuple[dict, str, Counter[str]]]:
+    return item[0], _simulate(item[1])
