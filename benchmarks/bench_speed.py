@@ -70,16 +70,21 @@ def timed_command():
 
 
 use0 = resource.getrusage(resource.RUSAGE_SELF)
+kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
 cpu0 = time.process_time()
 wall = timed_command()
 cpu = time.process_time() - cpu0
 use = resource.getrusage(resource.RUSAGE_SELF)
+kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+# worker processes the command simulated in (dlrmsim demo): their CPU time, and the largest one's peak RSS
+workers_cpu = kids.ru_utime + kids.ru_stime - kids0.ru_utime - kids0.ru_stime
 rss = use.ru_maxrss * 1024
 # the kernel's share of the first run (mostly first touches of fresh memory) and the page faults behind it
 sys_s, faults = use.ru_stime - use0.ru_stime, use.ru_minflt - use0.ru_minflt
 totals = dict(RUN_TOTALS)
 again = timed_command() if sys.argv[1] != "demo" else None  # the same command again here: a sweep's further points
 out = {"wall_s": wall, "again_s": again, "cpu_s": cpu, "sys_s": sys_s, "minor_faults": faults, "import_s": imported - t0}
+out |= {"workers_cpu_s": workers_cpu, "workers_peak_rss_B": kids.ru_maxrss * 1024}
 print(json.dumps({**out, "peak_rss_B": rss, **totals}))
 """
 
@@ -130,9 +135,11 @@ def measure(name: str, args: tuple[str, ...], goal: float | None, repeat: int, t
         "cpu_s": statistics.median(r["cpu_s"] for r in ok),
         "sys_s": statistics.median(r["sys_s"] for r in ok),
         "minor_faults": statistics.median(r["minor_faults"] for r in ok),
+        "workers_cpu_s": statistics.median(r.get("workers_cpu_s", 0.0) for r in ok),
         "again_s": statistics.median(r["again_s"] for r in ok) if ok[0].get("again_s") is not None else None,
     }
     row["peak_rss_MB"] = row.pop("peak_rss_B") / 2**20
+    row["workers_peak_rss_MB"] = row.pop("workers_peak_rss_B", 0) / 2**20
     row["meets_goal"] = None if goal is None else row["wall_s"] < goal
     return row
 
@@ -190,13 +197,20 @@ def _print(r: dict) -> None:
         return
     goal = "" if r["goal_s"] is None else f"goal < {r['goal_s']:g} s: {'ok' if r['meets_goal'] else 'MISSED'}"
     print(
-        f"{r['row']:<26} {r['wall_s']:8.2f} s (cpu {r['cpu_s']:.2f} s, sys {r['sys_s']:.2f} s, "
+        f"{r['row']:<26} {r['wall_s']:8.2f} s (cpu {r['cpu_s']:.2f} s{_workers(r)}, sys {r['sys_s']:.2f} s, "
         f"again {_seconds(r.get('again_s'))})  "
         f"{r['peak_rss_MB']:7.0f} MB  activities "
         f"{r.get('activities', 0):>9}  "
         f"solves {r.get('solves', 0):>7}  wakeups {r.get('wakeups', 0):>7}  simpy events {r.get('simpy_events', 0):>9}  {goal}",
         flush=True,
     )
+
+
+def _workers(r: dict) -> str:
+    """The worker processes' CPU time and peak memory, where the command had any (dlrmsim demo)."""
+    if r.get("workers_cpu_s", 0.0) < 0.05:  # (a helper subprocess of the command is not a worker)
+        return ""
+    return f" + workers {r['workers_cpu_s']:.2f} s, {r.get('workers_peak_rss_MB', 0):.0f} MB"
 
 
 def _seconds(x: float | None) -> str:
