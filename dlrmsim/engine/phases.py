@@ -183,10 +183,11 @@ class Ahead(NamedTuple):
     and ``in_reduction`` are ``_CollectiveRun``'s own arrays (updated in place); ``last_busy`` from
     :func:`last_busy_phase`; per (phase, rank) key ``k * p + r`` the reduction's work (bytes, 0: none), cap (B/s)
     and memory resource, reduced with ``red_share`` cores; with ``lockstep``, ``held``/``n_held`` are the collective's
-    per-step barrier (:func:`lockstep_barrier`). In lockstep, repeated steps are skipped as
-    ``_CollectiveRun._try_skip`` skips them (:func:`_skip_cycles`): ``own[k]`` activities phase k starts, ``run[k]``
-    phases from k on equal to it, and the last all-ranks entry's snapshot (``snap_i``: phase or -1, activities
-    started and finished by then, running activities; ``snap_f``: its time; ``snap_rem``: their remaining work)."""
+    per-step barrier (:func:`lockstep_barrier`). When all ranks enter a phase together (always, in lockstep),
+    repeated steps are skipped as ``_CollectiveRun._try_skip`` skips them (:func:`_skip_cycles`): ``own[k]``
+    activities phase k starts, ``run[k]`` phases from k on equal to it, and the last all-ranks entry's snapshot
+    (``snap_i``: phase or -1, activities started and finished by then, running activities; ``snap_f``: its time;
+    ``snap_rem``: their remaining work)."""
 
     oid: int
     p: int
@@ -502,9 +503,9 @@ def _drop_due(QF: np.ndarray, QI: np.ndarray, nq: int, thr: float) -> int:
 @njit(cache=True)
 def _on_done(F, I, E, EW, n, m, t, t_ext, tags, ci, c, QF, QI, nq, seq, pt, rendezvous, comm_slow, counts, fin):  # noqa: E741
     """``_CollectiveRun.on_done`` and ``_advance`` for collective ``c`` (index ``ci``): reductions done free their
-    ranks, flows done may complete ranks' phases; ranks advance, start their next flows and reductions. In lockstep,
-    when all ranks enter a phase that repeats the last one, the repeats are skipped (:func:`_skip_cycles`): the
-    time returned is then later than ``t``."""
+    ranks, flows done may complete ranks' phases; ranks advance, start their next flows and reductions. When all
+    ranks enter a phase together that repeats the last one (with or without lockstep, as on the Python path), the
+    repeats are skipped (:func:`_skip_cycles`): the time returned is then later than ``t``."""
     n_red = 0
     for tg in tags:
         if tg < 0:
@@ -542,7 +543,7 @@ def _on_done(F, I, E, EW, n, m, t, t_ext, tags, ci, c, QF, QI, nq, seq, pt, rend
                 raise RuntimeError("run_ahead would finish a rank: last_busy is wrong")
             if ks[j] != ks[0]:
                 same = False
-        if c.lockstep and same and rs.size == p:
+        if same and rs.size == p:
             t, skipped = _skip_cycles(F, n, t, t_ext, c, ks[0], nq, counts)
             if skipped:
                 fin[ci] += skipped * c.own[ks[0]]  # activities of the skipped phases: never started, expected no more
@@ -596,7 +597,7 @@ def cycles_to_skip(rem0: np.ndarray, rem: np.ndarray, repeats: int, period: floa
 
 @njit(cache=True)
 def _skip_cycles(F, n, t, t_ext, c, k, nq, counts):  # noqa: ANN001, ANN202
-    """All ranks of lockstep collective ``c`` enter phase ``k`` at ``t``: skip the phases that would only repeat the
+    """All ranks of collective ``c`` enter phase ``k`` at ``t``: skip the phases that would only repeat the
     last cycle, as ``_CollectiveRun._try_skip`` does on the Python path, and return (time after them, phases
     skipped); otherwise record this entry as the next cycle's start and return (``t``, 0).
 
@@ -605,7 +606,7 @@ def _skip_cycles(F, n, t, t_ext, c, k, nq, counts):  # noqa: ANN001, ANN202
     (``nq``) and the running activities are the same. Then phases k, k+1, ... with its flows and reductions
     (``run``) repeat it exactly: the clock jumps N periods and every running activity loses N times its work of one
     period, for the N that fit before any of them could finish, before ``t_ext`` (anyone else's next event) and
-    without passing the collective's last busy phase."""
+    without any rank passing its last busy phase."""
     sn = c.snap_i
     skipped = 0
     if k >= 1 and sn[0] == k - 1 and nq == 0 and c.run[k - 1] >= 2 and n == sn[3]:
@@ -613,7 +614,7 @@ def _skip_cycles(F, n, t, t_ext, c, k, nq, counts):  # noqa: ANN001, ANN202
         period = t - c.snap_f[0]
         if counts[0] - sn[1] == own and counts[1] - sn[2] == own and period > 0:
             # entering at most the last busy phase: run_ahead never finishes a rank
-            n_skip = cycles_to_skip(c.snap_rem[:n], F[_REM, :n], min(c.run[k], c.last_busy[0] - k), period, t_ext - t)
+            n_skip = cycles_to_skip(c.snap_rem[:n], F[_REM, :n], min(c.run[k], c.last_busy.min() - k), period, t_ext - t)
             if n_skip >= 2:
                 for a in range(n):
                     F[_REM, a] -= n_skip * (c.snap_rem[a] - F[_REM, a])

@@ -43,14 +43,17 @@ AHEAD_CASES = [*CASES, TrainingConfig(topology="clx-64s-opa", workload="large", 
 def test_running_ahead_changes_no_number(cfg: TrainingConfig) -> None:
     RUN_TOTALS.clear()
     python = run_iteration(load_inputs(cfg), cfg, record_flows=False, run_ahead=False)
-    python_events = RUN_TOTALS["simpy_events"]
+    python_events, python_solves = RUN_TOTALS["simpy_events"], RUN_TOTALS["solves"]
     RUN_TOTALS.clear()
     ahead = run_iteration(load_inputs(cfg), cfg, record_flows=False)
     # Because the kernel replays the Python path's instants (drain, start, finish, advance, re-solve) in the same
-    # order and stops before anything else could act, every time agrees to rounding; the instants it took left
-    # no SimPy events behind.
-    assert ahead.iteration_s == pytest.approx(python.iteration_s, rel=1e-9)
+    # order, skips the repeated cycles the Python path skips (all ranks entering a phase together, with or without
+    # lockstep) and stops before anything else could act, every time is the same number to the bit (before the
+    # kernel skipped in lockstep only, the 32-rank case differed in the last bits of every rank's prepost_s and took
+    # 5,478 solves against 3,267); the instants it took left no SimPy events behind.
+    assert ahead.iteration_s == python.iteration_s
     for a, b in zip(ahead.per_rank, python.per_rank, strict=True):
         for field in ("compute_s", "prepost_s", "exposed_allreduce_s", "exposed_alltoall_s", "other_s"):
-            assert getattr(a, field) == pytest.approx(getattr(b, field), rel=1e-9, abs=1e-15)
+            assert getattr(a, field) == getattr(b, field), field
+    assert RUN_TOTALS["solves"] < 1.3 * python_solves
     assert RUN_TOTALS["simpy_events"] < python_events
