@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,15 +87,15 @@ def run_demo(
     """Simulate every demo point, print one table per topology and workload, and write ``out/report.html``.
 
     ``workers`` (default :func:`demo_workers`): processes simulating points at once, forked before the progress bar
-    starts (its refresh thread must not be copied into them); 1, or a platform without ``fork``, runs them here.
-    The most ranks go first: one point (Large on 64 ranks) is most of the demo's work. Results do not depend on
-    where a point ran (the simulation is deterministic)."""
+    starts (its refresh thread must not be copied into them); 1, or a platform other than Linux (fork is unsafe on
+    macOS, absent on Windows), runs them here. The most ranks go first: one point (Large on 64 ranks) is most of the
+    demo's work. Results do not depend on where a point ran (the simulation is deterministic)."""
     points = demo_points(topologies, workloads)
     n_workers = demo_workers() if workers is None else workers
     order = sorted(range(len(points)), key=lambda i: -points[i].ranks)
     done: dict[int, tuple[dict, str]] = {}
     pool = None
-    if n_workers > 1 and len(points) > 1 and "fork" in multiprocessing.get_all_start_methods():
+    if n_workers > 1 and len(points) > 1 and sys.platform == "linux":
         pool = multiprocessing.get_context("fork").Pool(min(n_workers, len(points)))  # forks here, before any thread
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()]
     try:
