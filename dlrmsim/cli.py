@@ -12,7 +12,7 @@ from rich.markup import escape
 from typer.core import TyperGroup
 
 from dlrmsim.allocator import steady_allocator
-from dlrmsim.errors import EXIT_USAGE, DlrmsimError, Interrupted
+from dlrmsim.errors import EXIT_INTERRUPTED, EXIT_USAGE, DlrmsimError, Interrupted
 from dlrmsim.output import err_console
 
 # Sub-command -> the subsystem module whose ``register(app)`` adds it. Modules are imported only for the command
@@ -107,12 +107,24 @@ def measures_host(argv: list[str]) -> bool:
     return next((a for a in argv if not a.startswith("-")), None) in HOST_COMMANDS
 
 
+def _ctrl_c_in_compiled_code(exc: BaseException) -> bool:
+    """Whether ``exc`` is Ctrl-C arriving in compiled code: CPython reports a KeyboardInterrupt raised under a numba
+    kernel as the cause of a SystemError ("returned a result with an exception set"), once per compiled frame."""
+    while isinstance(exc, SystemError) and exc.__cause__ is not None:
+        exc = exc.__cause__
+    return isinstance(exc, KeyboardInterrupt)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: run the app, turning user errors into one line and exit code 2."""
     if not measures_host(sys.argv[1:] if argv is None else argv):
         steady_allocator()  # large arrays freed during a run are reused, not mapped afresh (see dlrmsim.allocator)
     try:
-        app(args=argv, standalone_mode=False)
+        code = app(args=argv, standalone_mode=False)
+    except SystemError as exc:
+        if not _ctrl_c_in_compiled_code(exc):
+            raise
+        code = EXIT_INTERRUPTED
     except Interrupted as exc:
         err_console.print(exc.one_line(), highlight=False, soft_wrap=True, markup=False)
         sys.exit(exc.exit_code)
@@ -132,7 +144,12 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(EXIT_USAGE)
     except _ABORT:
         err_console.print("aborted")
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
+    if code == EXIT_INTERRUPTED:
+        # Typer turns Ctrl-C into Exit(130), which standalone_mode=False hands back as the return value: without this
+        # the command stopped silently with exit code 0
+        err_console.print("interrupted (Ctrl-C)")
+        sys.exit(EXIT_INTERRUPTED)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 import typer
 
 from dlrmsim import cli as root
@@ -90,3 +91,43 @@ def test_no_help_text_carries_printf_escapes() -> None:
         texts += _help_texts(typer.main.get_group(sub), "dlrmsim")
     assert len(texts) > 50  # every command and option was reached
     assert [where for where, text in texts if "%%" in text] == []
+
+
+def _chained_system_error() -> SystemError:
+    """What CPython raises when Ctrl-C lands under two compiled frames: SystemErrors caused by a KeyboardInterrupt."""
+    try:
+        try:
+            try:
+                raise KeyboardInterrupt
+            except KeyboardInterrupt as k:
+                raise SystemError("kernel returned a result with an exception set") from k
+        except SystemError as inner:
+            raise SystemError("caller returned a result with an exception set") from inner
+    except SystemError as outer:
+        return outer
+
+
+@pytest.mark.parametrize("raised", ["keyboard", "system-error"])
+def test_ctrl_c_is_one_line_and_exit_130(cli, monkeypatch: pytest.MonkeyPatch, raised: str) -> None:  # noqa: ANN001
+    from dlrmsim.training import simulate
+
+    def stopped(*_a: object, **_k: object) -> None:
+        raise KeyboardInterrupt if raised == "keyboard" else _chained_system_error()
+
+    monkeypatch.setattr(simulate, "simulate_training", stopped)
+    res = cli("simulate", "-t", "skx-8s-upi", "-w", "small", "-r", "2")
+    # because a user who stops a run must see that it stopped (typer hands Ctrl-C back as a return value, which was
+    # dropped: exit 0 and no word), and Ctrl-C inside a numba kernel arrives as a chain of SystemErrors (a traceback)
+    assert res.code == 130 and res.err.strip() == "interrupted (Ctrl-C)" and res.out == ""
+
+
+def test_a_system_error_of_another_cause_still_raises(cli, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    from dlrmsim.training import simulate
+
+    def broken(*_a: object, **_k: object) -> None:
+        raise SystemError("a real bug")
+
+    monkeypatch.setattr(simulate, "simulate_training", broken)
+    # because only Ctrl-C is translated: a SystemError from anything else is a defect to see in full
+    with pytest.raises(SystemError, match="a real bug"):
+        cli("simulate", "-t", "skx-8s-upi", "-w", "small", "-r", "2")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import sys
 from collections import Counter
 from dataclasses import dataclass
@@ -96,7 +97,8 @@ def run_demo(
     done: dict[int, tuple[dict, str]] = {}
     pool = None
     if n_workers > 1 and len(points) > 1 and sys.platform == "linux":
-        pool = multiprocessing.get_context("fork").Pool(min(n_workers, len(points)))  # forks here, before any thread
+        # forks here, before any thread; the workers leave Ctrl-C to this process, which stops them
+        pool = multiprocessing.get_context("fork").Pool(min(n_workers, len(points)), initializer=_ignore_sigint)
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()]
     try:
         with Progress(*columns, console=console, transient=True) as bar:
@@ -156,3 +158,7 @@ def run_demo(
 
 def _simulate_indexed(item: tuple[int, DemoPoint]) -> tuple[int, tuple[dict, str, Counter[str]]]:
     return item[0], _simulate(item[1])
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
