@@ -98,7 +98,10 @@ def run_demo(
     pool = None
     if n_workers > 1 and len(points) > 1 and sys.platform == "linux":
         # forks here, before any thread; the workers leave Ctrl-C to this process, which stops them
-        pool = multiprocessing.get_context("fork").Pool(min(n_workers, len(points)), initializer=_ignore_sigint)
+        try:
+            pool = multiprocessing.get_context("fork").Pool(min(n_workers, len(points)), initializer=_ignore_sigint)
+        except OSError:  # no POSIX semaphores (a container without /dev/shm): the points run in this process
+            pool = None
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()]
     try:
         with Progress(*columns, console=console, transient=True) as bar:
