@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import statistics
 
 import pytest
 
@@ -216,12 +217,17 @@ def test_phases_split_the_step_into_dlrmsims_phases() -> None:
     pytest.importorskip("torchrec")
     from dlrmsim.calibration.targets.torchrec import ARCH_PHASES, measure_phases, measure_step
 
-    phases = measure_phases(TINY, 64, 1, min_s=0.05)
-    step = measure_step(TINY, 64, 1, samples=3, min_sample_s=0.02)
+    # three phase passes, each beside a plain step timing: a slow spell of the host lands on one pair (one pair on a
+    # fresh clone's CI once gave 2.01x, the phases' 2.8 ms against a step's 1.4 ms)
+    ratios, phases = [], {}
+    for _ in range(3):
+        phases = measure_phases(TINY, 64, 1, min_s=0.05)
+        step = measure_step(TINY, 64, 1, samples=3, min_sample_s=0.02)
+        ratios.append(sum(phases.values()) / step.median_s)
     # Because every part of the step is timed by hooks on the DLRM's four parts, the optimizer step and the rest,
     # each of dlrmsim's phases is there and took time, and together they make up about one step (the phase pass
-    # is a run of its own, on a shared host: within a factor of two).
+    # is a run of its own, on a shared host: the median pair within a factor of two).
     want = {p for pair in ARCH_PHASES.values() for p in pair} | {"mlp_update", "other"}
     assert set(phases) == want
     assert all(v > 0 for k, v in phases.items() if k != "other"), phases
-    assert 0.5 * step.median_s < sum(phases.values()) < 2.0 * step.median_s, (phases, step.median_s)
+    assert 0.5 < statistics.median(ratios) < 2.0, ratios
