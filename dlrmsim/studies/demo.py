@@ -39,6 +39,9 @@ class DemoPoint:
     ranks: int
     blocking: bool
 
+    def config(self) -> TrainingConfig:
+        return TrainingConfig(topology=self.topology, workload=self.workload, ranks=self.ranks, blocking=self.blocking)
+
 
 def rank_counts(base: TrainingConfig, topology_ranks: int) -> list[int]:
     """Fewest ranks that fit, then powers of two, then the placement's limit."""
@@ -71,7 +74,7 @@ def demo_workers() -> int:
 
 def _simulate(pt: DemoPoint) -> tuple[dict, str, Counter[str]]:
     """One point's results row, its sockets and the engine counters it added (from a worker process or this one)."""
-    cfg = TrainingConfig(topology=pt.topology, workload=pt.workload, ranks=pt.ranks, blocking=pt.blocking)
+    cfg = pt.config()
     inputs = load_inputs(cfg)
     before = Counter(RUN_TOTALS)
     res = run_iteration(inputs, cfg, record_flows=False)
@@ -125,7 +128,7 @@ def run_demo(
     why: dict[tuple[str, str], str] = {}
     for i, pt in enumerate(points):
         row, sockets = done[i]
-        cfg = TrainingConfig(topology=pt.topology, workload=pt.workload, ranks=pt.ranks, blocking=pt.blocking)
+        cfg = pt.config()
         if (pt.topology, pt.workload) not in why:
             why[pt.topology, pt.workload] = choose_baseline(cfg).reason  # the first rank count (rank_counts)
         rows.append(
