@@ -298,15 +298,9 @@ class FluidScheduler:
         tag 0) and each next one it hears of (:meth:`chain_started`); while nothing else happens before a chain's next
         instant, a compiled kernel starts them instead and tells the owner afterwards (``ran_ahead``). The last one
         always ends through ``on_done``."""
-        n_rows = cols_f.shape[1]
-        need = self._chain_rows + n_rows
-        if need > self._CF.shape[1]:
-            size = max(2 * self._CF.shape[1], need)
-            CF, CI = np.zeros((4, size)), np.zeros((3, size), dtype=np.int64)
-            CF[:, : self._chain_rows] = self._CF[:, : self._chain_rows]
-            CI[:, : self._chain_rows] = self._CI[:, : self._chain_rows]
-            self._CF, self._CI = CF, CI
         first = self._chain_rows
+        need = first + cols_f.shape[1]
+        self._CF, self._CI = grow_columns(self._CF, self._CI, first, need)
         self._CF[:, first:need] = cols_f
         self._CI[:, first:need] = cols_i
         self._chain_rows = need
@@ -817,6 +811,20 @@ def grow_tables(F: np.ndarray, I: np.ndarray, E: np.ndarray, EW: np.ndarray, n: 
         EW2[:m] = EW[:m]
         E, EW = E2, EW2
     return F, I, E, EW
+
+
+@njit(cache=True)
+def grow_columns(CF: np.ndarray, CI: np.ndarray, used: int, need: int) -> tuple[np.ndarray, np.ndarray]:
+    """A float and an int table of columns (``used`` of them in use) with room for ``need``: the same arrays, or
+    larger copies (capacity doubling, 16 at least) holding the used columns."""
+    if need <= CF.shape[1]:
+        return CF, CI
+    size = max(2 * CF.shape[1], need, 16)
+    CF2 = np.empty((CF.shape[0], size))
+    CI2 = np.empty((CI.shape[0], size), dtype=np.int64)
+    CF2[:, :used] = CF[:, :used]
+    CI2[:, :used] = CI[:, :used]
+    return CF2, CI2
 
 
 @njit(cache=True)

@@ -32,6 +32,7 @@ from dlrmsim.engine.fluid import (
     _done_indices,
     _integrate,
     _solve_rates,
+    grow_columns,
     grow_tables,
     write_activity,
 )
@@ -157,18 +158,6 @@ def lockstep_barrier(rs: np.ndarray, held: np.ndarray, n_held: np.ndarray) -> np
     held[:] = False
     n_held[0] = 0
     return np.arange(p)
-
-
-@njit(cache=True)
-def _grow_queue(QF: np.ndarray, QI: np.ndarray, nq: int, need: int) -> tuple[np.ndarray, np.ndarray]:
-    if need <= QF.shape[1]:
-        return QF, QI
-    size = max(2 * QF.shape[1], need, 16)
-    QF2 = np.empty((QF.shape[0], size))
-    QI2 = np.empty((QI.shape[0], size), dtype=np.int64)
-    QF2[:, :nq] = QF[:, :nq]
-    QI2[:, :nq] = QI[:, :nq]
-    return QF2, QI2
 
 
 # rows of the delayed-flow queue: floats (start time, issue time), ints (heap sequence number, collective, flow)
@@ -684,7 +673,7 @@ def _start_flows(F, I, E, EW, n, m, t, fidx, ci, oid, fpid, fnb, fsrc, fdst, g, 
             counts[0] += n_add
         else:
             seq += 1
-            QF, QI = _grow_queue(QF, QI, nq, nq + k)
+            QF, QI = grow_columns(QF, QI, nq, nq + k)
             for j in range(k):
                 if d[j] == dv:
                     QF[Q_T, nq] = t + dv
