@@ -166,7 +166,8 @@ def study_cmd(
     ),
 ) -> None:
     """Run a built-in study's experiment grid, e.g. the CPU-cluster paper's: tables, CSV/JSON and an HTML report."""
-    from dlrmsim.studies.paper import console_table, json_rows, load_study, parse_baselines, plan, run_study
+    from dlrmsim.studies.paper import console_table, json_rows, load_study, parse_baselines, plan, run_study, simulate_point
+    from dlrmsim.studies.pool import WorkerPool
 
     only = [e.strip() for e in experiments.split(",") if e.strip()] if experiments else None
     bases = parse_baselines(baseline_ranks)
@@ -181,9 +182,10 @@ def study_cmd(
         return
     if csv is not None and csv.parent and not csv.parent.exists():
         raise DlrmsimError(f"folder {csv.parent} does not exist", field="--csv", fix="create it or give another path")
-    with Progress(console=err_console, transient=True, disable=json_out) as bar:
+    # the workers first, then the progress bar (its refresh thread must not be running when they fork)
+    with WorkerPool(simulate_point, workers) as pool, Progress(console=err_console, transient=True, disable=json_out) as bar:
         task = bar.add_task(escape(f"study {name}"), total=None)  # user text, not markup
-        result = run_study(name, workers=workers, only=only, on_done=lambda: bar.advance(task), baseline_ranks=bases)
+        result = run_study(name, workers=pool, only=only, on_done=lambda: bar.advance(task), baseline_ranks=bases)
     if csv is not None:
         result.rows.to_csv(csv, index=False)
     if html is not None:

@@ -6,20 +6,15 @@ or the topology allows, overlapping and blocking, printed as tables and written 
 
 from __future__ import annotations
 
-import multiprocessing
-import os
-import signal
-import sys
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from dlrmsim.engine import RUN_TOTALS
 from dlrmsim.output import console
 from dlrmsim.studies.derive import derive_scaling
+from dlrmsim.studies.pool import WorkerPool, usable_cores
 from dlrmsim.studies.report import build_report, topology_figures
 from dlrmsim.studies.scaling import baseline_ranks, choose_baseline, print_scaling_table
 from dlrmsim.topologies import load_topology
@@ -68,18 +63,16 @@ def demo_points(topologies: tuple[str, ...] = TOPOLOGIES, workloads: tuple[str, 
 
 def demo_workers() -> int:
     """Processes the demo simulates on: the cores this process may use, up to 4 (its points are independent)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(4, cores))
+    return min(4, usable_cores())
 
 
-def _simulate(pt: DemoPoint) -> tuple[dict, str, Counter[str]]:
-    """One point's results row, its sockets and the engine counters it added (from a worker process or this one)."""
+def _simulate(pt: DemoPoint) -> tuple[dict, str]:
+    """One point's results row and its sockets (in a worker process or this one)."""
     cfg = pt.config()
     inputs = load_inputs(cfg)
-    before = Counter(RUN_TOTALS)
     res = run_iteration(inputs, cfg, record_flows=False)
     sockets = format_sockets(inputs.mapping.sockets) if inputs.mapping else ""
-    return res.to_row(), sockets, Counter(RUN_TOTALS) - before
+    return res.to_row(), sockets
 
 
 def run_demo(
@@ -90,40 +83,23 @@ def run_demo(
 ) -> pd.DataFrame:
     """Simulate every demo point, print one table per topology and workload, and write ``out/report.html``.
 
-    ``workers`` (default :func:`demo_workers`): processes simulating points at once, forked before the progress bar
-    starts (its refresh thread must not be copied into them); 1, or a platform other than Linux (fork is unsafe on
-    macOS, absent on Windows), runs them here. The most ranks go first: one point (Large on 64 ranks) is most of the
-    demo's work. Results do not depend on where a point ran (the simulation is deterministic)."""
+    ``workers`` (default :func:`demo_workers`): processes simulating points at once (:class:`WorkerPool`; 1 runs
+    them here). The most ranks go first: one point (Large on 64 ranks) is most of the demo's work. Results do not
+    depend on where a point ran (the simulation is deterministic)."""
     points = demo_points(topologies, workloads)
     n_workers = demo_workers() if workers is None else workers
     order = sorted(range(len(points)), key=lambda i: -points[i].ranks)
     done: dict[int, tuple[dict, str]] = {}
-    pool = None
-    if n_workers > 1 and len(points) > 1 and sys.platform == "linux":
-        # forks here, before any thread; the workers leave Ctrl-C to this process, which stops them
-        try:
-            pool = multiprocessing.get_context("fork").Pool(min(n_workers, len(points)), initializer=_ignore_sigint)
-        except OSError:  # no POSIX semaphores (a container without /dev/shm): the points run in this process
-            pool = None
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()]
-    try:
-        with Progress(*columns, console=console, transient=True) as bar:
-            task = bar.add_task("simulating", total=len(points))
-            if pool is not None:
-                results = pool.imap_unordered(_simulate_indexed, [(i, points[i]) for i in order])
-            else:
-                results = ((i, _simulate(points[i])) for i in order)
-            for i, (row, sockets, counters) in results:
-                if pool is not None:
-                    RUN_TOTALS.update(counters)  # the worker's counts (benchmarks read them around a command)
-                done[i] = (row, sockets)
-                pt = points[i]
-                label = f"{pt.workload} on {pt.topology}, {pt.ranks} ranks{' blocking' if pt.blocking else ''}"
-                bar.update(task, description=f"done: {label}")
-                bar.advance(task)
-    finally:
-        if pool is not None:
-            pool.terminate()
+    # the pool first: its workers are forked before the progress bar's refresh thread exists (studies.pool)
+    with WorkerPool(_simulate, min(n_workers, len(points))) as pool, Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task("simulating", total=len(points))
+        for i, result in pool.run(points, order):
+            done[i] = result
+            pt = points[i]
+            label = f"{pt.workload} on {pt.topology}, {pt.ranks} ranks{' blocking' if pt.blocking else ''}"
+            bar.update(task, description=f"done: {label}")
+            bar.advance(task)
     rows = []
     why: dict[tuple[str, str], str] = {}
     for i, pt in enumerate(points):
@@ -160,11 +136,3 @@ def run_demo(
     )
     console.print(f"report written to {path}")
     return df
-
-
-def _simulate_indexed(item: tuple[int, DemoPoint]) -> tuple[int, tuple[dict, str, Counter[str]]]:
-    return item[0], _simulate(item[1])
-
-
-def _ignore_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -13,7 +13,7 @@ import itertools
 import json
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -24,6 +24,7 @@ from pydantic import PositiveInt
 from dlrmsim import config
 from dlrmsim.config import StrictModel
 from dlrmsim.errors import DlrmsimError
+from dlrmsim.studies.pool import WorkerPool
 from dlrmsim.studies.scaling import Baseline, choose_baseline, scaling_frame
 from dlrmsim.topologies.mapping import format_sockets
 from dlrmsim.training.simulate import TrainingConfig, TrainingResult, load_inputs, run_iteration
@@ -231,22 +232,16 @@ def _cost(cfg: TrainingConfig) -> float:
 
 
 def run_configs(
-    configs: Sequence[TrainingConfig], workers: int = 1, on_done: Callable[[], None] | None = None
+    configs: Sequence[TrainingConfig], workers: int | WorkerPool = 1, on_done: Callable[[], None] | None = None
 ) -> dict[str, dict[str, Any]]:
-    """Rows by config key; each distinct config simulated once, in ``workers`` processes (1: in this process)."""
+    """Rows by config key; each distinct config simulated once, costliest first, in ``workers`` processes (1: in this
+    process), or on a :class:`WorkerPool` of :func:`simulate_point` the caller made (before its progress bar)."""
     unique = {_key(c): c for c in configs}
-    order = sorted(unique, key=lambda k: -_cost(unique[k]))
+    keys = sorted(unique, key=lambda k: -_cost(unique[k]))
     out: dict[str, dict[str, Any]] = {}
-    if workers <= 1:
-        for k in order:
-            out[k] = simulate_point(k)
-            if on_done:
-                on_done()
-        return out
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = {k: pool.submit(simulate_point, k) for k in order}
-        for k, fut in futures.items():
-            out[k] = fut.result()
+    with WorkerPool(simulate_point, min(workers, len(keys))) if isinstance(workers, int) else nullcontext(workers) as pool:
+        for i, row in pool.run(keys):
+            out[keys[i]] = row
             if on_done:
                 on_done()
     return out
@@ -309,13 +304,15 @@ def plan(
 
 def run_study(
     name_or_path: str | Path,
-    workers: int = 1,
+    workers: int | WorkerPool = 1,
     only: Sequence[str] | None = None,
     on_done: Callable[[], None] | None = None,
     baseline_ranks: Mapping[str, int] | None = None,
 ) -> StudyResult:
     """Run a study's experiments; one row per point with its experiment, settings, outputs and scaling columns.
 
+    ``workers``: simulation processes (1: this one), or a :class:`WorkerPool` of :func:`simulate_point` made before
+    a progress bar started (see :mod:`dlrmsim.studies.pool`).
     ``baseline_ranks`` (workload -> ranks) overrides every scaling experiment's baseline for those workloads.
     """
     t0 = time.perf_counter()

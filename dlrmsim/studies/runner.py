@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-import os
 import signal
 import threading
 import time
@@ -24,6 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from dlrmsim.errors import DlrmsimError, Interrupted
 from dlrmsim.output import err_console
 from dlrmsim.studies.evaluate import evaluate_point, flat_outputs
+from dlrmsim.studies.pool import usable_cores
 from dlrmsim.studies.results import ResultsStore, point_row, results_path
 from dlrmsim.studies.spec import SweepPoint
 
@@ -60,10 +60,7 @@ def run_point(evaluator: Evaluator, point: SweepPoint) -> dict[str, Any]:
 
 def default_workers() -> int:
     """One single-threaded worker process per CPU this process may use."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
+    return usable_cores()
 
 
 def run_sweep(

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import multiprocessing
 from pathlib import Path
 
 import pandas as pd
-import pytest
 
 from dlrmsim.engine import RUN_TOTALS
-from dlrmsim.studies.demo import demo_points, run_demo
+from dlrmsim.studies.demo import run_demo
 
 
 def test_demo_on_one_topology_and_workload_writes_its_report(tmp_path: Path) -> None:
@@ -30,16 +28,3 @@ def test_points_simulated_in_worker_processes_give_the_same_rows_and_counters(tm
     # the points' order, and the engine's counters come back from the workers (benchmarks read them)
     pd.testing.assert_frame_equal(runs[0][0], runs[1][0])
     assert runs[0][1] == runs[1][1] and runs[0][1]["solves"] > 0
-
-
-def test_without_worker_processes_the_points_run_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    class NoSemaphores:
-        def Pool(self, *_a: object, **_k: object) -> None:  # noqa: N802 - multiprocessing's name
-            raise OSError(38, "Function not implemented")
-
-    monkeypatch.setattr(multiprocessing, "get_context", lambda _method: NoSemaphores())
-    RUN_TOTALS.clear()
-    df = run_demo(tmp_path, topologies=("skx-8s-upi",), workloads=("small",), workers=2)
-    # because a host without POSIX semaphores (some containers lack /dev/shm) cannot make a pool, and the demo must
-    # still run there: in this process, every point, with its counters
-    assert len(df) == len(demo_points(("skx-8s-upi",), ("small",))) and RUN_TOTALS["solves"] > 0

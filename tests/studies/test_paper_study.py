@@ -6,11 +6,13 @@ import json
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
-from dlrmsim.studies.paper import busy_time, load_study, plan, run_study
+from dlrmsim.studies.paper import busy_time, load_study, plan, run_study, simulate_point
 from dlrmsim.studies.paper_report import build_study_report
+from dlrmsim.studies.pool import WorkerPool
 from tests.conftest import assert_one_line_error
 
 # One experiment per figure kind, at the smallest rank counts, so the whole study runs in about a second.
@@ -79,6 +81,15 @@ def test_builtin_study_covers_the_paper_grid() -> None:
     assert {e.figure for e in exps} == {"single_socket", "scaling", "breakdown", "communication"}
     # The paper's baselines: MLPerf's single socket (a 192 GB one), Large at 4 ranks.
     assert baselines[("strong-clx", "mlperf")].ranks == 1 and baselines[("strong-clx", "large")].ranks == 4
+
+
+def test_a_study_on_worker_processes_gives_the_same_rows(reduced: Path) -> None:
+    serial = run_study(reduced, workers=1).rows
+    with WorkerPool(simulate_point, 2) as pool:
+        parallel = run_study(reduced, workers=pool).rows
+    # because each point is an independent, deterministic simulation: the pool `dlrmsim study` makes before its
+    # progress bar changes no number and keeps the rows' order
+    pd.testing.assert_frame_equal(serial, parallel)
 
 
 def test_reduced_study_has_one_figure_per_experiment(reduced: Path, tmp_path: Path) -> None:

@@ -1,0 +1,106 @@
+"""Independent simulations on the cores of this machine: worker processes for the demo and for `dlrmsim study`.
+
+A simulation is one single-threaded Python process's work, so a grid of points runs on every core only in
+separate processes. :class:`WorkerPool` is the one way this package starts them (Dask sweeps aside, which
+schedule across machines: :mod:`dlrmsim.studies.runner`):
+
+- **Started before any progress bar.** On Linux the workers are forked (no re-import, so they are ready in
+  milliseconds), and a fork copies only the calling thread: a rich progress bar's refresh thread, running
+  during the fork, could leave a lock held in the child. Callers create the pool first, then the bar.
+  Elsewhere the workers are spawned (fork is unsafe on macOS and absent on Windows).
+- **Ctrl-C is the parent's.** The terminal sends SIGINT to the whole process group; the workers ignore it, and
+  the parent, on its KeyboardInterrupt, terminates them on the way out (no traceback from each worker).
+- **The engine's counters come back.** :data:`dlrmsim.engine.RUN_TOTALS` counts solves and events in the
+  process that ran them; each result carries its worker's increments, which are added to the parent's, so a
+  benchmark reading the counters around a command sees the same totals as in one process.
+- **No pool, no harm.** One worker, a single job, or a host without POSIX semaphores (a container without
+  ``/dev/shm``: the pool cannot be made) run the jobs in this process, in the same order.
+
+A pool that loses a worker to the kernel's OOM killer waits forever (``multiprocessing.Pool`` does not notice);
+the simulations here peak at a few hundred MB each.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import sys
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from multiprocessing.pool import Pool
+from types import TracebackType
+from typing import Generic, TypeVar
+
+from dlrmsim.engine import RUN_TOTALS
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity where the platform has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)  # pragma: no cover - not Linux
+
+
+class WorkerPool(Generic[T, R]):
+    """``workers`` processes that apply ``fn`` to items, created now (see the module docstring for why now).
+
+    Use as a context manager; :meth:`run` yields ``(index, result)`` as results arrive. ``fn`` must be a module-level
+    function (spawned workers import it by name) whose items and results pickle.
+    """
+
+    def __init__(self, fn: Callable[[T], R], workers: int) -> None:
+        self.fn = fn
+        self.workers = max(1, workers)
+        self._pool: Pool | None = None
+        if self.workers > 1:
+            method = "fork" if sys.platform == "linux" else "spawn"
+            try:
+                self._pool = multiprocessing.get_context(method).Pool(self.workers, initializer=_ignore_sigint)
+            except OSError:  # no POSIX semaphores: the jobs run in this process
+                self._pool = None
+
+    @property
+    def parallel(self) -> bool:
+        """Whether jobs run in worker processes (False: in this one)."""
+        return self._pool is not None
+
+    def run(self, items: Sequence[T], order: Sequence[int] | None = None) -> Iterator[tuple[int, R]]:
+        """``(i, fn(items[i]))`` for every item, started in ``order`` (default: as given; put the costliest first so
+        that it runs beside the others) and yielded as each finishes."""
+        order = list(range(len(items))) if order is None else list(order)
+        if self._pool is None or len(order) < 2:
+            for i in order:
+                yield i, self.fn(items[i])
+            return
+        for i, result, counted in self._pool.imap_unordered(_counted, [(self.fn, i, items[i]) for i in order]):
+            RUN_TOTALS.update(counted)
+            yield i, result
+
+    def close(self) -> None:
+        """Stop the workers (at once: on Ctrl-C a worker may be mid-simulation)."""
+        if self._pool is not None:
+            self._pool.terminate()
+            self._pool.join()
+            self._pool = None
+
+    def __enter__(self) -> WorkerPool[T, R]:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+
+def _counted(job: tuple[Callable[[T], R], int, T]) -> tuple[int, R, Counter[str]]:
+    """In a worker: the job's result and the engine counters it added there."""
+    fn, i, item = job
+    before = Counter(RUN_TOTALS)
+    result = fn(item)
+    return i, result, Counter(RUN_TOTALS) - before
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)

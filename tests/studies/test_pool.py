@@ -1,0 +1,72 @@
+"""Worker processes for independent simulations (studies.pool): same results and counters as one process."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+
+import pytest
+
+from dlrmsim.engine import RUN_TOTALS
+from dlrmsim.studies.pool import WorkerPool, usable_cores
+
+
+def _square_counted(x: int) -> tuple[int, int]:
+    RUN_TOTALS["test_jobs"] += 1
+    RUN_TOTALS["test_sum"] += x
+    return x * x, os.getpid()
+
+
+def _fails_on_three(x: int) -> int:
+    if x == 3:
+        raise ValueError("three")
+    return x
+
+
+def test_results_and_counters_do_not_depend_on_the_workers() -> None:
+    items = list(range(7))
+    runs = {}
+    for workers in (1, 2):
+        RUN_TOTALS.clear()
+        with WorkerPool(_square_counted, workers) as pool:
+            got = dict(pool.run(items, order=[6, 5, 4, 3, 2, 1, 0]))
+            parallel = pool.parallel
+        runs[workers] = ({i: sq for i, (sq, _pid) in got.items()}, dict(RUN_TOTALS), {pid for _sq, pid in got.values()})
+        assert parallel == (workers > 1), "because two workers make a pool on Linux, one runs here"
+    # because every item is done exactly once wherever it ran, and each job's counter increments come back to this
+    # process (benchmarks read RUN_TOTALS around a command)
+    assert runs[1][0] == runs[2][0] == {i: i * i for i in items}
+    assert runs[1][1] == runs[2][1] == {"test_jobs": 7, "test_sum": 21}
+    assert runs[1][2] == {os.getpid()} and os.getpid() not in runs[2][2], "because workers=2 runs the jobs elsewhere"
+
+
+def test_one_worker_runs_the_jobs_here_in_the_given_order() -> None:
+    with WorkerPool(_fails_on_three, 1) as pool:
+        # because without a pool the jobs run in this process one after another, in the order asked
+        assert [i for i, _ in pool.run([10, 11, 12], order=[2, 0, 1])] == [2, 0, 1]
+
+
+def test_a_workers_exception_reaches_the_caller() -> None:
+    # because a job that raises is a bug to show, not a result to drop (studies turn refusals into rows themselves)
+    with WorkerPool(_fails_on_three, 2) as pool, pytest.raises(ValueError, match="three"):
+        list(pool.run([1, 2, 3, 4]))
+
+
+def test_without_posix_semaphores_the_jobs_run_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    class NoSemaphores:
+        def Pool(self, *_a: object, **_k: object) -> None:  # noqa: N802 - multiprocessing's name
+            raise OSError(38, "Function not implemented")
+
+    monkeypatch.setattr(multiprocessing, "get_context", lambda _method: NoSemaphores())
+    RUN_TOTALS.clear()
+    with WorkerPool(_square_counted, 2) as pool:
+        got = dict(pool.run([1, 2, 3]))
+        parallel = pool.parallel
+    # because a host without POSIX semaphores (some containers lack /dev/shm) cannot make a pool, and the demo and
+    # studies must still run there: in this process, every job, with its counters
+    assert not parallel and {i: sq for i, (sq, _) in got.items()} == {0: 1, 1: 4, 2: 9} and RUN_TOTALS["test_jobs"] == 3
+
+
+def test_usable_cores_are_this_process_affinity() -> None:
+    # because the default worker counts are sized to the cores this process may run on, not the machine's
+    assert 1 <= usable_cores() <= (os.cpu_count() or 1)
