@@ -83,11 +83,16 @@ def _root() -> None:
 
 
 @app.command()
-def demo(out: str = typer.Option("out", help="folder for report.html")) -> None:
+def demo(
+    out: str = typer.Option("out", help="folder for report.html"),
+    workers: int | None = typer.Option(
+        None, "--workers", min=1, help="simulation processes (1: in this process; default: one per core, up to 4)"
+    ),
+) -> None:
     """The headline study: Small, Large and MLPerf strong scaling on clx-64s-opa and skx-8s-upi."""
     from dlrmsim.studies.demo import run_demo
 
-    run_demo(Path(out))
+    run_demo(Path(out), workers=workers)
 
 
 # Typer >= 0.26 raises its own vendored click's exceptions; older ones raise click's. Catch both.

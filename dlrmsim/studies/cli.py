@@ -155,7 +155,9 @@ def study_cmd(
     html: Path | None = typer.Option(None, "--html", help="write the report (one figure per experiment, offline) here"),
     csv: Path | None = typer.Option(None, "--csv", help="write every point's row here"),
     json_out: bool = typer.Option(False, "--json", help="print one JSON document: the study and every row"),
-    workers: int = typer.Option(2, "--workers", min=1, help="simulation processes (1: in this process)"),
+    workers: int | None = typer.Option(
+        None, "--workers", min=1, help="simulation processes (1: in this process; default: one per core)"
+    ),
     experiments: str | None = typer.Option(None, "--experiments", help="comma-separated experiment names to run (default: all)"),
     list_only: bool = typer.Option(False, "--list", help="list the study's experiments and their point counts, run nothing"),
     baseline_ranks: list[str] = typer.Option(
@@ -167,7 +169,7 @@ def study_cmd(
 ) -> None:
     """Run a built-in study's experiment grid, e.g. the CPU-cluster paper's: tables, CSV/JSON and an HTML report."""
     from dlrmsim.studies.paper import console_table, json_rows, load_study, parse_baselines, plan, run_study, simulate_point
-    from dlrmsim.studies.pool import WorkerPool
+    from dlrmsim.studies.pool import WorkerPool, usable_cores
 
     only = [e.strip() for e in experiments.split(",") if e.strip()] if experiments else None
     bases = parse_baselines(baseline_ranks)
@@ -183,7 +185,10 @@ def study_cmd(
     if csv is not None and csv.parent and not csv.parent.exists():
         raise DlrmsimError(f"folder {csv.parent} does not exist", field="--csv", fix="create it or give another path")
     # the workers first, then the progress bar (its refresh thread must not be running when they fork)
-    with WorkerPool(simulate_point, workers) as pool, Progress(console=err_console, transient=True, disable=json_out) as bar:
+    with (
+        WorkerPool(simulate_point, workers or usable_cores()) as pool,
+        Progress(console=err_console, transient=True, disable=json_out) as bar,
+    ):
         task = bar.add_task(escape(f"study {name}"), total=None)  # user text, not markup
         result = run_study(name, workers=pool, only=only, on_done=lambda: bar.advance(task), baseline_ranks=bases)
     if csv is not None:
