@@ -16,8 +16,9 @@ schedule across machines: :mod:`dlrmsim.studies.runner`):
 - **No pool, no harm.** One worker, a single job, or a host without POSIX semaphores (a container without
   ``/dev/shm``: the pool cannot be made) run the jobs in this process, in the same order.
 
-A pool that loses a worker to the kernel's OOM killer waits forever (``multiprocessing.Pool`` does not notice);
-the simulations here peak at a few hundred MB each.
+- **A worker that dies is an error, not a hang.** ``multiprocessing.Pool`` replaces a worker the kernel killed (the
+  OOM killer, when too many large simulations run at once) but never returns the job it held; the pool watches its
+  workers while it waits and stops with a one-line error saying to run fewer at once.
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ from types import TracebackType
 from typing import Generic, TypeVar
 
 from dlrmsim.engine import RUN_TOTALS
+from dlrmsim.errors import DlrmsimError
+
+# s between checks that every worker is alive while waiting for a result
+WATCH_S = 0.5
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -56,12 +61,16 @@ class WorkerPool(Generic[T, R]):
         self.fn = fn
         self.workers = max(1, workers)
         self._pool: Pool | None = None
+        self._pids: set[int] = set()  # the workers this pool started (a replacement means one died)
         if self.workers > 1:
             method = "fork" if sys.platform == "linux" else "spawn"
+            before = _children()
             try:
                 self._pool = multiprocessing.get_context(method).Pool(self.workers, initializer=_ignore_sigint)
             except OSError:  # no POSIX semaphores: the jobs run in this process
                 self._pool = None
+            else:
+                self._pids = _children() - before
 
     @property
     def parallel(self) -> bool:
@@ -76,9 +85,26 @@ class WorkerPool(Generic[T, R]):
             for i in order:
                 yield i, self.fn(items[i])
             return
-        for i, result, counted in self._pool.imap_unordered(_counted, [(self.fn, i, items[i]) for i in order]):
+        results = self._pool.imap_unordered(_counted, [(self.fn, i, items[i]) for i in order])
+        for _ in order:
+            while True:
+                try:
+                    i, result, counted = results.next(timeout=WATCH_S)
+                    break
+                except multiprocessing.TimeoutError:
+                    self._check_workers()
             RUN_TOTALS.update(counted)
             yield i, result
+
+    def _check_workers(self) -> None:
+        """Raise when one of the pool's workers has died (its job will never come back)."""
+        if not self._pids <= _children():
+            self.close()
+            raise DlrmsimError(
+                "a simulation worker process died (killed by the system, most likely out of memory)",
+                field="--workers",
+                fix=f"run fewer simulations at once than {self.workers}, e.g. --workers 1",
+            )
 
     def close(self) -> None:
         """Stop the workers (at once: on Ctrl-C a worker may be mid-simulation)."""
@@ -92,6 +118,11 @@ class WorkerPool(Generic[T, R]):
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
+
+
+def _children() -> set[int]:
+    """Process ids of this process's live multiprocessing children."""
+    return {p.pid for p in multiprocessing.active_children() if p.pid is not None}
 
 
 def _counted(job: tuple[Callable[[T], R], int, T]) -> tuple[int, R, Counter[str]]:

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
+import time
 
 import pytest
 
 from dlrmsim.engine import RUN_TOTALS
-from dlrmsim.studies.pool import WorkerPool, usable_cores
+from dlrmsim.errors import DlrmsimError
+from dlrmsim.studies.pool import WATCH_S, WorkerPool, usable_cores
 
 
 def _square_counted(x: int) -> tuple[int, int]:
@@ -70,3 +73,19 @@ def test_without_posix_semaphores_the_jobs_run_here(monkeypatch: pytest.MonkeyPa
 def test_usable_cores_are_this_process_affinity() -> None:
     # because the default worker counts are sized to the cores this process may run on, not the machine's
     assert 1 <= usable_cores() <= (os.cpu_count() or 1)
+
+
+def _dies_on_two(x: int) -> int:
+    if x == 2:
+        os.kill(os.getpid(), signal.SIGKILL)  # as the kernel's OOM killer would
+    time.sleep(0.2)
+    return x
+
+
+def test_a_worker_killed_by_the_system_stops_the_run_with_one_line() -> None:
+    t0 = time.monotonic()
+    with WorkerPool(_dies_on_two, 2) as pool, pytest.raises(DlrmsimError, match="worker process died") as err:
+        list(pool.run([0, 1, 2, 3, 4, 5]))
+    # because multiprocessing.Pool would wait forever for the killed worker's job: the pool notices the death within
+    # its watch period and says what to do
+    assert "--workers" in err.value.one_line() and time.monotonic() - t0 < 10 * WATCH_S + 5
