@@ -16,15 +16,14 @@ All times are seconds of simulated time, sizes bytes, rates B/s and flop/s.
 
 from __future__ import annotations
 
-import gc
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import numpy as np
 import simpy
 
+from dlrmsim.collector import gc_paused
 from dlrmsim.engine import costs
 from dlrmsim.engine.arrays import all_equal, any_at_least, any_negative
 from dlrmsim.engine.collectives import CollectiveContext, Phase, get_algorithm
@@ -49,24 +48,6 @@ _I0 = np.zeros(0, dtype=np.int64)
 
 # Engine counters summed over every Simulation.run of this process (benchmarks read them around a command).
 RUN_TOTALS: Counter[str] = Counter()
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector inside the block; reference counting still frees everything.
-
-    A simulation allocates tasks, events and flow batches by the hundred thousand, and every few thousand
-    allocations the collector traverses the tracked objects, the simulation's long-lived state included, to find
-    next to no cycles: a 1024-rank iteration ran 5 full collections that freed 62 objects, about a tenth of its
-    wall time. Nested uses leave the collector as the outermost found it.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 class Simulation:
