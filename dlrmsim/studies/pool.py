@@ -51,19 +51,20 @@ def usable_cores() -> int:
 
 
 class WorkerPool(Generic[T, R]):
-    """``workers`` processes that apply ``fn`` to items, created now (see the module docstring for why now).
+    """``workers`` processes that apply ``fn`` to items, created now (see the module docstring for why now);
+    ``method``: multiprocessing's start method (default: fork on Linux, spawn elsewhere).
 
     Use as a context manager; :meth:`run` yields ``(index, result)`` as results arrive. ``fn`` must be a module-level
     function (spawned workers import it by name) whose items and results pickle.
     """
 
-    def __init__(self, fn: Callable[[T], R], workers: int) -> None:
+    def __init__(self, fn: Callable[[T], R], workers: int, method: str | None = None) -> None:
         self.fn = fn
         self.workers = max(1, workers)
         self._pool: Pool | None = None
         self._pids: set[int] = set()  # the workers this pool started (a replacement means one died)
         if self.workers > 1:
-            method = "fork" if sys.platform == "linux" else "spawn"
+            method = method or ("fork" if sys.platform == "linux" else "spawn")
             before = _children()
             try:
                 self._pool = multiprocessing.get_context(method).Pool(self.workers, initializer=_ignore_sigint)

@@ -43,6 +43,15 @@ def test_results_and_counters_do_not_depend_on_the_workers() -> None:
     assert runs[1][2] == {os.getpid()} and os.getpid() not in runs[2][2], "because workers=2 runs the jobs elsewhere"
 
 
+def test_spawned_workers_as_on_macos_give_the_same_results_and_counters() -> None:
+    RUN_TOTALS.clear()
+    with WorkerPool(_square_counted, 2, method="spawn") as pool:
+        got = dict(pool.run([3, 4]))
+    # because macOS and Windows have no safe fork: their workers start afresh, import the job's module by name and
+    # must still send back every result and counter
+    assert {i: sq for i, (sq, _) in got.items()} == {0: 9, 1: 16} and RUN_TOTALS["test_sum"] == 7
+
+
 def test_one_worker_runs_the_jobs_here_in_the_given_order() -> None:
     with WorkerPool(_fails_on_three, 1) as pool:
         # because without a pool the jobs run in this process one after another, in the order asked
