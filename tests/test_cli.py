@@ -133,7 +133,7 @@ def test_a_system_error_of_another_cause_still_raises(cli, monkeypatch: pytest.M
         cli("simulate", "-t", "skx-8s-upi", "-w", "small", "-r", "2")
 
 
-def test_simulation_commands_run_with_the_collector_paused(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_one_simulation_commands_run_with_the_collector_paused(monkeypatch: pytest.MonkeyPatch) -> None:
     import gc
 
     seen: dict[str, bool] = {}

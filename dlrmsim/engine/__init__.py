@@ -29,11 +29,12 @@ from typing import TYPE_CHECKING
 from dlrmsim.lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from dlrmsim.collector import gc_paused
     from dlrmsim.engine.collectives import ALGORITHMS, CollectiveContext, FlowSpec, Phase, algorithm
     from dlrmsim.engine.frames import records_frame
     from dlrmsim.engine.records import Record
     from dlrmsim.engine.resources import CommSettings
-    from dlrmsim.engine.simulation import RUN_TOTALS, Simulation, TaskCall, gc_paused
+    from dlrmsim.engine.simulation import RUN_TOTALS, Simulation, TaskCall
     from dlrmsim.engine.trace import write_chrome_trace
 
 # Exports load on first use (PEP 562), so that importing a submodule (e.g. a CLI module) does not import the
@@ -46,7 +47,7 @@ _EXPORTS: dict[str, str] = {
     "algorithm": "dlrmsim.engine.collectives",
     "RUN_TOTALS": "dlrmsim.engine.simulation",
     "Simulation": "dlrmsim.engine.simulation",
-    "gc_paused": "dlrmsim.engine.simulation",
+    "gc_paused": "dlrmsim.collector",
     "TaskCall": "dlrmsim.engine.simulation",
     "Record": "dlrmsim.engine.records",
     "records_frame": "dlrmsim.engine.frames",

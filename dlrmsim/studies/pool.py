@@ -15,7 +15,6 @@ schedule across machines: :mod:`dlrmsim.studies.runner`):
   benchmark reading the counters around a command sees the same totals as in one process.
 - **No pool, no harm.** One worker, a single job, or a host without POSIX semaphores (a container without
   ``/dev/shm``: the pool cannot be made) run the jobs in this process, in the same order.
-
 - **A worker that dies is an error, not a hang.** ``multiprocessing.Pool`` replaces a worker the kernel killed (the
   OOM killer, when too many large simulations run at once) but never returns the job it held; the pool watches its
   workers while it waits and stops with a one-line error saying to run fewer at once.

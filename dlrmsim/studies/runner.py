@@ -58,11 +58,6 @@ def run_point(evaluator: Evaluator, point: SweepPoint) -> dict[str, Any]:
     return point_row(point, status, error, time.perf_counter() - start, flat)
 
 
-def default_workers() -> int:
-    """One single-threaded worker process per CPU this process may use."""
-    return usable_cores()
-
-
 def run_sweep(
     points: Sequence[SweepPoint],
     out: str | Path,
@@ -156,7 +151,7 @@ def _run_dask(
         n = max(1, len(client.scheduler_info().get("workers", {})))
         mode = f"dask scheduler {scheduler} ({n} workers)"
     else:
-        n = workers or default_workers()
+        n = workers or usable_cores()  # one single-threaded worker per core this process may use
         # Ctrl-C reaches the whole process group: the worker processes would each print a KeyboardInterrupt
         # traceback. They inherit an ignored SIGINT (kept across exec), so only this process sees it and stops.
         main = threading.current_thread() is threading.main_thread()  # only the main thread may set handlers

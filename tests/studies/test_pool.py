@@ -79,9 +79,17 @@ def test_without_posix_semaphores_the_jobs_run_here(monkeypatch: pytest.MonkeyPa
     assert not parallel and {i: sq for i, (sq, _) in got.items()} == {0: 1, 1: 4, 2: 9} and RUN_TOTALS["test_jobs"] == 3
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this platform")
 def test_usable_cores_are_this_process_affinity() -> None:
-    # because the default worker counts are sized to the cores this process may run on, not the machine's
-    assert 1 <= usable_cores() <= (os.cpu_count() or 1)
+    cpus = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {min(cpus)})
+        pinned = usable_cores()
+    finally:
+        os.sched_setaffinity(0, cpus)
+    # because the default worker counts are sized to the cores this process may run on (a job pinned by taskset or a
+    # container's cpuset), not the machine's
+    assert pinned == 1 and usable_cores() == len(cpus)
 
 
 def _dies_on_two(x: int) -> int:
