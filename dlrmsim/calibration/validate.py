@@ -166,16 +166,19 @@ def check_case_names(only: list[str] | None, path: Path = CASES_FILE) -> None:
             )
 
 
-def load_cases(path: Path = CASES_FILE, only: list[str] | None = None, threads: list[int] | None = None) -> list[ValidationCase]:
+def load_cases(
+    path: Path = CASES_FILE, only: list[str] | None = None, threads: list[int] | None = None, cores: int | None = None
+) -> list[ValidationCase]:
     """Validation cases from YAML: ``base`` workload fields, each case's overrides on top; an unknown name in
     ``only`` is a one-line error listing the cases.
 
     ``threads`` sweeps the thread count: each case runs once per count (named ``<case>@t<n>``), in place of its
-    own count. Cases are built whatever this host's cores (a kept result from a larger host can be predicted
-    again here); :func:`check_fits_host` refuses to *run* one that would oversubscribe it."""
+    own count. A case without a count of its own splits ``cores`` (default: this host's usable cores) over its
+    ranks. Cases are built whatever this host's cores (a kept result from a larger host can be predicted
+    again here); :func:`cases_for_host` leaves out or refuses one that would oversubscribe it."""
     check_case_names(only, path)
     spec = _cases_file(path)
-    cores = usable_cores()
+    cores = cores or usable_cores()
     out = []
     for i, c in enumerate(spec.cases):
         if only and c.name not in only:
@@ -195,11 +198,36 @@ def check_fits_host(cases: list[ValidationCase], cores: int | None = None) -> No
     cores = cores or usable_cores()
     for c in cases:
         if c.ranks * c.threads > cores:
+            fix = f"use counts up to {cores // c.ranks} for this case, or " if cores >= c.ranks else ""
             raise DlrmsimError(
                 f"case {c.name}: {c.ranks} rank(s) x {c.threads} threads need {c.ranks * c.threads} cores, this host has {cores}",
-                field="--threads",
-                fix=f"use counts up to {cores // c.ranks} for this case, or leave it out with --case",
+                field="--case" if not fix else "--threads",
+                fix=f"{fix}leave it out with --case",
             )
+
+
+def cases_for_host(
+    only: list[str] | None = None, threads: list[int] | None = None, cores: int | None = None
+) -> list[ValidationCase]:
+    """The cases to run on this host (``cores``: its usable cores by default). Cases named with ``only`` and thread
+    counts given with ``threads`` must all fit (:func:`check_fits_host`): the user asked for exactly those. Of the
+    default set, a case needing more cores than the host has (two ranks on a one-core machine) is left out with a
+    warning naming it, so that ``dlrmsim validate`` runs what fits anywhere; nothing left is a one-line error."""
+    cores = cores or usable_cores()
+    cases = load_cases(only=only, threads=threads, cores=cores)
+    if only or threads:
+        check_fits_host(cases, cores)
+        return cases
+    fits = [c for c in cases if c.ranks * c.threads <= cores]
+    left = [c.name for c in cases if c.ranks * c.threads > cores]
+    if not fits:
+        check_fits_host(cases, cores)  # raises for the first
+    if left:
+        err_console.print(
+            f"[bold yellow]warning:[/] left out on this {cores}-core host (each needs more cores): {', '.join(left)}",
+            highlight=False,
+        )
+    return fits
 
 
 def base_case_name(name: str) -> str:
@@ -408,10 +436,11 @@ def run_validations(
             )
     if len(set(targets)) != len(targets):
         raise DlrmsimError("a validation target is named twice", field="--against", fix="name each target once")
+    cases = cases_for_host(only, threads)
     plans = [
-        _project_plan(cal, calibration_path, backend, only, iterations, warmup, threads, progress)
+        _project_plan(cal, calibration_path, backend, cases, iterations, warmup, progress)
         if against == "project"
-        else _target_plan(cal, calibration_path, against, reference, only, threads)
+        else _target_plan(cal, calibration_path, against, reference, cases)
         for against in targets
     ]
     # The probe re-runs the calibration's own kernels, so only when every target's runs are the calibration's kind.
@@ -447,20 +476,12 @@ def run_validations(
 
 
 def _project_plan(
-    cal: Calibration,
-    path: Path,
-    backend: str | None,
-    only: list[str] | None,
-    iterations: int,
-    warmup: int,
-    threads: list[int] | None,
-    progress: bool,
+    cal: Calibration, path: Path, backend: str | None, cases: list[ValidationCase], iterations: int, warmup: int, progress: bool
 ) -> _TargetPlan:
-    """The project's runner: each round a median of ``iterations`` steps; the fastest round kept with its phases."""
+    """The project's runner on ``cases``: each round a median of ``iterations`` steps; the fastest round kept with
+    its phases."""
     # The fitted rates describe the calibration's kernels; compare against runs of the same kernels.
     backend = backend or cal.host.backend
-    cases = load_cases(only=only, threads=threads)
-    check_fits_host(cases)
     with Progress(console=err_console, transient=True, disable=not progress) as bar:
         task = bar.add_task("simulating", total=len(cases))
         predictions = {}
@@ -518,14 +539,11 @@ def _target_plan(
     path: Path,
     against: str,
     reference: Path | None,
-    only: list[str] | None,
-    threads: list[int] | None = None,
+    cases: list[ValidationCase],
 ) -> _TargetPlan:
     """Each case run by another implementation against the prediction: each round a median of samples of whole
     steps; the fastest round is kept, as for the project's runner (other jobs on a shared host only slow a run
     down, and a slow spell then lands on one round of every case instead of on every round of one case)."""
-    cases = load_cases(only=only, threads=threads)
-    check_fits_host(cases)
     warn_if_uncalibrated_kernel(cal, str(path), against)
     if against == "torchrec":
         # TorchRec's DLRM feeds the bottom MLP's output into the dot interaction with the embeddings

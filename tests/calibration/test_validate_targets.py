@@ -33,6 +33,8 @@ def fake_target(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(validate, "measure_target", fake)
     monkeypatch.setattr(validate, "measure_phases", lambda w, batch, threads: dict(PHASES))  # TorchRec's phase pass
+    # The fake runs use no cores: the cases are a two-core host's, whatever this machine has.
+    monkeypatch.setattr(validate, "usable_cores", lambda: 2)
     _fake_drift(monkeypatch)
 
 

@@ -13,6 +13,7 @@ from dlrmsim.calibration import validate as v
 from dlrmsim.calibration.benchmarks.plan import build_plan
 from dlrmsim.calibration.benchmarks.timing import core_counts
 from dlrmsim.calibration.ops import get_ops
+from dlrmsim.calibration.schema import load_calibration
 from dlrmsim.calibration.targets.reference import find_script
 from dlrmsim.errors import DlrmsimError
 from dlrmsim.workloads.placement import Placement, PlacementSpec, place
@@ -35,6 +36,26 @@ def test_a_count_the_host_cannot_run_is_refused_before_anything_runs() -> None:
         v.check_fits_host(cases, cores=4)
     assert e.value.field == "--threads" and "need 8 cores" in str(e.value) and "up to 2" in e.value.fix
     v.check_fits_host(cases, cores=8)  # 8 cores hold it
+
+
+def test_the_default_cases_leave_out_what_a_small_host_cannot_run(capsys: pytest.CaptureFixture[str]) -> None:
+    two = v.cases_for_host(cores=2)
+    assert {c.ranks for c in two} == {1, 2}  # because every default case fits two cores
+    one = v.cases_for_host(cores=1)
+    # because two ranks cannot run on one core, the default set runs its one-rank cases there and says what it left
+    assert one and all(c.ranks * c.threads == 1 for c in one)
+    left = [c.name for c in two if c.name not in {o.name for o in one}]
+    assert left and all(c.ranks * c.threads > 1 for c in two if c.name in left)
+    said = " ".join(capsys.readouterr().err.split())
+    assert "left out on this 1-core host" in said and all(name in said for name in left)
+
+
+def test_a_case_named_for_a_host_too_small_for_its_ranks_is_refused_without_a_count_to_use() -> None:
+    # because the user asked for it by name, it is refused, not left out; and no thread count fits 2 ranks on 1 core,
+    # so the fix does not offer one ("use counts up to 0")
+    with pytest.raises(DlrmsimError) as e:
+        v.cases_for_host(only=["ranks-2"], cores=1)
+    assert e.value.field == "--case" and "need 2 cores" in str(e.value) and "up to" not in e.value.fix
 
 
 @pytest.mark.parametrize("text", ["1,x", "0,2", ","])
@@ -113,6 +134,8 @@ def _kept_csv(tmp_path: Path, cal: Path, rows: list[tuple[str, int, int, float]]
 
 
 def test_repredict_keeps_the_measurements_and_predicts_each_row_at_its_own_threads(quick_cal_path: Path, tmp_path: Path) -> None:
+    if load_calibration(quick_cal_path).host.cores < 2:
+        pytest.skip("a one-core host's calibration measured one thread count, so it predicts every count alike")
     kept = _kept_csv(tmp_path, quick_cal_path, [("base@t1", 1, 1, 0.010), ("base@t8", 1, 8, 0.004), ("ranks-2", 2, 3, 0.009)])
     report = v.repredict(kept, quick_cal_path)
     by = {c.name: c for c in report.cases}
@@ -124,8 +147,6 @@ def test_repredict_keeps_the_measurements_and_predicts_each_row_at_its_own_threa
     assert by["base@t8"].predicted_s != by["base@t1"].predicted_s
     # ... and the prediction is the simulator's, the same one a validation makes
     case = v.ValidationCase("base@t8", v.load_cases(only=["base"])[0].workload, 1024, 1, 8)
-    from dlrmsim.calibration.schema import load_calibration
-
     assert by["base@t8"].predicted_s == v.predict(case, load_calibration(quick_cal_path), "project-runner")[0]
 
 
@@ -199,8 +220,6 @@ def test_a_swept_report_plots_one_measured_and_one_predicted_line_per_case(tmp_p
 
 
 def test_torchrec_predictions_from_a_calibration_without_tbe_fits_say_so(capsys) -> None:  # noqa: ANN001
-    from dlrmsim.calibration.schema import load_calibration
-
     no_tbe = load_calibration(EMR16 / "calibration-A.yaml")  # measured where fbgemm was not installed
     assert no_tbe.tbe == []
     # because TorchRec's fused embedding is fbgemm's TBE kernel: without its fits the prediction stands on the
@@ -220,8 +239,6 @@ def _torchrec_two_rank_csv(tmp_path: Path, cal: Path, placement: Placement | Non
 
 
 def test_a_kept_torchrec_plan_is_predicted_again_as_it_ran(quick_cal_path: Path, tmp_path: Path) -> None:
-    from dlrmsim.calibration.schema import load_calibration
-
     case = v.load_cases(only=["ranks-2"])[0]
     # A plan TorchRec could choose and dlrmsim's default would not: row-wise, each table split over both ranks.
     plan = place(case.workload, PlacementSpec(strategy="row_wise"), 2)
