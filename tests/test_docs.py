@@ -9,8 +9,10 @@ Convention (stated here and followed by the docs):
   temporary folder (files it writes land there; arguments naming files of the repository, such as
   ``dlrmsim/studies/examples/...``, are made absolute), and must exit 0.
 - A block that cannot run here (``make demo``, a calibration that measures for minutes) is preceded by
-  ``<!-- doc-test: skip (REASON) -->`` naming where it is covered instead. Nothing else is skipped: a shell
-  block without ``$`` prompts, or a non-dlrmsim command without the marker, fails.
+  ``<!-- doc-test: skip (REASON) -->`` naming where it is covered instead. A block that runs only on a machine
+  of at least N cores (``-t host -r 2`` splits this machine's cores over 2 processes) is preceded by
+  ``<!-- doc-test: needs N cores -->`` and skipped, saying so, on a machine with fewer. Nothing else is skipped:
+  a shell block without ``$`` prompts, or a non-dlrmsim command without a marker, fails.
 """
 
 from __future__ import annotations
@@ -22,10 +24,13 @@ from pathlib import Path
 
 import pytest
 
+from dlrmsim.host import usable_cores
+
 REPO = Path(__file__).resolve().parents[1]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 SHELL_LANGUAGES = {"console", "bash", "sh", "shell"}
 SKIP = re.compile(r"^<!--\s*doc-test:\s*skip\s*\((?P<reason>.+)\)\s*-->$")
+NEEDS_CORES = re.compile(r"^<!--\s*doc-test:\s*needs\s+(?P<cores>\d+)\s+cores\s*-->$")
 FENCE = re.compile(r"^```(?P<lang>[\w-]*)\s*$")
 # Top-level folders of the checkout: an argument under one of them names a repository file.
 REPO_DIRS = ("dlrmsim/", "tests/", "docs/", "notebooks/", "benchmarks/", "validation/")
@@ -44,6 +49,7 @@ class Block:
     lang: str
     lines: tuple[str, ...]
     skip_reason: str | None
+    cores: int = 1  # the fewest usable cores it runs on (a needs-cores marker)
 
     def commands(self) -> list[Command]:
         out: list[tuple[list[str], list[str]]] = []
@@ -70,12 +76,14 @@ def shell_blocks(path: Path) -> list[Block]:
         if lang in SHELL_LANGUAGES:
             before = next((lines[j].strip() for j in range(start - 1, -1, -1) if lines[j].strip()), "")
             skip = SKIP.match(before)
+            needs = NEEDS_CORES.match(before)
             blocks.append(
                 Block(
                     f"{path.relative_to(REPO)}:{start + 1}",
                     lang,
                     tuple(lines[start + 1 : end]),
                     skip.group("reason").strip() if skip else None,
+                    int(needs.group("cores")) if needs else 1,
                 )
             )
         i = end + 1
@@ -102,13 +110,21 @@ def test_the_docs_show_runnable_commands() -> None:
     assert len(runnable) >= 10, [b.where for b in BLOCKS]
 
 
+def test_the_host_split_block_needs_two_cores() -> None:
+    # Because `-t host -r 2` refuses a one-core machine (2 ranks but 1 core): a marker the parser missed would run
+    # the README's block there and fail the suite on that machine, though the command does what it should.
+    shown = "dlrmsim simulate -t host -w small -r 2"
+    split = [b for b in BLOCKS if any(" ".join(c.argv).startswith(shown) for c in b.commands())]
+    assert [b.cores for b in split] == [2], [b.where for b in split]
+
+
 def test_every_skip_marker_sits_right_above_a_shell_block() -> None:
     # Because a marker that no longer precedes its block would silently stop skipping it, or, if the block moved,
     # leave a reason that applies to nothing.
     for path in DOCS:
         lines = path.read_text().splitlines()
         for n, line in enumerate(lines):
-            if SKIP.match(line.strip()):
+            if SKIP.match(line.strip()) or NEEDS_CORES.match(line.strip()):
                 nxt = next((x for x in lines[n + 1 :] if x.strip()), "")
                 m = FENCE.match(nxt)
                 assert m and m.group("lang") in SHELL_LANGUAGES, f"{path.name}:{n + 1}: skip marker not followed by a shell block"
@@ -121,6 +137,8 @@ def test_doc_block_runs(block: Block, cli, tmp_path: Path, monkeypatch: pytest.M
     assert commands, f"{block.where}: a ```{block.lang} block needs '$ ' prompts (see tests/test_docs.py)"
     if block.skip_reason is not None:
         pytest.skip(f"{block.where}: {block.skip_reason}")
+    if usable_cores() < block.cores:
+        pytest.skip(f"{block.where}: needs {block.cores} cores, this machine gives {usable_cores()}")
     monkeypatch.chdir(tmp_path)
     for cmd in commands:
         shown = shlex.join(cmd.argv)

@@ -80,7 +80,9 @@ def test_the_cache_rate_a_rank_gets_keeps_the_element_wise_pairs_share_of_its_ga
         ColdOutputFit(cores=2, gemm_ns_per_KiB=0.0, elementwise_ns_per_KiB=0.0, elementwise_cached_GBps=90.0),
     ]
     pairs = CoreAvailabilityFit(kernel="elementwise", cores=2, availability=0.6, speedup_median=1.2, speedup_best=2.0, runs=5)
-    plain = quick_cal.model_copy(update={"cold_output": cold, "core_availability": []})
+    # a two-core host's calibration, whatever this machine has (busy cores count up to the host's)
+    two_core = quick_cal.host.model_copy(update={"cores": 2})
+    plain = quick_cal.model_copy(update={"cold_output": cold, "core_availability": [], "host": two_core})
     cal = plain.model_copy(update={"core_availability": [pairs]})
     # Because without the pairs a rank streams at the measured rate, one core at its own
     assert elementwise_cache_Bps(plain, 2) == pytest.approx(90e9) and elementwise_cache_Bps(cal, 1) == pytest.approx(50e9)

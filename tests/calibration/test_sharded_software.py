@@ -46,7 +46,9 @@ def test_fit_recovers_the_per_step_and_per_id_costs() -> None:
 
 def _sharded_tasks(implementation: str, case_name: str) -> list[list[Task]]:
     case = next(c for c in load_cases() if c.name == case_name)
-    cfg = TrainingConfig(topology="host", ranks=case.ranks, workload="small", backend="shm", implementation=implementation)
+    cfg = TrainingConfig(
+        topology="host", ranks=case.ranks, threads_per_rank=1, workload="small", backend="shm", implementation=implementation
+    )  # one thread a rank: the case's ranks on any machine (the task graph does not depend on the cores)
     inputs = load_inputs(cfg, workload=case.workload, topology=load_training_topology(cfg))
     graph = build_iteration(inputs.workload, inputs.placement, inputs.settings)
     return [[s for s in prog if isinstance(s, Task) and s.kind == "sharded"] for prog in graph.programs]

@@ -14,6 +14,7 @@ from dlrmsim.training.simulate import TrainingConfig, load_training_topology
 CORES = load_topology("host").compute(0).cores
 
 
+@pytest.mark.skipif(usable_cores() < 2, reason="needs 2 cores to split")
 def test_host_splits_its_cores_over_rank_processes() -> None:
     topo = load_training_topology(TrainingConfig(topology="host", workload="small", ranks=2))
     one = load_topology("host").compute(0)
