@@ -29,6 +29,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,9 +56,11 @@ class Problem:
     rates: np.ndarray  # B/s or core units per s, as the scheduler wrote them
 
 
-def observe(cfg: TrainingConfig, every: int) -> tuple[list[float], list[Problem], np.ndarray]:
+def observe(
+    cfg: TrainingConfig, every: int, on_solve: Callable[[fluid.FluidScheduler], None] | None = None
+) -> tuple[list[float], list[Problem], np.ndarray]:
     """Run ``cfg`` on the step-by-step path; return every solve's simulated time (s), every ``every``-th problem,
-    and the resources' capacities."""
+    and the resources' capacities. ``on_solve`` sees the scheduler's tables before each observed solve."""
     times: list[float] = []
     kept: list[Problem] = []
     original = fluid.FluidScheduler._solve
@@ -68,6 +71,8 @@ def observe(cfg: TrainingConfig, every: int) -> tuple[list[float], list[Problem]
         observed = bool(n) and not self._held
         if observed:
             times.append(self.env.now)
+            if on_solve is not None:
+                on_solve(self)
         keep = observed and len(times) % every == 0
         if keep:
             caps = fluid._effective_caps(self._F, self._I, n, self.n_ranks)
