@@ -162,12 +162,18 @@ def summary(cfg: TrainingConfig, every: int, repeat: int) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def run_arguments(description: str) -> argparse.ArgumentParser:
+    """A parser with the run's options (the exact 64-rank Large weak run by default), shared with solve_locality."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--topology", default="clx-64s-opa")
     ap.add_argument("--workload", default="large")
     ap.add_argument("--ranks", type=int, default=64)
     ap.add_argument("--scaling", default="weak")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = run_arguments(__doc__.split("\n\n")[0])
     ap.add_argument("--every", type=int, default=40, help="keep every N-th rate problem for timing")
     ap.add_argument("--repeat", type=int, default=10, help="solves of each kept problem in a row")
     ap.add_argument("--out", type=Path, help="write the JSON here as well")

@@ -25,7 +25,6 @@ joins the memory domains that compute tasks use, so most changes reach most of t
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -35,7 +34,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from benchmarks.bench_solver import observe
+from benchmarks.bench_solver import observe, run_arguments
 from dlrmsim.engine import fluid
 from dlrmsim.training.simulate import TrainingConfig
 
@@ -112,11 +111,7 @@ class Locality:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--topology", default="clx-64s-opa")
-    ap.add_argument("--workload", default="large")
-    ap.add_argument("--ranks", type=int, default=64)
-    ap.add_argument("--scaling", default="weak")
+    ap = run_arguments(__doc__.split("\n\n")[0])
     ap.add_argument(
         "--config",
         type=json.loads,
