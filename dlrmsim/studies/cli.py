@@ -168,8 +168,9 @@ def study_cmd(
     ),
 ) -> None:
     """Run a built-in study's experiment grid, e.g. the CPU-cluster paper's: tables, CSV/JSON and an HTML report."""
+    from dlrmsim.host import usable_cores
     from dlrmsim.studies.paper import console_table, json_rows, load_study, parse_baselines, plan, run_study, simulate_point
-    from dlrmsim.studies.pool import WorkerPool, usable_cores
+    from dlrmsim.studies.pool import WorkerPool
 
     only = [e.strip() for e in experiments.split(",") if e.strip()] if experiments else None
     bases = parse_baselines(baseline_ranks)

@@ -12,9 +12,10 @@ from pathlib import Path
 import pandas as pd
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from dlrmsim.host import usable_cores
 from dlrmsim.output import console
 from dlrmsim.studies.derive import derive_scaling
-from dlrmsim.studies.pool import WorkerPool, usable_cores
+from dlrmsim.studies.pool import WorkerPool
 from dlrmsim.studies.report import build_report, topology_figures
 from dlrmsim.studies.scaling import baseline_ranks, choose_baseline, print_scaling_table
 from dlrmsim.topologies import load_topology

@@ -23,7 +23,6 @@ schedule across machines: :mod:`dlrmsim.studies.runner`):
 from __future__ import annotations
 
 import multiprocessing
-import os
 import signal
 import sys
 from collections import Counter
@@ -40,13 +39,6 @@ WATCH_S = 0.5
 
 T = TypeVar("T")
 R = TypeVar("R")
-
-
-def usable_cores() -> int:
-    """Cores this process may run on (its CPU affinity where the platform has one)."""
-    if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return max(1, os.cpu_count() or 1)  # pragma: no cover - not Linux
 
 
 class WorkerPool(Generic[T, R]):

@@ -21,9 +21,9 @@ from typing import Any
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from dlrmsim.errors import DlrmsimError, Interrupted
+from dlrmsim.host import usable_cores
 from dlrmsim.output import err_console
 from dlrmsim.studies.evaluate import evaluate_point, flat_outputs
-from dlrmsim.studies.pool import usable_cores
 from dlrmsim.studies.results import ResultsStore, point_row, results_path
 from dlrmsim.studies.spec import SweepPoint
 

@@ -11,7 +11,8 @@ import pytest
 
 from dlrmsim.engine import RUN_TOTALS
 from dlrmsim.errors import DlrmsimError
-from dlrmsim.studies.pool import WATCH_S, WorkerPool, usable_cores
+from dlrmsim.host import usable_cores
+from dlrmsim.studies.pool import WATCH_S, WorkerPool
 
 
 def _square_counted(x: int) -> tuple[int, int]:
