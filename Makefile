@@ -1,15 +1,33 @@
 # Two commands from a bare Python 3.11: `make demo` and `make test`. Both bootstrap .venv and are safe to re-run.
-PYTHON ?= $(shell command -v python3.11 || command -v python3)
+# The interpreter: the first of these on the PATH that is Python 3.11 or newer (pyproject.toml's requires-python), so
+# that a machine whose python3 is older but which has, say, python3.12 beside it still works; PYTHON=... overrides.
+PYTHON_NAMES := python3.11 python3.12 python3.13 python3.14 python3
+PYTHON ?= $(shell for p in $(PYTHON_NAMES); do \
+  command -v $$p >/dev/null 2>&1 && $$p -c "import sys; sys.exit(sys.version_info < (3, 11))" 2>/dev/null \
+  && { command -v $$p; break; }; done)
 VENV := .venv
 BIN := $(VENV)/bin
 # make test runs the suite on this many processes (pytest-xdist): every core, up to 4 (each worker imports torch);
 # the tests that time this host's kernels (marked serial in tests/conftest.py) run after, in one process.
-TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(min(4, os.cpu_count() or 1))")
+TEST_WORKERS ?= $(shell $(or $(PYTHON),python3) -c "import os; print(min(4, os.cpu_count() or 1))" 2>/dev/null || echo 1)
+
+# A .venv that cannot be installed into is made again: one whose interpreter no longer starts (its base Python was
+# removed or upgraded away) or is older than 3.11 (an earlier make ran with an older PYTHON). Otherwise its stamps
+# would keep every later make failing the same way.
+ifneq ($(wildcard $(BIN)/python),)
+ifneq ($(shell $(BIN)/python -c "import sys; print(sys.version_info >= (3, 11))" 2>/dev/null),True)
+$(info make: $(VENV) has no working Python 3.11 or newer; making it again)
+$(shell rm -rf $(VENV))
+endif
+endif
 
 .PHONY: demo test lint format bench clean torchrec
 
 $(BIN)/python:
-	$(PYTHON) -m venv $(VENV)
+	@test -n "$(PYTHON)" && "$(PYTHON)" -c "import sys; sys.exit(sys.version_info < (3, 11))" 2>/dev/null || { \
+	  echo "make: no Python 3.11 or newer: PYTHON is '$(PYTHON)' (searched the PATH for $(PYTHON_NAMES))" \
+	    "(fix: install Python 3.11 or newer, or run make PYTHON=/path/to/python3.11)" >&2; exit 2; }
+	"$(PYTHON)" -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 # Stamps re-run the install whenever pyproject.toml changes.

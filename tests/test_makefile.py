@@ -1,0 +1,93 @@
+"""The Makefile's choice of interpreter on machines other than ours: `make demo` and `make test` need Python 3.11 or
+newer, whatever ``python3`` is, and must stay safe to re-run after a make with the wrong one.
+
+Each test runs GNU make on a copy of the Makefile in a temporary folder, with stand-in interpreters: a script that
+exits 1 is "older than 3.11" (the Makefile asks ``sys.exit(sys.version_info < (3, 11))``), and this interpreter is
+a good one. Only ``make -n`` or a failing check runs, so nothing is installed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MAKE = shutil.which("make")
+
+pytestmark = pytest.mark.skipif(MAKE is None, reason="GNU make is not installed")
+
+
+def _project(tmp_path: Path) -> Path:
+    tmp_path.mkdir(parents=True)
+    shutil.copy(ROOT / "Makefile", tmp_path / "Makefile")
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    return tmp_path
+
+
+def _old_python(path: Path) -> Path:
+    """A stand-in for a Python older than 3.11: it answers the version check with exit status 1."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\nexit 1\n")
+    path.chmod(0o755)
+    return path
+
+
+def _make(project: Path, *args: str, path_env: str | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "MAKEFLAGS": ""}
+    env.pop("PYTHON", None)
+    if path_env is not None:
+        env["PATH"] = path_env
+    return subprocess.run([MAKE, *args], cwd=project, env=env, capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_an_older_python_is_refused_in_one_line_and_nothing_is_made(tmp_path: Path) -> None:
+    project = _project(tmp_path / "p")
+    old = _old_python(tmp_path / "bin" / "python3.10")
+    run = _make(project, ".venv/.installed", f"PYTHON={old}")
+    # Because pip would only refuse after the venv exists (and that venv then failed every later make), the check
+    # comes first: exit 2, one line naming the interpreter and the fix, no .venv.
+    assert run.returncode == 2, run.stderr
+    ours = [line for line in run.stderr.splitlines() if not line.startswith("make: ***")]
+    assert len(ours) == 1 and "no Python 3.11 or newer" in ours[0] and str(old) in ours[0] and "fix:" in ours[0]
+    assert not (project / ".venv").exists()
+
+
+def test_a_newer_python_is_found_when_python3_is_older(tmp_path: Path) -> None:
+    project = _project(tmp_path / "p")
+    bindir = tmp_path / "bin"
+    _old_python(bindir / "python3")
+    (bindir / "python3.12").symlink_to(sys.executable)  # this interpreter is 3.11 or newer
+    run = _make(project, "-n", ".venv/bin/python", path_env=str(bindir))
+    # Because python3.11 is absent and python3 too old, the first good name in the search order is python3.12.
+    assert run.returncode == 0, run.stderr
+    assert f'"{bindir / "python3.12"}" -m venv .venv' in run.stdout
+
+
+def test_a_venv_of_an_older_python_is_made_again(tmp_path: Path) -> None:
+    project = _project(tmp_path / "p")
+    _old_python(project / ".venv" / "bin" / "python")
+    (project / ".venv" / ".installed").touch()
+    run = _make(project, "-n", ".venv/.installed", f"PYTHON={sys.executable}")
+    # Because the stamps of a venv that cannot run would make every later make fail alike, that venv goes and the
+    # plan starts from a new one with the given interpreter.
+    assert run.returncode == 0, run.stderr
+    assert "making it again" in run.stdout
+    assert not (project / ".venv").exists()
+    assert f'"{sys.executable}" -m venv .venv' in run.stdout
+
+
+def test_a_working_venv_is_kept(tmp_path: Path) -> None:
+    project = _project(tmp_path / "p")
+    venv_bin = project / ".venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    (venv_bin / "python").symlink_to(sys.executable)
+    run = _make(project, "-n", ".venv/bin/python", f"PYTHON={sys.executable}")
+    # Because its interpreter runs and is new enough, nothing is rebuilt: make has nothing to do for it.
+    assert run.returncode == 0, run.stderr
+    assert "making it again" not in run.stdout and "-m venv" not in run.stdout
+    assert (venv_bin / "python").exists()
