@@ -12,11 +12,13 @@ BIN := $(VENV)/bin
 TEST_WORKERS ?= $(shell $(or $(PYTHON),python3) -c "import os; print(min(4, os.cpu_count() or 1))" 2>/dev/null || echo 1)
 
 # A .venv that cannot be installed into is made again: one whose interpreter no longer starts (its base Python was
-# removed or upgraded away) or is older than 3.11 (an earlier make ran with an older PYTHON). Otherwise its stamps
-# would keep every later make failing the same way.
+# removed or upgraded away), is older than 3.11 (an earlier make ran with an older PYTHON) or has no pip (a venv
+# module without ensurepip, as Debian's python3.11 without python3.11-venv, left it half made). Otherwise it would
+# keep every later make failing the same way.
+VENV_CHECK := import sys, importlib.util; print(sys.version_info >= (3, 11) and importlib.util.find_spec("pip") is not None)
 ifneq ($(wildcard $(BIN)/python),)
-ifneq ($(shell $(BIN)/python -c "import sys; print(sys.version_info >= (3, 11))" 2>/dev/null),True)
-$(info make: $(VENV) has no working Python 3.11 or newer; making it again)
+ifneq ($(shell $(BIN)/python -c '$(VENV_CHECK)' 2>/dev/null),True)
+$(info make: $(VENV) has no working Python 3.11 or newer with pip; making it again)
 $(shell rm -rf $(VENV))
 endif
 endif
@@ -27,7 +29,7 @@ $(BIN)/python:
 	@test -n "$(PYTHON)" && "$(PYTHON)" -c "import sys; sys.exit(sys.version_info < (3, 11))" 2>/dev/null || { \
 	  echo "make: no Python 3.11 or newer: PYTHON is '$(PYTHON)' (searched the PATH for $(PYTHON_NAMES))" \
 	    "(fix: install Python 3.11 or newer, or run make PYTHON=/path/to/python3.11)" >&2; exit 2; }
-	"$(PYTHON)" -m venv $(VENV)
+	"$(PYTHON)" -m venv $(VENV) || { rm -rf $(VENV); exit 1; }
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 # Stamps re-run the install whenever pyproject.toml changes.

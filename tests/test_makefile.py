@@ -81,13 +81,42 @@ def test_a_venv_of_an_older_python_is_made_again(tmp_path: Path) -> None:
     assert f'"{sys.executable}" -m venv .venv' in run.stdout
 
 
+def _venv_without_pip(venv: Path) -> None:
+    """A real venv of this interpreter, made without pip (fast, and as a venv module without ensurepip leaves it)."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
+
+
+def test_a_venv_without_pip_is_made_again(tmp_path: Path) -> None:
+    project = _project(tmp_path / "p")
+    _venv_without_pip(project / ".venv")
+    run = _make(project, "-n", ".venv/.installed", f"PYTHON={sys.executable}")
+    # Because nothing can be installed into it (every later make would stop at `python -m pip`), it is made again.
+    assert run.returncode == 0, run.stderr
+    assert "making it again" in run.stdout
+    assert not (project / ".venv").exists()
+
+
 def test_a_working_venv_is_kept(tmp_path: Path) -> None:
     project = _project(tmp_path / "p")
-    venv_bin = project / ".venv" / "bin"
-    venv_bin.mkdir(parents=True)
-    (venv_bin / "python").symlink_to(sys.executable)
+    _venv_without_pip(project / ".venv")
+    site = next((project / ".venv" / "lib").glob("python3.*/site-packages"))
+    (site / "pip").mkdir()
+    (site / "pip" / "__init__.py").write_text("")  # enough for the Makefile's importlib.util.find_spec("pip")
     run = _make(project, "-n", ".venv/bin/python", f"PYTHON={sys.executable}")
-    # Because its interpreter runs and is new enough, nothing is rebuilt: make has nothing to do for it.
+    # Because its interpreter runs, is new enough and has pip, nothing is rebuilt: make has nothing to do for it.
     assert run.returncode == 0, run.stderr
     assert "making it again" not in run.stdout and "-m venv" not in run.stdout
-    assert (venv_bin / "python").exists()
+    assert (project / ".venv" / "bin" / "python").exists()
+
+
+def test_a_venv_that_fails_to_be_made_is_removed(tmp_path: Path) -> None:
+    project = _project(tmp_path / "p")
+    broken = tmp_path / "bin" / "python3.11"
+    broken.parent.mkdir(parents=True)
+    # a Python that passes the version check, then, as `-m venv` without ensurepip does, leaves a half venv and fails
+    broken.write_text('#!/bin/sh\ncase "$1" in -m) mkdir -p .venv/bin; touch .venv/bin/python; exit 1;; esac\nexit 0\n')
+    broken.chmod(0o755)
+    run = _make(project, ".venv/bin/python", f"PYTHON={broken}")
+    # Because a half-made .venv would look made to the next make, it goes with the failure.
+    assert run.returncode != 0
+    assert not (project / ".venv").exists()
