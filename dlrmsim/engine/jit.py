@@ -11,7 +11,10 @@ named by a digest of all the kernel modules' sources (:data:`KERNEL_MODULES`): a
 fresh cache, compiled again on first use (``make`` runs ``python -m dlrmsim.warmup`` after installing).
 
 The directory is ``__pycache__/numba-<digest>`` beside this file, or, where the package cannot be written,
-``~/.cache/dlrmsim/numba-<digest>``; under ``$NUMBA_CACHE_DIR`` when the user set one. Caches of older sources in
+``~/.cache/dlrmsim/numba-<digest>``, or, where there is no writable home either (a container run under a user id
+with no home: ``Path.home()`` raises, or ``HOME=/``), a folder of this user's under the temporary directory; under
+``$NUMBA_CACHE_DIR`` when the user set one. Without any, numba's ``cache=True`` refuses the kernels at import ("no
+locator available"), so the last fallback is what keeps the simulator importable there. Caches of older sources in
 the same place are removed.
 """
 
@@ -20,8 +23,9 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import stat
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numba
@@ -53,11 +57,44 @@ def _writable(directory: Path) -> bool:
     return True
 
 
+def _home_cache() -> Path | None:
+    """``~/.cache/dlrmsim``; None where the user has no home (no ``HOME`` and no passwd entry)."""
+    try:
+        return Path.home() / ".cache" / "dlrmsim"
+    except RuntimeError:
+        return None
+
+
+def _private_temp() -> Path | None:
+    """``<tmp>/dlrmsim-<uid>``, made for this user alone; None unless it is a real folder of this user's that no one
+    else can write (numba loads machine code from it: a folder others could write would run their code)."""
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    if uid is None:
+        return None
+    base = Path(tempfile.gettempdir()) / f"dlrmsim-{uid}"
+    try:
+        base.mkdir(mode=0o700, exist_ok=True)
+        st = base.lstat()
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return None
+    return base
+
+
+def _bases() -> Iterator[Path]:
+    """Where to cache, in order of preference, each tried only if the ones before cannot be written."""
+    yield HERE / "__pycache__"
+    for base in (_home_cache, _private_temp):
+        found = base()
+        if found is not None:
+            yield found
+
+
 def cache_dir(digest: str) -> Path | None:
     """Where kernels compiled from sources with ``digest`` are cached; None when no candidate can be written."""
     user = os.environ.get("NUMBA_CACHE_DIR")
-    bases = [Path(user)] if user else [HERE / "__pycache__", Path.home() / ".cache" / "dlrmsim"]
-    for base in bases:
+    for base in [Path(user)] if user else _bases():
         if _writable(base / f"{PREFIX}{digest}"):
             return base / f"{PREFIX}{digest}"
     return None
