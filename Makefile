@@ -7,9 +7,10 @@ PYTHON ?= $(shell for p in $(PYTHON_NAMES); do \
   && { command -v $$p; break; }; done)
 VENV := .venv
 BIN := $(VENV)/bin
-# make test runs the suite on this many processes (pytest-xdist): every core, up to 4 (each worker imports torch);
-# the tests that time this host's kernels (marked serial in tests/conftest.py) run after, in one process.
-TEST_WORKERS ?= $(shell $(or $(PYTHON),python3) -c "import os; print(min(4, os.cpu_count() or 1))" 2>/dev/null || echo 1)
+# make test runs the suite on this many processes (pytest-xdist): every core this process may run on (its affinity:
+# a taskset, a container's cpuset), up to 4 (each worker imports torch); the tests that time this host's kernels
+# (marked serial in tests/conftest.py) run after, in one process.
+TEST_WORKERS ?= $(shell $(or $(PYTHON),python3) -c "import os; print(min(4, len(os.sched_getaffinity(0))))" 2>/dev/null || echo 1)
 
 # A .venv that cannot be installed into is made again: one whose interpreter no longer starts (its base Python was
 # removed or upgraded away), is older than 3.11 (an earlier make ran with an older PYTHON) or has no pip (a venv

@@ -32,6 +32,7 @@ from threadpoolctl import threadpool_limits
 from dlrmsim.allocator import steady_allocator
 from dlrmsim.calibration.backends import torch_available
 from dlrmsim.errors import DlrmsimError
+from dlrmsim.host import usable_cores
 
 SLOT_BYTES = 64 * 2**20  # staging per rank: big enough that pieces amortize the two barriers
 
@@ -253,7 +254,7 @@ def run_ranks(
     if ranks < 2:
         raise ValueError("run_ranks needs at least 2 ranks")
     ctx = mp.get_context("spawn")
-    threads = threads_per_rank or max(1, (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1) // ranks)
+    threads = threads_per_rank or max(1, usable_cores() // ranks)
     shm = None
     if implementation == "shm":
         shm = shared_memory.SharedMemory(create=True, size=shm_bytes(ranks, slot_bytes))

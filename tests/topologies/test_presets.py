@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import math
-import os
 from collections import Counter
 
 import networkx as nx
 import pytest
 
+from dlrmsim.host import usable_cores
 from dlrmsim.topologies import load_topology, summarize, topology_names
 from dlrmsim.topologies.summary import bisection_bandwidth_Bps, hop_histogram, min_cut_Bps
 
@@ -246,7 +246,7 @@ def test_cpx_has_bf16_and_states_its_assumed_interconnect() -> None:
 
 def test_host_is_detected_and_splits_into_ranks() -> None:
     one = load_topology("host")
-    cores = len(os.sched_getaffinity(0))
+    cores = usable_cores()
     assert one.num_ranks == 1 and one.compute(0).cores == cores
     assert one.graph.nodes[one.node(0)]["calibrated"] is False
     meminfo = open("/proc/meminfo").read().split()
