@@ -7,6 +7,9 @@ PYTHON ?= $(shell for p in $(PYTHON_NAMES); do \
   && { command -v $$p; break; }; done)
 VENV := .venv
 BIN := $(VENV)/bin
+# Every pip here installs into .venv: a user-wide "user = true" (pip.conf, or PIP_USER=1) would make it refuse
+# ("Can not perform a '--user' install. User site-packages are not visible in this virtualenv").
+export PIP_USER := 0
 # make test runs the suite on this many processes (pytest-xdist): every core this process may run on (its affinity:
 # a taskset, a container's cpuset), up to 4 (each worker imports torch); the tests that time this host's kernels
 # (marked serial in tests/conftest.py) run after, in one process.

@@ -122,3 +122,27 @@ def test_a_venv_that_fails_to_be_made_is_removed(tmp_path: Path) -> None:
     # Because a half-made .venv would look made to the next make, it goes with the failure.
     assert run.returncode != 0
     assert not (project / ".venv").exists()
+
+
+def test_pip_installs_into_the_venv_whatever_the_user_pip_config_says(tmp_path: Path) -> None:
+    project = _project(tmp_path / "p")
+    log = project / "calls.log"
+    fake = project / ".venv" / "bin" / "python"
+    fake.parent.mkdir(parents=True)
+    # a venv interpreter that passes the Makefile's check and logs every other call with the PIP_USER it sees
+    fake.write_text(f'#!/bin/sh\nif [ "$1" = "-c" ]; then echo True; exit 0; fi\necho "PIP_USER=$PIP_USER $*" >> {log}\n')
+    fake.chmod(0o755)
+    env_user = {**os.environ, "PIP_USER": "1"}
+    run = subprocess.run(
+        [MAKE, ".venv/.installed", f"PYTHON={sys.executable}"],
+        cwd=project,
+        env={k: v for k, v in env_user.items() if k not in ("MAKELEVEL", "MFLAGS", "MAKEFLAGS", "PYTHON")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    pip_calls = [line for line in log.read_text().splitlines() if "-m pip install" in line]
+    # because a user's "user = true" makes pip refuse to install into a venv, make sets it off for its own pip
+    assert pip_calls and all(line.startswith("PIP_USER=0 ") for line in pip_calls)
