@@ -10,6 +10,9 @@ BIN := $(VENV)/bin
 # Every pip here installs into .venv: a user-wide "user = true" (pip.conf, or PIP_USER=1) would make it refuse
 # ("Can not perform a '--user' install. User site-packages are not visible in this virtualenv").
 export PIP_USER := 0
+# The venv's own packages, not a user's PYTHONPATH (a cluster's module system sets one; its entries come first and an
+# older numpy there would be what is installed against and tested) or PYTHONHOME (which breaks a venv).
+unexport PYTHONPATH PYTHONHOME
 # make test runs the suite on this many processes (pytest-xdist): every core this process may run on (its affinity:
 # a taskset, a container's cpuset), up to 4 (each worker imports torch); the tests that time this host's kernels
 # (marked serial in tests/conftest.py) run after, in one process.

@@ -124,25 +124,35 @@ def test_a_venv_that_fails_to_be_made_is_removed(tmp_path: Path) -> None:
     assert not (project / ".venv").exists()
 
 
-def test_pip_installs_into_the_venv_whatever_the_user_pip_config_says(tmp_path: Path) -> None:
-    project = _project(tmp_path / "p")
+def _install_with_logging_venv(project: Path, user_env: dict[str, str]) -> list[str]:
+    """Run ``make .venv/.installed`` over a stand-in venv interpreter that passes the Makefile's check and logs every
+    other call with the environment it sees; ``user_env`` is added to this process's environment. Returns the log."""
     log = project / "calls.log"
     fake = project / ".venv" / "bin" / "python"
     fake.parent.mkdir(parents=True)
-    # a venv interpreter that passes the Makefile's check and logs every other call with the PIP_USER it sees
-    fake.write_text(f'#!/bin/sh\nif [ "$1" = "-c" ]; then echo True; exit 0; fi\necho "PIP_USER=$PIP_USER $*" >> {log}\n')
-    fake.chmod(0o755)
-    env_user = {**os.environ, "PIP_USER": "1"}
-    run = subprocess.run(
-        [MAKE, ".venv/.installed", f"PYTHON={sys.executable}"],
-        cwd=project,
-        env={k: v for k, v in env_user.items() if k not in ("MAKELEVEL", "MFLAGS", "MAKEFLAGS", "PYTHON")},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    fake.write_text(
+        f'#!/bin/sh\nif [ "$1" = "-c" ]; then echo True; exit 0; fi\n'
+        f'echo "PIP_USER=$PIP_USER PYTHONPATH=$PYTHONPATH PYTHONHOME=$PYTHONHOME $*" >> {log}\n'
     )
+    fake.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MFLAGS", "MAKEFLAGS", "PYTHON")} | user_env
+    run = subprocess.run(
+        [MAKE, ".venv/.installed", f"PYTHON={sys.executable}"], cwd=project, env=env, capture_output=True, text=True,
+        timeout=60, check=False,
+    )  # fmt: skip
     assert run.returncode == 0, run.stderr
-    pip_calls = [line for line in log.read_text().splitlines() if "-m pip install" in line]
+    return log.read_text().splitlines()
+
+
+def test_pip_installs_into_the_venv_whatever_the_user_pip_config_says(tmp_path: Path) -> None:
+    calls = _install_with_logging_venv(_project(tmp_path / "p"), {"PIP_USER": "1"})
+    pip_calls = [line for line in calls if "-m pip install" in line]
     # because a user's "user = true" makes pip refuse to install into a venv, make sets it off for its own pip
     assert pip_calls and all(line.startswith("PIP_USER=0 ") for line in pip_calls)
+
+
+def test_the_venv_runs_without_the_user_python_path(tmp_path: Path) -> None:
+    calls = _install_with_logging_venv(_project(tmp_path / "p"), {"PYTHONPATH": "/elsewhere/site-packages"})
+    # because a PYTHONPATH (a cluster's module system sets one) comes before the venv's own packages, an older numpy
+    # there would be the one installed against and tested; make's commands run without it
+    assert calls and all(" PYTHONPATH= " in line for line in calls)
