@@ -17,6 +17,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import platform
+import shutil
 import socket
 import time
 import traceback
@@ -35,6 +36,10 @@ from dlrmsim.errors import DlrmsimError
 from dlrmsim.host import usable_cores
 
 SLOT_BYTES = 64 * 2**20  # staging per rank: big enough that pieces amortize the two barriers
+# The smallest slot a segment is cut down to where shared memory is scarce (a piece then still moves a megabyte
+# between two barriers of some microseconds each).
+MIN_SLOT_BYTES = 2**20
+SHM_DIR = "/dev/shm"
 
 
 class Communicator(ABC):
@@ -89,6 +94,39 @@ SPIN_BARRIER = platform.machine().lower() in ("x86_64", "amd64")
 
 def shm_bytes(ranks: int, slot_bytes: int) -> int:
     return ranks * FLAG_BYTES + (ranks + 1) * slot_bytes
+
+
+def fitting_slot_bytes(ranks: int, slot_bytes: int, free_bytes: int) -> int:
+    """The staging slot per rank for a segment in a shared-memory filesystem with ``free_bytes`` free: ``slot_bytes``,
+    or, where that does not fit in half the free space (other processes' segments need room too), the largest whole
+    MiB that does. Raises DlrmsimError below :data:`MIN_SLOT_BYTES`.
+
+    Why: the segment is created sparse, so a segment larger than the filesystem is created without error, and the
+    first write past its space kills the rank with SIGBUS. A container's ``/dev/shm`` is 64 MiB by default (Docker),
+    and ranks + 1 slots of 64 MiB did not fit there."""
+    room = (free_bytes // 2 - ranks * FLAG_BYTES) // (ranks + 1)
+    slot = min(slot_bytes, room // 2**20 * 2**20)
+    if slot < MIN_SLOT_BYTES:
+        need = 2 * shm_bytes(ranks, MIN_SLOT_BYTES) / 2**20
+        raise DlrmsimError(
+            f"only {free_bytes / 2**20:.0f} MiB free; the host's shared-memory collectives of {ranks} ranks need {need:.0f} MiB",
+            field=SHM_DIR,
+            fix="give this machine or container more shared memory (e.g. docker run --shm-size=1g), or install torch "
+            "(its gloo collectives use none)",
+        )
+    return slot
+
+
+def shm_free_bytes() -> int:
+    """Free bytes of the shared-memory filesystem; DlrmsimError where there is none (a container without /dev/shm)."""
+    try:
+        return shutil.disk_usage(SHM_DIR).free
+    except OSError:
+        raise DlrmsimError(
+            f"this machine has no POSIX shared memory ({SHM_DIR})",
+            field=SHM_DIR,
+            fix="mount a tmpfs at /dev/shm, or install torch (its gloo collectives use none)",
+        ) from None
 
 
 class ShmCommunicator(Communicator):
@@ -257,6 +295,7 @@ def run_ranks(
     threads = threads_per_rank or max(1, usable_cores() // ranks)
     shm = None
     if implementation == "shm":
+        slot_bytes = fitting_slot_bytes(ranks, slot_bytes, shm_free_bytes())
         shm = shared_memory.SharedMemory(create=True, size=shm_bytes(ranks, slot_bytes))
         np.ndarray(ranks * FLAG_BYTES, dtype=np.uint8, buffer=shm.buf)[:] = 0
         comm_spec: Any = ShmSpec(name=shm.name, size=ranks, slot_bytes=slot_bytes, barrier=ctx.Barrier(ranks))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dlrmsim.calibration import collectives_host
 from dlrmsim.calibration.benchmarks import embedding as emb_bench
 from dlrmsim.calibration.benchmarks.embedding import EmbeddingConfig, embedding_configs, tables_per_cycle
 from dlrmsim.calibration.benchmarks.overhead import DISPATCH_ELEMENTS, dispatch_task
@@ -12,6 +13,7 @@ from dlrmsim.calibration.benchmarks.timing import TimingPolicy, time_op
 from dlrmsim.calibration.collectives_host import run_ranks
 from dlrmsim.calibration.dlrm_runner import PHASES, _Rank, run_dlrm_iteration
 from dlrmsim.calibration.ops import NumpyOps, embedding_bytes, get_ops, make_indices
+from dlrmsim.errors import DlrmsimError
 from dlrmsim.workloads import load_workload
 from dlrmsim.workloads.model import allreduce_bytes, alltoall_bytes, embedding_backward_bytes, embedding_forward_bytes
 from dlrmsim.workloads.schema import Tables, ZipfIndices
@@ -134,6 +136,28 @@ def test_host_collectives_move_the_right_data(impl: str) -> None:
         assert out["big"] == (3.0, 3.0)
         assert out["recv"] == [10.0 * s + r for s in range(2)]
         assert out["bytes"] == 2 * 5 * 4
+
+
+def test_host_collectives_fit_a_small_shared_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A container's /dev/shm: 64 MiB by default (Docker), here 16 MiB. Segments are created sparse, so the default
+    # slots (3 x 64 MiB for 2 ranks) were created without error and the first write past the space killed a rank.
+    monkeypatch.setattr(collectives_host, "shm_free_bytes", lambda: 16 * 2**20)
+    res = run_ranks(_collective_body, 2, "shm")
+    # because the slots shrink to what half the free space holds (2 MiB here), the same data moves, in more pieces
+    assert all(out["big"] == (3.0, 3.0) and out["sum"] == [2 * i + 100.0 for i in range(10)] for out in res)
+
+
+def test_the_staging_slot_fits_the_shared_memory_or_says_why_not() -> None:
+    fit = collectives_host.fitting_slot_bytes
+    slot = collectives_host.SLOT_BYTES
+    # because a roomy /dev/shm keeps the full slot; Docker's default 64 MiB holds three 10 MiB slots in its half
+    assert fit(2, slot, 24 * 2**30) == slot
+    assert fit(2, slot, 64 * 2**20) == 10 * 2**20
+    assert collectives_host.shm_bytes(2, fit(2, slot, 64 * 2**20)) <= 32 * 2**20
+    # and where not even 1 MiB slots fit, a one-line error names /dev/shm and the fix
+    with pytest.raises(DlrmsimError, match="only 2 MiB free") as err:
+        fit(2, slot, 2 * 2**20)
+    assert err.value.field == "/dev/shm" and "--shm-size" in (err.value.fix or "")
 
 
 def _failing_body(comm) -> None:  # noqa: ANN001
