@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Annotated, Literal, TypeVar
 
 import yaml
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from dlrmsim.calibration.host import HostInfo, warn_if_other_host
 from dlrmsim.config import StrictModel, read_yaml, validate
@@ -439,6 +439,9 @@ class FitRow(StrictModel):
 
 class EqCheckRow(StrictModel):
     """Eq. 1 / Eq. 2 for a preset scaled to the host: bytes the real collective moved and its time against the fit."""
+
+    # pydantic before 2.10 warns, at every import, that "model_s" is in its protected "model_" namespace
+    model_config = ConfigDict(protected_namespaces=())
 
     workload: str
     collective: Literal["allreduce", "alltoall"]
