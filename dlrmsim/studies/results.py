@@ -172,7 +172,10 @@ def load_results(out: str | Path, derive: bool = True) -> pd.DataFrame:
     text = _complete_text(path)
     if not text:
         raise DlrmsimError("the results file is empty", source=path, fix="run the sweep")
-    df = pd.read_csv(io.StringIO(text), keep_default_na=True, dtype={"point_id": str, "status": str, "error": str})
+    # round_trip: pandas before 3 parses floats with its "high" precision parser, which can miss the written value by
+    # an ulp (0.0306717959519999 for 0.030671795951999998); a sweep's numbers must read back as the evaluator's
+    text_columns = {"point_id": str, "status": str, "error": str}
+    df = pd.read_csv(io.StringIO(text), keep_default_na=True, dtype=text_columns, float_precision="round_trip")
     df["error"] = df["error"].fillna("")
     df = dedupe(df)
     if "ranks" in df:

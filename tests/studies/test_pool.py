@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import sys
 import time
 
 import dask.system
@@ -95,13 +96,12 @@ def test_usable_cores_are_this_process_affinity() -> None:
 
 
 @pytest.mark.skipif(
-    len(os.sched_getaffinity(0)) < 2 if hasattr(os, "sched_getaffinity") else True,
-    reason="a quota below the affinity needs an affinity of 2 cores or more",
+    len(os.sched_getaffinity(0)) < 2 if sys.platform == "linux" else True,
+    reason="cgroup quotas are Linux's; a quota below the affinity needs an affinity of 2 cores or more",
 )
 def test_usable_cores_keep_to_the_cgroup_cpu_quota(monkeypatch: pytest.MonkeyPatch) -> None:
     # A container limited to half a CPU (cgroup cpu.max "50000 100000") on a node whose cores all stay in its affinity.
     monkeypatch.setattr(dask.system, "_try_extract_cgroup_cpu_quota", lambda: (50_000, 100_000))
-    monkeypatch.setattr(dask.system, "LINUX", True)
     # because such a process gets one core's time at most (rounded up), however many cores its affinity lists: as
     # many worker processes or threads as the node's cores would thrash, or run a small pod out of memory
     assert usable_cores() == 1
