@@ -26,6 +26,10 @@ from dlrmsim.studies.evaluate import STANDARD_OUTPUTS
 from dlrmsim.studies.spec import POINT_FIELDS, SweepPoint
 
 RESULTS_FILE = "results.csv"
+# A sweep's numbers must read back as the evaluator's, to the bit. pandas 3 parses floats exactly by default (and
+# deprecates the argument); before it, the default "high" precision parser can miss by an ulp (0.0306717959519999
+# for 0.030671795951999998), and "round_trip" does not.
+EXACT_FLOATS: dict[str, str] = {} if int(pd.__version__.split(".")[0]) >= 3 else {"float_precision": "round_trip"}
 META_COLUMNS: tuple[str, ...] = ("point_id", "status", "error", "wall_s")
 
 
@@ -172,10 +176,8 @@ def load_results(out: str | Path, derive: bool = True) -> pd.DataFrame:
     text = _complete_text(path)
     if not text:
         raise DlrmsimError("the results file is empty", source=path, fix="run the sweep")
-    # round_trip: pandas before 3 parses floats with its "high" precision parser, which can miss the written value by
-    # an ulp (0.0306717959519999 for 0.030671795951999998); a sweep's numbers must read back as the evaluator's
     text_columns = {"point_id": str, "status": str, "error": str}
-    df = pd.read_csv(io.StringIO(text), keep_default_na=True, dtype=text_columns, float_precision="round_trip")
+    df = pd.read_csv(io.StringIO(text), keep_default_na=True, dtype=text_columns, **EXACT_FLOATS)
     df["error"] = df["error"].fillna("")
     df = dedupe(df)
     if "ranks" in df:
