@@ -2,9 +2,9 @@
 # The interpreter: the first of these on the PATH that is Python 3.11 or newer (pyproject.toml's requires-python), so
 # that a machine whose python3 is older but which has, say, python3.12 beside it still works; PYTHON=... overrides.
 PYTHON_NAMES := python3.11 python3.12 python3.13 python3.14 python3
+NEW_ENOUGH := "import sys; sys.exit(sys.version_info < (3, 11))"
 PYTHON ?= $(shell for p in $(PYTHON_NAMES); do \
-  command -v $$p >/dev/null 2>&1 && $$p -c "import sys; sys.exit(sys.version_info < (3, 11))" 2>/dev/null \
-  && { command -v $$p; break; }; done)
+  command -v $$p >/dev/null 2>&1 && $$p -c $(NEW_ENOUGH) 2>/dev/null && { command -v $$p; break; }; done)
 VENV := .venv
 BIN := $(VENV)/bin
 # Every pip here installs into .venv: a user-wide "user = true" (pip.conf, or PIP_USER=1) would make it refuse
@@ -33,7 +33,7 @@ endif
 .PHONY: demo test lint format bench clean torchrec
 
 $(BIN)/python:
-	@test -n "$(PYTHON)" && "$(PYTHON)" -c "import sys; sys.exit(sys.version_info < (3, 11))" 2>/dev/null || { \
+	@test -n "$(PYTHON)" && "$(PYTHON)" -c $(NEW_ENOUGH) 2>/dev/null || { \
 	  echo "make: no Python 3.11 or newer: PYTHON is '$(PYTHON)' (searched the PATH for $(PYTHON_NAMES))" \
 	    "(fix: install Python 3.11 or newer, or run make PYTHON=/path/to/python3.11)" >&2; exit 2; }
 	"$(PYTHON)" -m venv $(VENV) || { rm -rf $(VENV); exit 1; }

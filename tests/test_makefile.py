@@ -38,12 +38,17 @@ def _old_python(path: Path) -> Path:
     return path
 
 
-def _make(project: Path, *args: str, path_env: str | None = None) -> subprocess.CompletedProcess:
+def _make(
+    project: Path, *args: str, path_env: str | None = None, user_env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """GNU make on ``project``'s Makefile, started afresh (make test runs this suite inside make); ``path_env`` replaces
+    PATH, ``user_env`` adds to the environment."""
     env = {**os.environ, "MAKEFLAGS": ""}
-    for inherited in ("PYTHON", "MAKELEVEL", "MFLAGS"):  # make test runs this suite inside make: start afresh
+    for inherited in ("PYTHON", "MAKELEVEL", "MFLAGS"):
         env.pop(inherited, None)
     if path_env is not None:
         env["PATH"] = path_env
+    env |= user_env or {}
     return subprocess.run([MAKE, *args], cwd=project, env=env, capture_output=True, text=True, timeout=60, check=False)
 
 
@@ -135,11 +140,7 @@ def _install_with_logging_venv(project: Path, user_env: dict[str, str]) -> list[
         f'echo "PIP_USER=$PIP_USER PYTHONPATH=$PYTHONPATH PYTHONHOME=$PYTHONHOME $*" >> {log}\n'
     )
     fake.chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MFLAGS", "MAKEFLAGS", "PYTHON")} | user_env
-    run = subprocess.run(
-        [MAKE, ".venv/.installed", f"PYTHON={sys.executable}"], cwd=project, env=env, capture_output=True, text=True,
-        timeout=60, check=False,
-    )  # fmt: skip
+    run = _make(project, ".venv/.installed", f"PYTHON={sys.executable}", user_env=user_env)
     assert run.returncode == 0, run.stderr
     return log.read_text().splitlines()
 
